@@ -1,0 +1,11 @@
+"""Advantage estimators (SPEC §3-4), chosen by name through the registry.
+
+    from tirjax import advantages
+    est = advantages.get("portool")
+    out = est(rollouts, est.make_options({"fork_scale": "none"}))
+"""
+
+from tirjax.advantages.registry import Advantages, Estimator, get, names, register
+from tirjax.advantages import group  # noqa: F401  (registers grpo, grpo_fm, dr_grpo, rloo, dapo)
+
+__all__ = ["Advantages", "Estimator", "get", "names", "register"]

@@ -1,0 +1,151 @@
+"""Outcome-level group baselines: grpo, grpo_fm, dr_grpo, rloo, dapo (SPEC §4.3).
+
+Each gives one advantage per row, broadcast to every step and generated token of the row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+from tirjax import segments
+from tirjax.advantages.registry import Advantages, register
+from tirjax.rollouts import Rollouts, step_to_tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupOptions:
+  zscore: segments.ZScore = segments.ZScore()
+
+
+def broadcast_rows(r: Rollouts, row_adv, row_reward, row_mask=None, **extras) -> Advantages:
+  """Row advantages → steps → tokens; everything 0 on padding and on masked-out rows."""
+  row_mask = r.row_valid if row_mask is None else row_mask & r.row_valid
+  row_adv = jnp.where(row_mask, row_adv, 0.0)
+  steps = jnp.where(r.step_valid, row_adv[:, None], 0.0)
+  return broadcast_steps(r, steps, row_adv, row_reward, row_mask, **extras)
+
+
+def broadcast_steps(r: Rollouts, steps, row_adv, row_reward, row_mask=None, **extras):
+  """Step advantages [B, T] → tokens [B, L] through `token_step`."""
+  row_mask = r.row_valid if row_mask is None else row_mask & r.row_valid
+  steps = jnp.where(r.step_valid & row_mask[:, None], steps, 0.0).astype(jnp.float32)
+  tokens = jnp.where(r.loss_mask, step_to_tokens(steps, r.token_step), 0.0)
+  return Advantages(tokens=tokens, steps=steps, rows=jnp.asarray(row_adv, jnp.float32),
+                    row_reward=jnp.asarray(row_reward, jnp.float32), row_mask=row_mask,
+                    extras=extras)
+
+
+def group_zscore(r: Rollouts, x, opts: segments.ZScore):
+  return segments.zscore(x, r.group_id, r.row_valid, r.num_rows, opts)
+
+
+@register("grpo", GroupOptions)
+def grpo(r: Rollouts, opts: GroupOptions) -> Advantages:
+  """GRPO: A_j = (R_out_j − mean_g R_out) / (std_g R_out + eps).
+
+  Shao et al. 2024, DeepSeekMath, §4.1.2 (outcome supervision).
+  """
+  return broadcast_rows(r, group_zscore(r, r.outcome, opts.zscore), r.outcome)
+
+
+def mean_format_reward(r: Rollouts):
+  """mean_t R_fm over the row's valid steps (0 for a row without steps)."""
+  n = jnp.maximum(jnp.sum(r.step_valid, axis=1), 1)
+  return jnp.sum(jnp.where(r.step_valid, r.format_reward, 0.0), axis=1) / n
+
+
+@register("grpo_fm", GroupOptions)
+def grpo_fm(r: Rollouts, opts: GroupOptions) -> Advantages:
+  """GRPO_fm: z-score of R_out + mean_t R_fm (PORTool §4, formatting-augmented GRPO).
+
+  The formatting reward augments the trajectory-level reward before normalisation.
+  """
+  reward = r.outcome + mean_format_reward(r)
+  return broadcast_rows(r, group_zscore(r, reward, opts.zscore), reward)
+
+
+@dataclasses.dataclass(frozen=True)
+class DrGRPOOptions:
+  zscore: segments.ZScore = segments.ZScore(scale="none")
+
+
+@register("dr_grpo", DrGRPOOptions)
+def dr_grpo(r: Rollouts, opts: DrGRPOOptions) -> Advantages:
+  """Dr. GRPO: A_j = R_out_j − mean_g R_out (no std scaling).
+
+  Liu et al. 2025, "Understanding R1-Zero-Like Training", Eq. 3; pair it with the
+  `seq_mean_token_sum_norm` loss aggregation.
+  """
+  return broadcast_rows(r, group_zscore(r, r.outcome, opts.zscore), r.outcome)
+
+
+@dataclasses.dataclass(frozen=True)
+class RLOOOptions:
+  singleton: str = "zero"
+
+  def __post_init__(self):
+    segments.ZScore(singleton=self.singleton)  # validates the value
+
+
+@register("rloo", RLOOOptions)
+def rloo(r: Rollouts, opts: RLOOOptions) -> Advantages:
+  """RLOO: A_j = R_j − mean_{k≠j} R_k = n/(n−1) · (R_j − mean_g R).
+
+  Ahmadian et al. 2024, "Back to Basics", §3.2 (leave-one-out baseline). A singleton group
+  has no other rows: advantage 0 (or R_j with `singleton="raw"`).
+  """
+  ids, valid, B = r.group_id, r.row_valid, r.num_rows
+  n = segments.gather(segments.segment_count(ids, valid, B), ids)
+  dev = r.outcome - segments.gather(segments.segment_mean(r.outcome, ids, valid, B), ids)
+  adv = dev * n / jnp.maximum(n - 1.0, 1.0)
+  adv = jnp.where(n <= 1, r.outcome if opts.singleton == "raw" else 0.0, adv)
+  return broadcast_rows(r, adv, r.outcome)
+
+
+@dataclasses.dataclass(frozen=True)
+class DAPOOptions:
+  zscore: segments.ZScore = segments.ZScore()
+  dynamic_sampling: bool = True  # mask groups whose rewards are all equal
+  overlong_shaping: bool = True
+  max_response_tokens: int = 20480  # L_max
+  overlong_cache: int = 4096  # L_cache
+
+  def __post_init__(self):
+    if not 0 <= self.overlong_cache <= self.max_response_tokens:
+      raise ValueError("overlong_cache: must lie in [0, max_response_tokens], got "
+                       f"{self.overlong_cache} (max_response_tokens={self.max_response_tokens})")
+
+
+def overlong_penalty(length, max_len: int, cache: int):
+  """DAPO's soft overlong punishment (Yu et al. 2025, Eq. 13).
+
+  0 if |y| ≤ L_max − L_cache; ((L_max − L_cache) − |y|) / L_cache inside the cache window;
+  −1 beyond L_max.
+  """
+  start = max_len - cache
+  inside = (start - length) / max(cache, 1)
+  return jnp.where(length <= start, 0.0, jnp.where(length <= max_len, inside, -1.0))
+
+
+@register("dapo", DAPOOptions)
+def dapo(r: Rollouts, opts: DAPOOptions) -> Advantages:
+  """DAPO: GRPO advantages; groups with zero reward variance are masked (dynamic sampling).
+
+  Yu et al. 2025, "DAPO", §3.2 (dynamic sampling) and §3.4 (overlong reward shaping). The
+  trainer refills the batch; the clip-higher loss (ε_low 0.2, ε_high 0.28, token-mean) is the
+  loss side.
+  """
+  reward = r.outcome
+  if opts.overlong_shaping:
+    length = jnp.sum(r.loss_mask, axis=1).astype(jnp.float32)
+    reward = reward + overlong_penalty(length, opts.max_response_tokens, opts.overlong_cache)
+  ids, valid, B = r.group_id, r.row_valid, r.num_rows
+  keep = valid
+  if opts.dynamic_sampling:
+    spread = (segments.segment_max(reward, ids, valid, B) -
+              segments.segment_min(reward, ids, valid, B))
+    keep = valid & (segments.gather(spread, ids) > 0)
+  adv = group_zscore(r, reward, opts.zscore)
+  return broadcast_rows(r, adv, reward, keep)

@@ -1,0 +1,78 @@
+"""The estimator registry: the only list of valid advantage names (SPEC §4).
+
+An estimator is a pure, jit-able function `(Rollouts, options) -> Advantages`, with its
+options a frozen dataclass whose defaults are the SPEC's. Options are static under `jit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Mapping
+
+import flax.struct
+import jax
+
+from tirjax.rollouts import Rollouts
+
+
+@flax.struct.dataclass(frozen=True)
+class Advantages:
+  """What an estimator returns. Shapes follow `Rollouts`."""
+
+  tokens: jax.Array  # [B, L] f32, 0 outside loss_mask
+  steps: jax.Array  # [B, T] f32, 0 on padding steps
+  rows: jax.Array  # [B] f32 trajectory-level advantage
+  row_reward: jax.Array  # [B] f32, the scalar reward that the trajectory level normalised
+  row_mask: jax.Array  # [B] bool, rows that enter the loss (padding and filtered rows: False)
+  extras: dict = dataclasses.field(default_factory=dict)  # estimator-specific intermediates
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimator:
+  name: str
+  fn: Callable[[Rollouts, Any], Advantages]
+  options: type
+
+  def make_options(self, overrides: Mapping[str, Any] | None = None):
+    """Options from a mapping (e.g. a config section); unknown keys fail by name."""
+    overrides = dict(overrides or {})
+    known = {f.name for f in dataclasses.fields(self.options)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+      raise ValueError(f"advantage '{self.name}': unknown option(s) {unknown}; "
+                       f"valid options are {sorted(known)}")
+    return self.options(**overrides)
+
+  def __call__(self, rollouts: Rollouts, options=None) -> Advantages:
+    return _jitted(self.fn)(rollouts, options if options is not None else self.options())
+
+
+@functools.cache
+def _jitted(fn):
+  return jax.jit(fn, static_argnums=1)
+
+
+_REGISTRY: dict[str, Estimator] = {}
+
+
+def register(name: str, options: type):
+  """Decorator: `@register("grpo", GRPOOptions)` on `fn(rollouts, options) -> Advantages`."""
+  def wrap(fn):
+    if name in _REGISTRY:
+      raise ValueError(f"advantage estimator '{name}' is registered twice")
+    if not (dataclasses.is_dataclass(options) and options.__dataclass_params__.frozen):
+      raise TypeError(f"options of '{name}' must be a frozen dataclass (hashable, static)")
+    _REGISTRY[name] = Estimator(name, fn, options)
+    return fn
+  return wrap
+
+
+def get(name: str) -> Estimator:
+  if name not in _REGISTRY:
+    raise KeyError(f"unknown advantage estimator '{name}'; registered: {names()}")
+  return _REGISTRY[name]
+
+
+def names() -> list[str]:
+  return sorted(_REGISTRY)

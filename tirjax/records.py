@@ -1,0 +1,195 @@
+"""Build a `Rollouts` batch from plain Python records: groups → rows → steps → calls.
+
+For tests and small experiments. A tree is written by labelling steps: within one group,
+steps with the same `node` label are the same tree node (rows that share a prefix repeat the
+labels of that prefix); a step without a label is a fresh node. Example, two rows that share
+their first step and then branch::
+
+    GroupRecord(gt_calls=[{"name": "add", "arguments": {"a": 1, "b": 2}}], rows=[
+        RowRecord(outcome=1, steps=[StepRecord(node="s1"), StepRecord(node="s1a")]),
+        RowRecord(outcome=-1, steps=[StepRecord(node="s1"), StepRecord(node="s1b")]),
+    ])
+
+Shapes default to the smallest that fit; pass them to pad to fixed shapes (so that a jitted
+kernel compiles once across many batches).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Hashable, Optional, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from tirjax.matching.encoding import PAD, CallEncoder
+from tirjax.matching.similarity import call_similarity
+from tirjax.rollouts import CallEncoding, Rollouts, validate
+
+TERMINAL_TOOL = "response_gen"
+
+
+@dataclasses.dataclass
+class StepRecord:
+  calls: Sequence[dict] = ()  # [{"name": str, "arguments": {...}}]; terminal calls are dropped
+  format_reward: float = 0.25
+  node: Optional[Hashable] = None
+  tokens: Sequence[int] = (1,)  # generated tokens of the step (loss_mask = 1)
+  logprobs: Optional[Sequence[float]] = None
+  response_tokens: Sequence[int] = ()  # tool-response tokens after the step (loss_mask = 0)
+  solves: Optional[Sequence[bool]] = None  # per kept call: output verified an expected answer
+
+
+@dataclasses.dataclass
+class RowRecord:
+  steps: Sequence[StepRecord]
+  outcome: float
+  answered: Optional[bool] = None  # default: outcome != -1 or the last step called the answer
+  answer_score: Optional[float] = None  # default: 1.0 if outcome == 1 else 0.0
+  prompt_tokens: Sequence[int] = (1,)
+  policy_version: int = 0
+  ref_logprobs: Optional[Sequence[float]] = None  # per token of the whole row
+
+
+@dataclasses.dataclass
+class GroupRecord:
+  rows: Sequence[RowRecord]
+  gt_calls: Sequence[dict] = ()
+  num_expected: int = 0  # FTRL: size of the query's expected-answer set
+
+
+def _kept_calls(step: StepRecord, terminal_tool: str):
+  return [c for c in step.calls if c.get("name") != terminal_tool]
+
+
+def build_rollouts(
+    groups: Sequence[GroupRecord],
+    *,
+    num_rows: Optional[int] = None,
+    max_steps: Optional[int] = None,
+    max_calls: Optional[int] = None,
+    max_gt_calls: Optional[int] = None,
+    max_tokens: Optional[int] = None,
+    max_params: Optional[int] = None,
+    with_ftrl: bool = False,
+    with_ref: bool = False,
+    terminal_tool: str = TERMINAL_TOOL,
+) -> Rollouts:
+  """Pads the records into a validated `Rollouts` with encodings and `call_sim` filled in."""
+  rows = [(g, row) for g, grp in enumerate(groups) for row in grp.rows]
+  steps = [s for _, row in rows for s in row.steps]
+  need = dict(
+      num_rows=len(rows),
+      max_steps=max([len(r.steps) for _, r in rows], default=0),
+      max_calls=max([len(_kept_calls(s, terminal_tool)) for s in steps], default=0),
+      max_gt_calls=max([len(g.gt_calls) for g in groups], default=0),
+      max_tokens=max([_row_len(r) for _, r in rows], default=0),
+      max_params=max([len(c.get("arguments") or {}) for s in steps
+                      for c in _kept_calls(s, terminal_tool)] +
+                     [len(c.get("arguments") or {}) for g in groups for c in g.gt_calls],
+                     default=0),
+  )
+  given = dict(num_rows=num_rows, max_steps=max_steps, max_calls=max_calls,
+               max_gt_calls=max_gt_calls, max_tokens=max_tokens, max_params=max_params)
+  size = {}
+  for k, n in need.items():
+    if given[k] is not None and given[k] < n:
+      raise ValueError(f"{k}={given[k]} is too small for these records (they need {n})")
+    size[k] = max(1, given[k] if given[k] is not None else n)
+  B, T, K, C, L, P = (size[k] for k in ("num_rows", "max_steps", "max_calls", "max_gt_calls",
+                                          "max_tokens", "max_params"))
+
+  a = dict(
+      group_id=np.zeros(B, np.int32), row_valid=np.zeros(B, bool),
+      outcome=np.zeros(B, np.float32), num_steps=np.zeros(B, np.int32),
+      answered=np.zeros(B, bool), step_valid=np.zeros((B, T), bool),
+      node_id=np.full((B, T), -1, np.int32), format_reward=np.zeros((B, T), np.float32),
+      call_valid=np.zeros((B, T, K), bool), gt_valid=np.zeros((B, C), bool),
+      answer_score=np.zeros(B, np.float32), tokens=np.zeros((B, L), np.int32),
+      token_valid=np.zeros((B, L), bool), loss_mask=np.zeros((B, L), bool),
+      token_step=np.full((B, L), -1, np.int32), old_logprobs=np.zeros((B, L), np.float32),
+      policy_version=np.zeros(B, np.int32))
+  ref = np.zeros((B, L), np.float32)
+  solves = np.zeros((B, T, K), bool)
+  num_expected = np.zeros(B, np.int32)
+  enc = CallEncoder()
+  e = dict(pred_name=np.full((B, T, K), PAD, np.int32),
+           pred_keys=np.full((B, T, K, P), PAD, np.int32),
+           pred_values=np.full((B, T, K, P), PAD, np.int32),
+           gt_name=np.full((B, C), PAD, np.int32), gt_keys=np.full((B, C, P), PAD, np.int32),
+           gt_values=np.full((B, C, P), PAD, np.int32))
+
+  node_ids: dict[tuple[int, Hashable], int] = {}
+  next_node = 0
+  for b, (g, row) in enumerate(rows):
+    grp = groups[g]
+    a["group_id"][b] = g
+    a["row_valid"][b] = True
+    a["outcome"][b] = row.outcome
+    a["num_steps"][b] = len(row.steps)
+    last_calls = row.steps[-1].calls if row.steps else ()
+    answered = row.answered if row.answered is not None else (
+        row.outcome != -1 or any(c.get("name") == terminal_tool for c in last_calls))
+    a["answered"][b] = bool(answered) and len(row.steps) > 0
+    a["answer_score"][b] = (row.answer_score if row.answer_score is not None
+                            else float(row.outcome == 1))
+    a["policy_version"][b] = row.policy_version
+    num_expected[b] = grp.num_expected
+    for c, call in enumerate(grp.gt_calls):
+      a["gt_valid"][b, c] = True
+      e["gt_name"][b, c], e["gt_keys"][b, c], e["gt_values"][b, c] = enc.encode(call, P)
+    pos = _put(a, b, 0, row.prompt_tokens, None, -1)
+    for t, step in enumerate(row.steps):
+      a["step_valid"][b, t] = True
+      a["format_reward"][b, t] = step.format_reward
+      if step.node is None:
+        node = next_node
+        next_node += 1
+      else:
+        key = (g, step.node)
+        if key not in node_ids:
+          node_ids[key] = next_node
+          next_node += 1
+        node = node_ids[key]
+      a["node_id"][b, t] = node
+      kept = _kept_calls(step, terminal_tool)
+      for k, call in enumerate(kept):
+        a["call_valid"][b, t, k] = True
+        e["pred_name"][b, t, k], e["pred_keys"][b, t, k], e["pred_values"][b, t, k] = (
+            enc.encode(call, P))
+        if step.solves is not None:
+          solves[b, t, k] = bool(step.solves[k])
+      pos = _put(a, b, pos, step.tokens, step.logprobs, t)
+      pos = _put(a, b, pos, step.response_tokens, None, -1)
+    if row.ref_logprobs is not None:
+      ref[b, :len(row.ref_logprobs)] = row.ref_logprobs
+  if next_node > B * T:
+    raise ValueError(f"the records use {next_node} tree nodes; B*T={B * T} ids are available")
+
+  calls = CallEncoding(**{k: jnp.asarray(v) for k, v in e.items()})
+  call_valid, gt_valid = jnp.asarray(a["call_valid"]), jnp.asarray(a["gt_valid"])
+  r = Rollouts(
+      **{k: jnp.asarray(v) for k, v in a.items()},
+      call_sim=call_similarity(calls, call_valid, gt_valid),
+      ref_logprobs=jnp.asarray(ref) if with_ref else None,
+      calls=calls,
+      call_solves=jnp.asarray(solves) if with_ftrl else None,
+      num_expected=jnp.asarray(num_expected) if with_ftrl else None)
+  return validate(r)
+
+
+def _row_len(row: RowRecord) -> int:
+  return len(row.prompt_tokens) + sum(len(s.tokens) + len(s.response_tokens) for s in row.steps)
+
+
+def _put(a, b: int, pos: int, tokens: Sequence[int], logprobs, step: int) -> int:
+  n = len(tokens)
+  a["tokens"][b, pos:pos + n] = tokens
+  a["token_valid"][b, pos:pos + n] = True
+  if step >= 0:
+    a["loss_mask"][b, pos:pos + n] = True
+    a["token_step"][b, pos:pos + n] = step
+    if logprobs is not None:
+      a["old_logprobs"][b, pos:pos + n] = logprobs
+  return pos + n
+

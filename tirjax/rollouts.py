@@ -1,0 +1,256 @@
+"""The data contract between sampling and the loss: `Rollouts` (SPEC §2).
+
+Everything between the sampler and the policy loss is one frozen pytree of padded arrays.
+Sizes are read from the array shapes, so they are static under `jax.jit` and one padded
+shape compiles once:
+
+  B  trajectories (rows)        T  max steps per row        K  max tool calls per step
+  C  max ground-truth calls     L  max tokens per row       P  max parameters per call
+
+Conventions that the SPEC leaves to the implementation, fixed here:
+
+* `group_id` and `node_id` are batch-global segment ids: `0 <= group_id < B` and
+  `0 <= node_id < B*T` (or -1 on padding steps), so that segment operations can use the
+  static segment counts `B` and `B*T`. Padding rows still carry an in-range `group_id`.
+* `call_valid` holds the calls that are *matched against ground truth*: calls of the
+  terminal tool (`response_gen`) are never entered there (SPEC §4.2).
+* `answered[b]` is True when the row's last step (`num_steps[b] - 1`) is the answering step
+  (it called the terminal tool or emitted `<answer>`); truncated rows have False.
+* `token_valid` marks real tokens (prompt, generated and tool-response tokens); each row is
+  right-padded, so its real tokens are a prefix.
+* Optional inputs of single estimators: `calls` (the call encodings from which `call_sim`
+  is computed, needed by `toolrl`) and `call_solves` / `num_expected` (FTRL's verified
+  outputs, needed by `ftrl`). `ref_logprobs` is optional (needed when the KL weight > 0).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@flax.struct.dataclass(frozen=True)
+class CallEncoding:
+  """Host-encoded tool calls (SPEC §2): name id, parameter-name ids, value hashes.
+
+  Predicted calls are `[B, T, K, ...]`, ground-truth calls `[B, C, ...]`. Ids are `>= 0`;
+  `-1` marks padding (a missing call name, or a missing parameter slot).
+  """
+
+  pred_name: jax.Array  # [B, T, K] int32
+  pred_keys: jax.Array  # [B, T, K, P] int32
+  pred_values: jax.Array  # [B, T, K, P] int32 hash of the canonical JSON value
+  gt_name: jax.Array  # [B, C] int32
+  gt_keys: jax.Array  # [B, C, P] int32
+  gt_values: jax.Array  # [B, C, P] int32
+
+
+@flax.struct.dataclass(frozen=True)
+class Rollouts:
+  """A padded batch of multi-turn trajectories. See the module docstring for sizes."""
+
+  group_id: jax.Array  # [B] int32
+  row_valid: jax.Array  # [B] bool
+  outcome: jax.Array  # [B] f32 in {+1, 0, -1}
+  num_steps: jax.Array  # [B] int32
+  answered: jax.Array  # [B] bool
+  step_valid: jax.Array  # [B, T] bool
+  node_id: jax.Array  # [B, T] int32
+  format_reward: jax.Array  # [B, T] f32 in [-0.25, 0.25]
+  call_valid: jax.Array  # [B, T, K] bool
+  call_sim: jax.Array  # [B, T, K, C] f32 in [0, 1]
+  gt_valid: jax.Array  # [B, C] bool
+  answer_score: jax.Array  # [B] f32 in [0, 1]
+  tokens: jax.Array  # [B, L] int32
+  token_valid: jax.Array  # [B, L] bool
+  loss_mask: jax.Array  # [B, L] bool
+  token_step: jax.Array  # [B, L] int32, -1 on prompt / tool-response / padding tokens
+  old_logprobs: jax.Array  # [B, L] f32
+  policy_version: jax.Array  # [B] int32
+  ref_logprobs: Optional[jax.Array] = None  # [B, L] f32
+  calls: Optional[CallEncoding] = None
+  call_solves: Optional[jax.Array] = None  # [B, T, K] bool (FTRL)
+  num_expected: Optional[jax.Array] = None  # [B] int32 (FTRL)
+
+  # Static sizes, read from shapes (never pytree leaves).
+  @property
+  def num_rows(self) -> int:
+    return self.group_id.shape[0]
+
+  @property
+  def max_steps(self) -> int:
+    return self.step_valid.shape[1]
+
+  @property
+  def max_calls(self) -> int:
+    return self.call_valid.shape[2]
+
+  @property
+  def max_gt_calls(self) -> int:
+    return self.gt_valid.shape[1]
+
+  @property
+  def max_tokens(self) -> int:
+    return self.tokens.shape[1]
+
+
+class RolloutsError(ValueError):
+  """A batch breaks the `Rollouts` contract; the message names the field and the problem."""
+
+
+_SPEC = {
+    # field: (shape symbols, dtype kind)
+    "group_id": ("B", "i"),
+    "row_valid": ("B", "b"),
+    "outcome": ("B", "f"),
+    "num_steps": ("B", "i"),
+    "answered": ("B", "b"),
+    "step_valid": ("BT", "b"),
+    "node_id": ("BT", "i"),
+    "format_reward": ("BT", "f"),
+    "call_valid": ("BTK", "b"),
+    "call_sim": ("BTKC", "f"),
+    "gt_valid": ("BC", "b"),
+    "answer_score": ("B", "f"),
+    "tokens": ("BL", "i"),
+    "token_valid": ("BL", "b"),
+    "loss_mask": ("BL", "b"),
+    "token_step": ("BL", "i"),
+    "old_logprobs": ("BL", "f"),
+    "policy_version": ("B", "i"),
+    "ref_logprobs": ("BL", "f"),
+    "call_solves": ("BTK", "b"),
+    "num_expected": ("B", "i"),
+}
+
+
+def validate(r: Rollouts) -> Rollouts:
+  """Checks every contract rule on the host; raises `RolloutsError` naming the field.
+
+  Meant for batches entering the trainer or a test, not for use inside `jit`.
+  """
+  a = {name: (None if getattr(r, name) is None else np.asarray(getattr(r, name)))
+       for name in _SPEC}
+  if a["group_id"].ndim != 1:
+    raise RolloutsError(f"group_id: expected shape [B], got {a['group_id'].shape}")
+  if a["step_valid"].ndim != 2 or a["call_sim"].ndim != 4 or a["tokens"].ndim != 2:
+    raise RolloutsError("step_valid / call_sim / tokens: wrong number of dimensions "
+                        f"{a['step_valid'].shape} / {a['call_sim'].shape} / {a['tokens'].shape}")
+  B = a["group_id"].shape[0]
+  T = a["step_valid"].shape[1]
+  _, _, K, C = a["call_sim"].shape
+  L = a["tokens"].shape[1]
+  sizes = {"B": B, "T": T, "K": K, "C": C, "L": L}
+  for name, (symbols, kind) in _SPEC.items():
+    x = a[name]
+    if x is None:
+      continue
+    want = tuple(sizes[s] for s in symbols)
+    if x.shape != want:
+      raise RolloutsError(f"{name}: expected shape [{','.join(symbols)}]={want}, got {x.shape}")
+    if x.dtype.kind != kind and not (kind == "i" and x.dtype.kind == "u"):
+      raise RolloutsError(f"{name}: expected a {_KIND_NAMES[kind]} array, got dtype {x.dtype}")
+    if kind == "f" and not np.all(np.isfinite(x)):
+      raise RolloutsError(f"{name}: contains NaN or Inf")
+
+  rv, sv = a["row_valid"], a["step_valid"]
+  _check(np.all((a["group_id"] >= 0) & (a["group_id"] < B)), "group_id",
+         f"values must lie in [0, B={B}) on every row, padding rows included")
+  _check(np.all(np.isin(a["outcome"][rv], (-1.0, 0.0, 1.0))), "outcome",
+         "valid rows must have outcome in {-1, 0, +1}")
+  _check(np.all((a["num_steps"] >= 0) & (a["num_steps"] <= T)), "num_steps", f"must lie in [0, T={T}]")
+  expect_sv = (np.arange(T)[None, :] < a["num_steps"][:, None]) & rv[:, None]
+  _check(np.array_equal(sv, expect_sv), "step_valid",
+         "must be True exactly on the first num_steps steps of valid rows")
+  _check(not np.any(a["answered"] & ~rv), "answered", "must be False on padding rows")
+  _check(not np.any(a["answered"] & (a["num_steps"] == 0)), "answered",
+         "a row with no steps cannot have answered")
+  _check(np.all(np.abs(a["format_reward"][sv]) <= 0.25 + 1e-6), "format_reward",
+         "valid steps must have format_reward in [-0.25, 0.25]")
+  _check(not np.any(a["call_valid"] & ~sv[:, :, None]), "call_valid", "calls on padding steps")
+  sim = a["call_sim"]
+  _check(np.all((sim >= 0) & (sim <= 1 + 1e-6)), "call_sim", "values must lie in [0, 1]")
+  pair_valid = a["call_valid"][..., None] & a["gt_valid"][:, None, None, :]
+  _check(not np.any((sim > 0) & ~pair_valid), "call_sim",
+         "must be 0 where the predicted or the ground-truth call is padding")
+  _check(not np.any(a["gt_valid"] & ~rv[:, None]), "gt_valid", "ground-truth calls on a padding row")
+  _check(np.all((a["answer_score"] >= 0) & (a["answer_score"] <= 1)), "answer_score",
+         "must lie in [0, 1]")
+  _check_groups(a, B)
+  _check_tree(a, B, T)
+  _check_tokens(a)
+  if r.calls is not None:
+    _check_calls(r.calls, B, T, K, C)
+  if (r.call_solves is None) != (r.num_expected is None):
+    raise RolloutsError("call_solves / num_expected: give both or neither")
+  return r
+
+
+_KIND_NAMES = {"i": "integer", "b": "bool", "f": "floating-point"}
+
+
+def _check(ok, field: str, problem: str) -> None:
+  if not ok:
+    raise RolloutsError(f"{field}: {problem}")
+
+
+def _check_groups(a, B: int) -> None:
+  """Rows of one group answer one query: they share the ground-truth call list."""
+  gid, rv, gt = a["group_id"], a["row_valid"], a["gt_valid"]
+  for g in np.unique(gid[rv]):
+    rows = np.flatnonzero(rv & (gid == g))
+    if not np.all(gt[rows] == gt[rows[0]]):
+      raise RolloutsError(f"gt_valid: rows {rows.tolist()} of group {g} disagree on their "
+                          "ground-truth calls")
+
+
+def _check_tree(a, B: int, T: int) -> None:
+  """node_id: in range, -1 on padding, one (group, depth, parent, node) per id."""
+  nid, sv, gid = a["node_id"], a["step_valid"], a["group_id"]
+  _check(np.all(nid[~sv] == -1), "node_id", "must be -1 on padding steps")
+  _check(np.all((nid[sv] >= 0) & (nid[sv] < B * T)), "node_id",
+         f"valid steps must have ids in [0, B*T={B * T})")
+  parent = np.full_like(nid, -1)
+  parent[:, 1:] = nid[:, :-1]
+  seen: dict[int, tuple[int, int, int]] = {}
+  for b, t in zip(*np.nonzero(sv)):
+    key = (int(gid[b]), int(t), int(parent[b, t]))
+    prev = seen.setdefault(int(nid[b, t]), key)
+    if prev != key:
+      raise RolloutsError(
+          f"node_id: node {nid[b, t]} appears with (group, depth, parent) {prev} and {key} "
+          f"(row {b}, step {t}); a shared node must share its group, depth and prefix")
+
+
+def _check_tokens(a) -> None:
+  tv, lm, ts = a["token_valid"], a["loss_mask"], a["token_step"]
+  length = tv.sum(axis=1)
+  _check(np.array_equal(tv, np.arange(tv.shape[1])[None, :] < length[:, None]), "token_valid",
+         "each row's real tokens must be a prefix (right padding)")
+  _check(not np.any(lm & ~tv), "loss_mask", "set on padding tokens")
+  _check(not np.any(tv & ~a["row_valid"][:, None]), "token_valid", "tokens on a padding row")
+  _check(np.all(ts[~lm] == -1), "token_step", "must be -1 wherever loss_mask is False")
+  ok_step = (ts[lm] >= 0) & (ts[lm] < np.broadcast_to(a["num_steps"][:, None], ts.shape)[lm])
+  _check(np.all(ok_step), "token_step", "generated tokens must belong to a valid step of their row")
+
+
+def _check_calls(c: CallEncoding, B: int, T: int, K: int, C: int) -> None:
+  P = np.asarray(c.pred_keys).shape[-1]
+  want = {"pred_name": (B, T, K), "pred_keys": (B, T, K, P), "pred_values": (B, T, K, P),
+          "gt_name": (B, C), "gt_keys": (B, C, P), "gt_values": (B, C, P)}
+  for name, shape in want.items():
+    x = np.asarray(getattr(c, name))
+    if x.shape != shape or x.dtype.kind not in "iu":
+      raise RolloutsError(f"calls.{name}: expected an integer array of shape {shape}, "
+                          f"got {x.dtype} {x.shape}")
+
+
+def step_to_tokens(step_values: jax.Array, token_step: jax.Array) -> jax.Array:
+  """Broadcasts per-step values [B, T] to tokens [B, L] through `token_step` (0 where -1)."""
+  idx = jnp.clip(token_step, 0, step_values.shape[1] - 1)
+  out = jnp.take_along_axis(step_values, idx, axis=1)
+  return jnp.where(token_step >= 0, out, 0.0)

@@ -1,0 +1,104 @@
+"""Masked segment statistics: the group and tree arithmetic of every estimator (SPEC §3).
+
+Groups are ragged and trees irregular, so statistics are taken with segment operations over
+ids (`group_id`, `node_id`, or any derived key) with a validity mask, never by reshaping to
+`[Q, G]`. Segment counts are static (`num_segments`), so these functions jit once per shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import chex
+import jax
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class ZScore:
+  """Group-normalisation conventions shared by all estimators (SPEC §3).
+
+  z = (x - mean) / (std + eps), with `std` taken with `ddof` (1 as verl, MatchTIR and Tunix);
+  `scale="none"` keeps x - mean (Dr. GRPO). A group with one valid member gets 0
+  (`singleton="zero"`) or its raw value (`"raw"`, as verl); a group whose values are all
+  equal gets exactly 0.
+  """
+
+  ddof: int = 1
+  scale: str = "std"
+  singleton: str = "zero"
+  eps: float = 1e-6
+
+  def __post_init__(self):
+    _choice("ddof", self.ddof, (0, 1))
+    _choice("scale", self.scale, ("std", "none"))
+    _choice("singleton", self.singleton, ("zero", "raw"))
+    if not self.eps > 0:
+      raise ValueError(f"eps: must be > 0, got {self.eps}")
+
+
+def _choice(name, value, allowed):
+  if value not in allowed:
+    raise ValueError(f"{name}: must be one of {allowed}, got {value!r}")
+
+
+def _ids(ids: jax.Array, mask: jax.Array, num_segments: int) -> jax.Array:
+  # Masked entries go to an extra trash segment so they never touch a real one.
+  return jnp.where(mask, ids, num_segments)
+
+
+def segment_sum(x, ids, mask, num_segments: int) -> jax.Array:
+  """Sum of `x` over each segment, masked entries excluded. Returns [num_segments]."""
+  chex.assert_equal_shape([x, ids, mask])
+  x = jnp.where(mask, x, 0)
+  return jax.ops.segment_sum(x.ravel(), _ids(ids, mask, num_segments).ravel(),
+                             num_segments + 1)[:num_segments]
+
+
+def segment_count(ids, mask, num_segments: int) -> jax.Array:
+  return segment_sum(mask.astype(jnp.float32), ids, mask, num_segments)
+
+
+def segment_mean(x, ids, mask, num_segments: int) -> jax.Array:
+  """Mean over each segment; 0 for an empty segment."""
+  count = segment_count(ids, mask, num_segments)
+  return segment_sum(x, ids, mask, num_segments) / jnp.maximum(count, 1.0)
+
+
+def segment_max(x, ids, mask, num_segments: int, empty: float = 0.0) -> jax.Array:
+  chex.assert_equal_shape([x, ids, mask])
+  out = jax.ops.segment_max(jnp.where(mask, x, -jnp.inf).ravel(),
+                            _ids(ids, mask, num_segments).ravel(), num_segments + 1)
+  out = out[:num_segments]
+  return jnp.where(jnp.isfinite(out), out, empty)
+
+
+def segment_min(x, ids, mask, num_segments: int, empty: float = 0.0) -> jax.Array:
+  return -segment_max(-x, ids, mask, num_segments, -empty)
+
+
+def gather(seg_values: jax.Array, ids: jax.Array) -> jax.Array:
+  """Reads a per-segment value back at each element (ids clipped: callers mask)."""
+  return seg_values[jnp.clip(ids, 0, seg_values.shape[0] - 1)]
+
+
+def zscore(x, ids, mask, num_segments: int, opts: ZScore = ZScore()) -> jax.Array:
+  """Group z-score of `x` within segments (SPEC §3). 0 on masked entries.
+
+  Never NaN or Inf: counts are floored at 1, `std + eps > 0`, and all-equal groups are
+  detected exactly (max == min) and set to 0.
+  """
+  x = jnp.asarray(x, jnp.float32)
+  count = segment_count(ids, mask, num_segments)
+  mean = segment_sum(x, ids, mask, num_segments) / jnp.maximum(count, 1.0)
+  dev = x - gather(mean, ids)
+  if opts.scale == "std":
+    var = segment_sum(dev * dev, ids, mask, num_segments) / jnp.maximum(count - opts.ddof, 1.0)
+    z = dev / (gather(jnp.sqrt(var), ids) + opts.eps)
+  else:
+    z = dev
+  equal = segment_max(x, ids, mask, num_segments) == segment_min(x, ids, mask, num_segments)
+  n = gather(count, ids)
+  z = jnp.where(gather(equal, ids), 0.0, z)
+  z = jnp.where(n == 1, x if opts.singleton == "raw" else 0.0, z)
+  return jnp.where(mask, z, 0.0)
