@@ -1,0 +1,50 @@
+"""The sampler interface (SPEC §7): token ids in, token ids and log-probs out.
+
+Nothing is decoded and re-encoded between turns: the episode runner appends the exact ids a
+sampler returns, and tool responses are tokenised and appended after them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Protocol, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+  n: int = 1
+  temperature: float = 1.0
+  top_p: float = 1.0
+  max_new_tokens: int = 256
+  stop_token_ids: tuple[int, ...] = ()
+  seed: int = 0
+  top_logprobs: int = 0  # >0: also return the top-k log-probs per position (ARPO's entropy)
+
+  def __post_init__(self):
+    if self.n < 1:
+      raise ValueError(f"n: must be >= 1, got {self.n}")
+    if self.temperature < 0:
+      raise ValueError(f"temperature: must be >= 0, got {self.temperature}")
+    if not 0 < self.top_p <= 1:
+      raise ValueError(f"top_p: must lie in (0, 1], got {self.top_p}")
+    if self.max_new_tokens < 1:
+      raise ValueError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclasses.dataclass
+class Sample:
+  tokens: list[int]  # sampled ids, the stop token included when one was hit
+  logprobs: list[float]  # log-prob of each sampled id under the sampling distribution's model
+  finish_reason: str  # "stop" (a stop token) or "length" (max_new_tokens)
+  policy_version: int = 0
+  entropies: Optional[list[float]] = None  # per position, when the sampler can give them
+  top_logprobs: Optional[list[dict[int, float]]] = None
+
+
+class Sampler(Protocol):
+  policy_version: int
+
+  def generate(self, prompts: Sequence[Sequence[int]],
+               params: SamplingParams) -> list[list[Sample]]:
+    """For each prompt, `params.n` samples."""
+    ...
