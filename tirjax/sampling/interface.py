@@ -34,7 +34,7 @@ class SamplingParams:
 @dataclasses.dataclass
 class Sample:
   tokens: list[int]  # sampled ids, the stop token included when one was hit
-  logprobs: list[float]  # log-prob of each sampled id under the sampling distribution's model
+  logprobs: list[float]  # log-prob of each id under the raw model (temperature 1, no top-p)
   finish_reason: str  # "stop" (a stop token) or "length" (max_new_tokens)
   policy_version: int = 0
   entropies: Optional[list[float]] = None  # per position, when the sampler can give them
