@@ -158,7 +158,7 @@ def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Ar
   agg = lambda x: aggregate(x, mask, opts.aggregation, opts.norm_constant)
 
   total = pg
-  kl = ent = None
+  kl = ent = ent_tok = None
   if ref_logprobs is not None:
     chex.assert_equal_shape([logprobs, ref_logprobs])
     kl_tok = kl_lib.kl_penalty(logp, clean(ref_logprobs), opts.kl_estimator)
@@ -175,7 +175,7 @@ def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Ar
   metrics = loss_diagnostics(
       jax.lax.stop_gradient(ratio), jax.lax.stop_gradient(ratio_lib.clamped_log_ratio(logp, old)),
       adv, mask, opts.clip_low, opts.clip_high, opts.dual_clip,
-      None if entropy is None else jax.lax.stop_gradient(clean(entropy)))
+      None if ent_tok is None else jax.lax.stop_gradient(ent_tok))
   return LossOutput(loss=agg(total), pg=agg(pg), kl=kl, entropy=ent, metrics=metrics)
 
 
