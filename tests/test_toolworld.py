@@ -6,6 +6,8 @@ import math
 import random
 import re
 
+import hypothesis
+import hypothesis.strategies as st
 import jsonschema
 import pytest
 
@@ -278,6 +280,8 @@ def test_tools_match_independent_formulas():
     ("calculate", {"op": "add", "a": "1", "b": 2}, "a must be a number"),
     ("calculate", {"op": "add", "a": True, "b": 2}, "a must be a number"),
     ("calculate", {"op": "add", "a": 1, "b": 2, "c": 3}, "unexpected arguments ['c']"),
+    ("calculate", {"op": "mul", "a": 1e308, "b": 10}, "the result is out of range"),
+    ("convert", {"value": 1e308, "from_unit": "kg", "to_unit": "lb"}, "out of range"),
     ("convert", {"value": 1, "from_unit": "km", "to_unit": "f"}, "cannot convert km to f"),
     ("convert", {"value": 1, "from_unit": "yd", "to_unit": "m"}, "from_unit must be one of"),
     ("compare", {"items": {"A": 1}, "mode": "max"}, "at least 2 labels"),
@@ -351,3 +355,28 @@ def test_task_rebuilds_from_json_metadata(tasks):
     meta = json.loads(json.dumps(task.metadata))
     again = task_from_metadata(task.task_id, task.question, meta)
     assert again.answer == task.answer and again.gt_calls == task.gt_calls
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=True)
+    | st.text(max_size=12) | st.sampled_from(["Mira", "km", "f", "max", "2020-01-01", "city"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                               max_size=3),
+    max_leaves=8)
+
+
+def _call_strategy(name):
+  keys = list(SPECS[name][1]["properties"])
+  full = st.fixed_dictionaries({k: _JSON for k in keys})
+  ragged = st.dictionaries(st.sampled_from(keys + ["x"]), _JSON, max_size=len(keys) + 1)
+  return st.tuples(st.just(name), full | ragged)
+
+
+@hypothesis.given(st.sampled_from(TOOL_NAMES).flatmap(_call_strategy))
+def test_tools_only_ever_raise_tool_errors(call):
+  name, arguments = call
+  tool = {t.name: t for t in make_tools(make_world(random.Random(1)))}[name]
+  try:
+    json.dumps(tool.fn(**arguments), allow_nan=False)
+  except ToolError as e:
+    assert str(e)

@@ -32,6 +32,8 @@ _CONVERSIONS: dict[tuple[str, str], Callable[[float], float]] = {
 
 def clean_number(x: float, digits: int) -> float | int:
   """Rounded to `digits` decimals; an int when integral (so 4.0 comes back as 4)."""
+  if not math.isfinite(x):
+    raise ToolError(f"the result is out of range: {x}")
   x = round(x, digits)
   return int(x) if x == int(x) else x
 
