@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from typing import Any, Mapping, Optional
 
 from tirjax.env.tools import ToolError
@@ -104,6 +105,10 @@ class Sandbox:
     self._buf = b""
     self._lock = threading.RLock()
     self._scratch = tempfile.mkdtemp(prefix="tirjax-sandbox-")
+    # The worker is killed and the scratch folder removed on close(), on garbage collection or
+    # at interpreter exit, whichever comes first.
+    self._pid = [None]  # the live worker's pid, for the finalizer
+    self._cleanup = weakref.finalize(self, _cleanup, self._pid, self._scratch)
     netns = limits.isolate_network and network_namespace_available()
     self.enforced = {
         "process": True, "timeout": True, "memory_limit": True, "file_size_limit": True,
@@ -154,19 +159,13 @@ class Sandbox:
   def close(self) -> None:
     with self._lock:
       self._kill()
-      shutil.rmtree(self._scratch, ignore_errors=True)
+      self._cleanup()
 
   def __enter__(self) -> "Sandbox":
     return self
 
   def __exit__(self, *exc) -> None:
     self.close()
-
-  def __del__(self):
-    try:
-      self.close()
-    except Exception:  # noqa: BLE001 - interpreter shutdown
-      pass
 
   @property
   def scratch(self) -> str:
@@ -198,6 +197,7 @@ class Sandbox:
     self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, start_new_session=True,
                                   cwd=self._scratch)
+    self._pid[0] = self._proc.pid
     self._buf = b""
     self._live.clear()
     ready = self._read(deadline=time.monotonic() + 30.0)
@@ -209,10 +209,8 @@ class Sandbox:
     proc, self._proc = self._proc, None
     if proc is None:
       return
-    try:
-      os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-      pass
+    _kill_group(proc.pid)
+    self._pid[0] = None
     for f in (proc.stdin, proc.stdout):
       try:
         f.close()
@@ -262,13 +260,26 @@ class Sandbox:
     return json.loads(line)
 
 
+def _kill_group(pid: int) -> None:
+  try:
+    os.killpg(pid, signal.SIGKILL)
+  except (ProcessLookupError, PermissionError):
+    pass
+
+
+def _cleanup(pid: list, scratch: str) -> None:
+  if pid[0] is not None:
+    _kill_group(pid[0])
+  shutil.rmtree(scratch, ignore_errors=True)
+
+
 class SandboxTool:
   """A `Tool.fn` that calls `target` in namespace `ns` of a sandbox."""
 
   def __init__(self, sandbox: Sandbox, ns: str, target: str):
     self.sandbox, self.ns, self.target = sandbox, ns, target
 
-  def __call__(self, **arguments) -> Any:
+  def __call__(self, /, **arguments) -> Any:  # positional-only: an argument may be "self"
     return self.sandbox.call(self.ns, self.target, arguments)
 
   def __repr__(self) -> str:
