@@ -9,6 +9,7 @@ $(VENV)/.installed: requirements.txt requirements-test.txt setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt -r requirements-test.txt
+	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23 mpmath
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 

@@ -9,10 +9,11 @@ them without knowing where they came from.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 TERMINAL_TOOL = "response_gen"
 UNABLE_TO_ANSWER = "unable_to_answer"
+ANSWER_PROTOCOLS = ("response_gen", "answer_tag")
 
 
 class ToolError(Exception):
@@ -32,6 +33,26 @@ class Tool:
         "name": self.name, "description": self.description, "parameters": dict(self.parameters)}}
 
 
+RESPONSE_GEN = Tool(
+    name=TERMINAL_TOOL,
+    description="Give the final answer to the user and end the episode. Answer "
+                f"'{UNABLE_TO_ANSWER}' if the tools cannot answer the question.",
+    parameters={"type": "object", "properties": {"answer": {
+        "type": "string", "description": "The final answer."}},
+        "required": ["answer"], "additionalProperties": False})
+
+
+class ToolSession(Protocol):
+  """Per-episode tool state (e.g. a BFCL file system): opened by `Task.session` per episode."""
+
+  def call(self, name: str, arguments: Mapping[str, Any]) -> Any:
+    """Runs tool `name`; raises `ToolError` (or any exception) on failure."""
+    ...
+
+  def close(self) -> None:
+    ...
+
+
 @dataclasses.dataclass
 class Task:
   """One query. `gt_calls[s]` are the ground-truth calls of step s (independent calls)."""
@@ -43,7 +64,18 @@ class Task:
   gt_calls: Sequence[Sequence[dict]] = ()  # [[{"name", "arguments"}, ...], ...] per step
   expected: Optional[Mapping[str, Sequence[str]]] = None  # FTRL: tool → expected outputs
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  # Opens fresh per-episode tool state; None: each tool's `fn` is called directly.
+  session: Optional[Callable[[], ToolSession]] = None
 
   @property
   def flat_gt_calls(self) -> list[dict]:
     return [c for step in self.gt_calls for c in step]
+
+
+def agent_tools(task: Task, answer_protocol: str = "response_gen") -> list[Tool]:
+  """The tools the agent sees: the task's, plus `response_gen` under that protocol."""
+  if answer_protocol not in ANSWER_PROTOCOLS:
+    raise ValueError(f"answer_protocol: must be one of {ANSWER_PROTOCOLS}, got "
+                     f"{answer_protocol!r}")
+  tools = [t for t in task.tools if t.name != TERMINAL_TOOL]
+  return tools + [RESPONSE_GEN] if answer_protocol == "response_gen" else tools

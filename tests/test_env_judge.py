@@ -1,0 +1,203 @@
+"""Judges (SPEC §6): the rule-based verifier, and the LLM judge against a local stub of an
+OpenAI-compatible server that returns scripted replies (majority, ties, malformed, time-outs)."""
+
+import http.server
+import json
+import threading
+import time
+
+import pytest
+from hypothesis import given, strategies as st
+
+from tirjax.env import judge as J
+from tirjax.env.executor import ToolEnv
+from tirjax.env.tools import Task, Tool
+
+# -- rule-based verifier -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("answer, reference, verdict", [
+    ("Paris", "Paris", "true"),
+    ("  the PARIS. ", "Paris", "true"),  # normalised exact match
+    ("The capital is Paris, France.", "Paris", "true"),  # containment
+    ("Parisian food", "Paris", "false"),  # whole words only
+    ("15.0", "15", "true"),  # numeric tolerance
+    ("about 1,234.5 units", "1234.5", "true"),
+    ("-15", "15", "false"),  # the sign matters
+    ("15.01", "15", "false"),
+    ("$3", "3", "true"),
+    (None, "Paris", "false"),  # no answer
+    ("   ", "Paris", "false"),
+    ("London", "Paris", "false"),
+    ("I am unable to answer this.", "Paris", "unable_to_answer"),
+    ("unable_to_answer", "unable_to_answer", "true"),
+    ("The tools cannot answer that.", "unable_to_answer", "true"),
+    ("Paris", "unable_to_answer", "false"),
+    (None, "unable_to_answer", "false"),
+    ("Jean-Paul Sartre", "Jean Paul Sartre", "true"),
+])
+def test_rule_verdicts(answer, reference, verdict):
+  assert J.rule_verdict(answer, reference) == verdict
+
+
+@given(st.text(min_size=1, max_size=20).filter(lambda s: J.normalize(s)))
+def test_rule_answer_equal_to_reference_is_true(text):
+  assert J.rule_verdict(text, text) == "true"
+  assert J.rule_verdict(f"The answer is {text}.", text) == "true"
+
+
+@given(st.floats(-1e6, 1e6, allow_nan=False), st.floats(-1, 1))
+def test_rule_numeric_tolerance(x, jitter):
+  ref = f"{x:.6f}"
+  near = float(ref) * (1 + jitter * 0.5e-4)
+  assert J.rule_verdict(repr(near), ref) == "true"
+
+
+def test_outcomes_and_options():
+  assert [J.outcome(v) for v in J.VERDICTS] == [1.0, -1.0, 0.0]
+  with pytest.raises(ValueError, match="reference"):
+    J.rule_verdict("x", None)
+  with pytest.raises(ValueError, match="votes"):
+    J.LLMJudgeOptions(base_url="http://x/v1", model="m", votes=0)
+  with pytest.raises(ValueError, match="on_no_vote"):
+    J.LLMJudgeOptions(base_url="http://x/v1", model="m", on_no_vote="maybe")
+  with pytest.raises(ValueError, match="base_url"):
+    J.LLMJudgeOptions(base_url="localhost:8000", model="m")
+
+
+@pytest.mark.parametrize("reply, vote", [
+    ("The answer matches.\nVERDICT: true", "true"),
+    ("verdict: FALSE", "false"),
+    ("**Verdict:** unable_to_answer", "unable_to_answer"),
+    ("VERDICT: false\n...on reflection...\nVERDICT: true", "true"),  # the last line counts
+    ("true", "true"),
+    ("It is probably right.", None),
+    ("VERDICT: maybe", None),
+    ("", None),
+])
+def test_parse_vote(reply, vote):
+  assert J.parse_vote(reply) == vote
+
+
+@pytest.mark.parametrize("votes, result", [
+    (["true", "true", "false", "true", "false"], ("true", "majority")),
+    (["true", None, None, "false", "false"], ("false", "majority")),
+    (["true", "true", "false", "false", None], ("false", "tie")),
+    (["true", "unable_to_answer", None, None, None], ("unable_to_answer", "tie")),
+    (["unable_to_answer", "false", "true", None, None], ("false", "tie")),
+    ([None] * 5, (None, "none")),
+])
+def test_majority(votes, result):
+  assert J.majority(votes) == result
+
+
+# -- LLM judge against a stub server -------------------------------------------------------
+
+
+class Stub:
+  """Pops one scripted behaviour per request: a reply text, "!500", "!garbage" or "!sleep"."""
+
+  def __init__(self):
+    self.script, self.requests, self.lock = [], [], threading.Lock()
+    stub = self
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+      def log_message(self, *args):
+        pass
+
+      def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with stub.lock:
+          stub.requests.append((self.path, dict(self.headers), body))
+          action = stub.script.pop(0)
+        if action == "!sleep":
+          time.sleep(0.6)
+          action = "VERDICT: true"
+        if action == "!500":
+          self.send_response(500)
+          self.end_headers()
+          return
+        payload = (b"not json" if action == "!garbage" else json.dumps(
+            {"choices": [{"message": {"role": "assistant", "content": action}}]}).encode())
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        try:
+          self.wfile.write(payload)
+        except OSError:  # the client gave up (time-out)
+          pass
+
+    self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    self.server.daemon_threads = True
+    self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+    self.thread.start()
+    self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+  def run(self, script, traj, **options):
+    self.script, self.requests = list(script), []
+    opts = dict(base_url=self.url, model="judge-model", timeout_s=0.25, retries=0)
+    opts.update(options)
+    return J.LLMJudge(J.LLMJudgeOptions(**opts)).judge(traj)
+
+
+@pytest.fixture(scope="module")
+def stub():
+  s = Stub()
+  yield s
+  s.server.shutdown()
+  s.server.server_close()
+
+
+TRAJ = J.Trajectory(question="What is 1 + 2?",
+                    steps=[('<think>add</think><tool_call>[{"name": "add"}]</tool_call>',
+                            '[{"name": "add", "result": 3}]')],
+                    answer="3", reference="3")
+V = "VERDICT: "
+
+
+def test_llm_judge_sees_the_whole_trajectory(stub):
+  j = stub.run([V + "true"] * 5, TRAJ, api_key="k")
+  assert j == J.Judgement("true", ("true",) * 5, "majority")
+  assert len(stub.requests) == 5
+  path, headers, body = stub.requests[0]
+  assert path == "/v1/chat/completions" and headers["Authorization"] == "Bearer k"
+  assert body["model"] == "judge-model" and body["temperature"] == 1.0
+  user = body["messages"][1]["content"]
+  for part in ("What is 1 + 2?", '"name": "add"', '"result": 3', "## Final answer\n3",
+               "## Reference answer\n3"):
+    assert part in user
+
+
+@pytest.mark.parametrize("script, verdict, source", [
+    ([V + "true", V + "true", V + "false", V + "false", V + "false"], "false", "majority"),
+    ([V + "true", V + "true", V + "true", "!garbage", "rambling"], "true", "majority"),
+    ([V + "true", V + "true", V + "false", V + "false", "no idea"], "false", "tie"),
+    ([V + "true", V + "unable_to_answer", "!500", "!garbage", "???"], "unable_to_answer", "tie"),
+    (["!sleep", "!sleep", "!sleep", V + "false", "!sleep"], "false", "majority"),
+    (["!500", "!garbage", "!sleep", "nonsense", "VERDICT: perhaps"], "true", "rule"),
+])
+def test_llm_judge_votes(stub, script, verdict, source):
+  j = stub.run(script, TRAJ)
+  assert (j.verdict, j.source) == (verdict, source)
+  assert len(j.votes) == 5
+
+
+def test_llm_judge_no_vote_false_retries_and_no_answer(stub):
+  j = stub.run(["!500"] * 5, TRAJ, on_no_vote="false")
+  assert (j.verdict, j.source) == ("false", "false")
+  j = stub.run(["!500", V + "true"], TRAJ, votes=1, retries=1)
+  assert j.votes == ("true",) and len(stub.requests) == 2
+  j = stub.run([], J.Trajectory("q", [], None, "3"))
+  assert j == J.Judgement("false", (), "no_answer") and stub.requests == []
+
+
+def test_trajectory_of_an_episode():
+  task = Task("t", "Q?", [Tool("ping", "", {"type": "object"}, lambda: "pong")], "pong")
+  env = ToolEnv(task)
+  env.step('<think>a</think><tool_call>[{"name": "ping", "arguments": {}}]</tool_call>')
+  env.step('<think>b</think><tool_call>[{"name": "response_gen", "arguments": '
+           '{"answer": "pong"}}]</tool_call>')
+  traj = J.trajectory_of(env)
+  assert traj.question == "Q?" and traj.answer == "pong" and traj.reference == "pong"
+  assert len(traj.steps) == 2 and '"result": "pong"' in traj.steps[0][1]

@@ -1,0 +1,58 @@
+"""The FTRL test split (Ye et al. 2025): generated tools with verifiable expected outputs.
+
+Parquet columns: `messages` [{role, content}], `tools` (JSON: OpenAI-style tool list),
+`codes` (JSON: {tool name: Python source}), `unsolved_set` (JSON: {tool name: [expected
+output substrings]}), `answer`, `data_source`, `split`. Each tool's source is defined in its
+own sandbox namespace when the row loads (FTRL executes each tool's code separately, too).
+`Task.expected` is the `unsolved_set`, from which the executor derives per-call solves.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from tirjax.env.sandbox import Sandbox, SandboxTool
+from tirjax.env.tools import Task, Tool, ToolError
+
+
+def ftrl_task(row: dict, index: int, sandbox: Sandbox) -> Task:
+  """One FTRL row as a `Task`; its tool code is defined in `sandbox` now."""
+  source = str(row.get("data_source") or "ftrl")
+  task_id = f"{source}/{row.get('split', 'test')}/{index}"
+  specs = json.loads(row["tools"])
+  codes = json.loads(row["codes"])
+  expected = {k: [str(x) for x in v] for k, v in json.loads(row["unsolved_set"]).items()}
+  tools, stdout, errors = [], {}, {}
+  for spec in specs:
+    fn_spec = spec.get("function", spec)
+    name = fn_spec["name"]
+    fn = None
+    if name not in codes:
+      errors[name] = "no code for this tool"
+    else:
+      ns = f"ftrl/{task_id}/{name}"
+      try:
+        stdout[name] = sandbox.define(ns, codes[name])
+      except ToolError as e:
+        errors[name] = str(e)
+      fn = SandboxTool(sandbox, ns, name)
+    tools.append(Tool(name=name, description=fn_spec.get("description", ""),
+                      parameters=fn_spec.get("parameters") or {"type": "object"}, fn=fn))
+  messages = [dict(m) for m in row["messages"]]
+  question = next(m["content"] for m in messages if m["role"] == "user")
+  return Task(
+      task_id=task_id, question=question, tools=tools,
+      answer=None if row.get("answer") is None else str(row["answer"]), expected=expected,
+      metadata={"dataset": "ftrl", "data_source": source, "messages": messages,
+                "solve_rate": row.get("solve_rate"), "definition_stdout": stdout,
+                "load_errors": errors})
+
+
+def load_ftrl(path: str, sandbox: Sandbox, limit: Optional[int] = None) -> list[Task]:
+  """Tasks of an FTRL parquet file (the first `limit` rows if given)."""
+  import pyarrow.parquet as pq  # only this loader needs it
+  rows = pq.read_table(path).to_pylist()
+  if limit is not None:
+    rows = rows[:limit]
+  return [ftrl_task(row, i, sandbox) for i, row in enumerate(rows)]

@@ -1,0 +1,216 @@
+"""The tool environment of one episode: parse a step, run its calls, report (SPEC §6).
+
+`ToolEnv(task, options).step(text)` parses the assistant step (checks 1-4, `parser.py`), runs
+its independent calls in order, each call's failure isolated (check 5), and returns a
+`StepResult` with the tool-response message content::
+
+    [{"name": str, "result": <JSON>} | {"name": str, "error": str}, ...]   one per call
+    [{"error": str}]                                                       unparseable step
+
+A valid `response_gen` call (or, under the answer_tag protocol, an `<answer>` block) ends the
+episode with its answer; reaching `max_steps` (T_max) ends it unanswered. Nothing the agent
+writes makes `step` raise; calling it after the episode ended is a bug of the caller and does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Optional
+
+from tirjax.env import verify
+from tirjax.env.parser import NUM_CHECKS, ParseLimits, StepParser, format_reward
+from tirjax.env.tools import ANSWER_PROTOCOLS, TERMINAL_TOOL, Task, ToolError, agent_tools
+
+TERMINAL_RESULT = "answer received"
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvOptions:
+  max_steps: int = 6  # T_max
+  answer_protocol: str = "response_gen"
+  limits: ParseLimits = ParseLimits()
+  # A returned JSON object with a non-empty "error" key (the convention of the FTRL, ToolHop
+  # and BFCL tool code) fails check 5; the object is still returned to the agent as the result.
+  error_results: bool = True
+  max_output_chars: int = 100_000  # longer tool outputs are replaced by an error
+
+  def __post_init__(self):
+    if self.max_steps < 1:
+      raise ValueError(f"max_steps: must be >= 1, got {self.max_steps}")
+    if self.answer_protocol not in ANSWER_PROTOCOLS:
+      raise ValueError(f"answer_protocol: must be one of {ANSWER_PROTOCOLS}, got "
+                       f"{self.answer_protocol!r}")
+    if self.max_output_chars < 1:
+      raise ValueError(f"max_output_chars: must be >= 1, got {self.max_output_chars}")
+
+
+@dataclasses.dataclass
+class StepResult:
+  think: Optional[str]
+  calls: list  # parsed calls {"name", "arguments"}, terminal calls excluded (what call_sim sees)
+  call_results: list  # per kept call: {"name", "result"} or {"name", "error"}
+  response_content: str  # the tool-response message text (every call, terminal included)
+  checks_passed: int  # 0..5
+  format_reward: float  # R_fm
+  done: bool
+  answer: Optional[str]
+  answered: bool
+  call_solves: list  # per kept call: its output verified a still-unsolved expected answer
+  error: Optional[str]  # why the first failed check failed; None if all passed
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeSummary:
+  """What the metrics need from one finished (or truncated) episode."""
+
+  task_id: str
+  num_steps: int
+  answered: bool
+  answer: Optional[str]
+  format_rewards: tuple  # R_fm per step
+  num_calls: int  # kept calls generated (terminal calls excluded)
+  num_solved: int  # FTRL: expected answers verified by call outputs
+  num_expected: int  # FTRL: size of the expected-answer set
+
+
+class ToolEnv:
+  """One episode of `task`. Pass `parser` to share one `StepParser` across a task's episodes."""
+
+  def __init__(self, task: Task, options: EnvOptions = EnvOptions(),
+               parser: Optional[StepParser] = None):
+    self.task = task
+    self.options = options
+    self.parser = parser or StepParser(agent_tools(task, options.answer_protocol),
+                                       options.answer_protocol, options.limits)
+    if parser is not None and parser.answer_protocol != options.answer_protocol:
+      raise ValueError("parser: its answer_protocol differs from options.answer_protocol")
+    self._tools = {t.name: t for t in task.tools}
+    self._session = task.session() if task.session is not None else None
+    self._unsolved = {k: list(v) for k, v in (task.expected or {}).items()}
+    self.steps: list[StepResult] = []
+    self.transcript: list[tuple[str, str]] = []  # (step text, tool-response content)
+    self.done = False
+    self.answered = False
+    self.answer: Optional[str] = None
+
+  def step(self, text: str) -> StepResult:
+    if self.done:
+      raise RuntimeError(f"task {self.task.task_id}: step() after the episode ended")
+    parsed = self.parser.parse(text)
+    entries: list[dict] = []
+    kept, kept_results, solves = [], [], []
+    answer = parsed.answer
+    executed_ok = True
+    if parsed.checks_passed < 3:
+      entries.append({"error": parsed.error})
+    for call, error in zip(parsed.calls, parsed.call_errors):
+      name = call["name"]
+      terminal = name == TERMINAL_TOOL and self.options.answer_protocol == "response_gen"
+      if error is None and terminal:
+        if answer is None:
+          answer = call["arguments"]["answer"]
+          entry = {"name": name, "result": TERMINAL_RESULT}
+        else:
+          entry = {"name": name, "error": f"{TERMINAL_TOOL} was already called in this step"}
+      elif error is None:
+        entry = self._execute(name, call["arguments"])
+      else:
+        entry = {"name": name, "error": error}
+      executed_ok &= self._succeeded(entry)
+      entries.append(entry)
+      if not terminal:
+        kept.append(call)
+        kept_results.append(entry)
+        solves.append(self._solves(entry))
+    passed = NUM_CHECKS if parsed.checks_passed == 4 and executed_ok else parsed.checks_passed
+    answered = answer is not None
+    self.answered, self.answer = answered, answer
+    self.done = answered or len(self.steps) + 1 >= self.options.max_steps
+    content = json.dumps(entries, ensure_ascii=False)
+    # An unpaired surrogate in a tool output becomes the JSON escape \udXXX: still valid JSON,
+    # and encodable as UTF-8 for the tokenizer.
+    content = content.encode("utf-8", "backslashreplace").decode("utf-8")
+    first_error = parsed.error or next((e["error"] for e in entries if "error" in e), None)
+    if first_error is None and passed < NUM_CHECKS:
+      first_error = "a tool returned an error object"
+    result = StepResult(
+        think=parsed.think, calls=kept, call_results=kept_results, response_content=content,
+        checks_passed=passed, format_reward=format_reward(passed), done=self.done,
+        answer=answer, answered=answered, call_solves=solves,
+        error=None if passed == NUM_CHECKS else first_error)
+    self.steps.append(result)
+    self.transcript.append((text, content))
+    if self.done:
+      self.close()
+    return result
+
+  def summary(self) -> EpisodeSummary:
+    return EpisodeSummary(
+        task_id=self.task.task_id, num_steps=len(self.steps), answered=self.answered,
+        answer=self.answer, format_rewards=tuple(s.format_reward for s in self.steps),
+        num_calls=sum(len(s.calls) for s in self.steps),
+        num_solved=sum(sum(s.call_solves) for s in self.steps),
+        num_expected=sum(len(v) for v in (self.task.expected or {}).values()))
+
+  def close(self) -> None:
+    """Releases per-episode tool state (idempotent)."""
+    session, self._session = self._session, None
+    if session is not None:
+      session.close()
+
+  def __enter__(self) -> "ToolEnv":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+  # -- internals --------------------------------------------------------------------------
+
+  def _execute(self, name: str, arguments: dict) -> dict:
+    try:
+      if self.task.session is not None:
+        if self._session is None:
+          raise ToolError("the episode's tool session is closed")
+        value = self._session.call(name, arguments)
+      else:
+        fn = self._tools[name].fn
+        if fn is None:
+          raise ToolError(f"tool {name!r} has no implementation here")
+        value = fn(**arguments)
+      value = _as_json(value)
+      size = len(json.dumps(value, ensure_ascii=False))
+      if size > self.options.max_output_chars:
+        raise ToolError(f"tool output too large: {size} characters (limit "
+                        f"{self.options.max_output_chars})")
+      return {"name": name, "result": value}
+    except ToolError as e:
+      return {"name": name, "error": str(e)}
+    except Exception as e:  # noqa: BLE001 - a tool's failure is reported to the agent
+      return {"name": name, "error": f"{type(e).__name__}: {e}"}
+
+  def _succeeded(self, entry: dict) -> bool:
+    if "error" in entry:
+      return False
+    value = entry["result"]
+    return not (self.options.error_results and isinstance(value, dict) and value.get("error"))
+
+  def _solves(self, entry: dict) -> bool:
+    """FTRL: the output verifies one still-unsolved expected answer of this tool (removed)."""
+    if "error" in entry:
+      return False
+    candidates = self._unsolved.get(entry["name"], [])
+    for i, expected in enumerate(candidates):
+      if verify.contains_answer(entry["result"], expected):
+        del candidates[i]
+        return True
+    return False
+
+
+def _as_json(value: Any) -> Any:
+  """`value` if it is JSON (finite numbers), else its str()."""
+  try:
+    json.dumps(value, allow_nan=False)
+    return value
+  except (TypeError, ValueError, RecursionError):
+    return str(value)
