@@ -1,0 +1,240 @@
+"""Test doubles of the `Sampler` protocol for the rollout tests, and shared fixtures' helpers.
+
+* `ScriptedSampler` reads the question and the step index from the prompt ids and emits the
+  tokens of that toolworld demo step (`make_demos`), with random corruptions and random early
+  answers; per-position entropies follow a function of the step index (ARPO tests).
+* `RandomSampler` emits random token ids of random length, ending with `<|im_end|>` or not.
+
+Both log every call, so tests compare what the runner stored with what was sampled.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from tirjax.env import chat
+from tirjax.sampling.interface import Sample, SamplingParams
+
+USER = f"{chat.IM_START}user\n"
+
+
+def assistant_steps(demo) -> list[str]:
+  return [m["content"] for m in demo.messages if m["role"] == "assistant"]
+
+
+def corrupt_text(text: str, rng: np.random.Generator) -> str:
+  """One of: a character deleted, `</think>` dropped, the JSON cut short, a tool renamed."""
+  kind = rng.integers(4)
+  if kind == 0 and len(text) > 1:
+    i = int(rng.integers(len(text)))
+    return text[:i] + text[i + 1:]
+  if kind == 1:
+    return text.replace("</think>", "", 1)
+  if kind == 2:
+    return text[:int(rng.integers(1, max(2, len(text))))]
+  return text.replace('"name": "', '"name": "x', 1)
+
+
+class ScriptedSampler:
+  """Emits toolworld demo steps for the question in the prompt.
+
+  Args:
+    tokenizer: the toolworld tokenizer.
+    tasks, demos: aligned; the prompt's question selects the pair.
+    p_corrupt: probability that a sample is corrupted (`corrupt_text`).
+    p_early: probability that a sample answers at once (right or wrong, even chance).
+    entropy: per-position entropy as a function of the step index; None: no entropies.
+    top_k: with `entropy` None and top_k > 0, give `top_logprobs` of k entries instead.
+    answer: replaces the answer of the demo's final step (a function of the task).
+  """
+
+  def __init__(self, tokenizer, tasks, demos, p_corrupt: float = 0.0, p_early: float = 0.0,
+               entropy: Optional[Callable[[int], float]] = None, top_k: int = 0,
+               protocol: str = "response_gen", policy_version: int = 0,
+               answer: Optional[Callable] = None):
+    self.tokenizer = tokenizer
+    self.by_question = {t.question: (t, d) for t, d in zip(tasks, demos)}
+    self.p_corrupt, self.p_early = p_corrupt, p_early
+    self.entropy, self.top_k, self.protocol = entropy, top_k, protocol
+    self.policy_version, self.answer = policy_version, answer
+    self.end = chat.im_end_id(tokenizer)
+    self.calls: list = []  # (prompts, params, outputs)
+
+  def step_of(self, prompt: Sequence[int]):
+    """(task, demo, step index) of a prompt."""
+    text = self.tokenizer.decode(list(prompt), skip_special_tokens=False)
+    start = text.index(USER) + len(USER)
+    question = text[start:text.index(chat.IM_END, start)]
+    task, demo = self.by_question[question]
+    return task, demo, text.count(f"{chat.IM_START}assistant") - 1
+
+  def content(self, prompt, rng: np.random.Generator) -> str:
+    task, demo, step = self.step_of(prompt)
+    steps = assistant_steps(demo)
+    text = steps[min(step, len(steps) - 1)]
+    if self.answer is not None and step >= len(steps) - 1:
+      text = chat.format_answer_step("Done.", self.answer(task), self.protocol)
+    if rng.random() < self.p_early:
+      answer = task.answer if rng.random() < 0.5 else "Wrong answer"
+      text = chat.format_answer_step("Guess.", answer, self.protocol)
+    if rng.random() < self.p_corrupt:
+      text = corrupt_text(text, rng)
+    return text
+
+  def generate(self, prompts, params: SamplingParams) -> list[list[Sample]]:
+    rng = np.random.default_rng(params.seed)
+    out = []
+    for prompt in prompts:
+      step = self.step_of(prompt)[2]
+      samples = []
+      for _ in range(params.n):
+        ids = chat.encode(self.tokenizer, self.content(prompt, rng)) + [self.end]
+        reason = "stop"
+        if len(ids) > params.max_new_tokens:
+          ids, reason = ids[:params.max_new_tokens], "length"
+        samples.append(self._sample(ids, reason, step, rng, params))
+      out.append(samples)
+    self.calls.append(([list(p) for p in prompts], params, out))
+    return out
+
+  def _sample(self, ids, reason, step, rng, params) -> Sample:
+    entropies = top = None
+    if self.entropy is not None:
+      entropies = [self.entropy(step)] * len(ids)
+    elif self.top_k and params.top_logprobs:
+      top = [_top_logprobs(rng, self.top_k, len(self.tokenizer)) for _ in ids]
+    return Sample(tokens=ids, logprobs=list(rng.uniform(-5.0, 0.0, len(ids))),
+                  finish_reason=reason, policy_version=self.policy_version,
+                  entropies=entropies, top_logprobs=top)
+
+
+def _top_logprobs(rng, k: int, vocab: int) -> dict:
+  p = rng.dirichlet(np.ones(k + 1))[:k]  # k of k + 1 shares: not a full distribution
+  ids = rng.choice(vocab, size=k, replace=False)
+  return {int(i): float(np.log(x)) for i, x in zip(ids, p)}
+
+
+class TextSampler:
+  """Emits `texts[step]` (the last one beyond) for every prompt, whatever the task."""
+
+  def __init__(self, tokenizer, texts: Sequence[str]):
+    self.tokenizer, self.texts = tokenizer, list(texts)
+    self.end = chat.im_end_id(tokenizer)
+    self.policy_version = 0
+
+  def generate(self, prompts, params: SamplingParams) -> list[list[Sample]]:
+    out = []
+    for prompt in prompts:
+      text = self.tokenizer.decode(list(prompt), skip_special_tokens=False)
+      step = text.count(f"{chat.IM_START}assistant") - 1
+      ids = chat.encode(self.tokenizer, self.texts[min(step, len(self.texts) - 1)]) + [self.end]
+      out.append([Sample(ids, [-1.0] * len(ids), "stop") for _ in range(params.n)])
+    return out
+
+
+class RandomSampler:
+  """Random ids (any token of the vocabulary) of random length; ends with `<|im_end|>` with
+  probability `p_stop`, else runs to a random length (finish "length" at the limit)."""
+
+  def __init__(self, tokenizer, p_stop: float = 0.5, policy_version: int = 3):
+    self.vocab = len(tokenizer)
+    self.end = chat.im_end_id(tokenizer)
+    self.p_stop, self.policy_version = p_stop, policy_version
+    self.calls: list = []
+
+  def generate(self, prompts, params: SamplingParams) -> list[list[Sample]]:
+    rng = np.random.default_rng(params.seed)
+    out = []
+    for _ in prompts:
+      samples = []
+      for _ in range(params.n):
+        n = int(rng.integers(1, params.max_new_tokens + 1))
+        ids = [int(x) for x in rng.integers(0, self.vocab, n)]
+        ids = [x for x in ids if x not in params.stop_token_ids] or [0]
+        stop = rng.random() < self.p_stop and len(ids) < params.max_new_tokens
+        ids = ids + [self.end] if stop else ids
+        reason = "stop" if stop else "length"
+        samples.append(Sample(ids, list(rng.uniform(-8.0, 0.0, len(ids))), reason,
+                              self.policy_version,
+                              entropies=list(rng.uniform(0, 3, len(ids)))))
+      out.append(samples)
+    self.calls.append(([list(p) for p in prompts], params, out))
+    return out
+
+
+def sampled_by_context(sampler) -> dict:
+  """{prompt ids: [Sample, ...]} over every logged call."""
+  out: dict = {}
+  for prompts, _, outputs in sampler.calls:
+    for prompt, samples in zip(prompts, outputs):
+      out.setdefault(tuple(prompt), []).extend(samples)
+  return out
+
+
+def check_bookkeeping(batch, tasks, sampler, tokenizer, options) -> None:
+  """Every row, token by token, against the sampler's log and a fresh environment."""
+  from tirjax.env.executor import EnvOptions, ToolEnv  # noqa: PLC0415
+  from tirjax.env.judge import OUTCOME, rule_verdict  # noqa: PLC0415
+  from tirjax.env.parser import ParseLimits  # noqa: PLC0415
+
+  r, s = batch.rollouts, options.shapes
+  a = {k: np.asarray(getattr(r, k)) for k in (
+      "tokens", "token_valid", "loss_mask", "token_step", "old_logprobs", "num_steps",
+      "row_valid", "group_id", "format_reward", "call_valid", "outcome", "answer_score",
+      "answered", "policy_version")}
+  log = sampled_by_context(sampler)
+  env_options = EnvOptions(max_steps=options.max_steps, answer_protocol=options.answer_protocol,
+                           limits=ParseLimits(max_calls=s.max_calls, max_arguments=s.max_params))
+  end_ids = set(chat.stop_token_ids(tokenizer))
+  assert a["row_valid"].sum() == len(batch.episodes)
+  assert not a["token_valid"][~a["row_valid"]].any()
+  for rec in batch.episodes:
+    b, task = rec.row, tasks[rec.group]
+    assert a["group_id"][b] == rec.group
+    length = int(a["token_valid"][b].sum())
+    assert length == rec.num_tokens <= s.max_tokens
+    toks, ts = a["tokens"][b, :length], a["token_step"][b, :length]
+    prompt = chat.render_prompt_ids(tokenizer, task, task.question, options.answer_protocol)
+    assert toks[:len(prompt)].tolist() == prompt and (ts[:len(prompt)] == -1).all()
+    env = ToolEnv(task, env_options)
+    pos = len(prompt)
+    nsteps = int(a["num_steps"][b])
+    assert nsteps == len(rec.results)
+    for t in range(nsteps):
+      idx = np.flatnonzero(ts == t)
+      assert idx.size and idx[0] == pos and np.array_equal(idx, np.arange(pos, pos + idx.size))
+      step = toks[pos:pos + idx.size].tolist()
+      lp = a["old_logprobs"][b, pos:pos + idx.size]
+      assert any(x.tokens == step and np.array_equal(np.asarray(x.logprobs, np.float32), lp)
+                 for x in log[tuple(toks[:pos].tolist())]), (
+          f"row {b} step {t}: these tokens and log-probs were never sampled from this context")
+      assert a["loss_mask"][b, pos:pos + idx.size].all()
+      text_ids = step[:-1] if step and step[-1] in end_ids else step
+      got = env.step(tokenizer.decode(text_ids, skip_special_tokens=False))
+      want = rec.results[t]
+      assert got.response_content == want.response_content and got.calls == want.calls
+      assert a["format_reward"][b, t] == np.float32(got.format_reward)
+      assert a["call_valid"][b, t].sum() == len(got.calls)
+      pos += idx.size
+      nxt = np.flatnonzero(ts == t + 1)
+      stop = nxt[0] if nxt.size else length
+      response = toks[pos:stop].tolist()
+      assert not a["loss_mask"][b, pos:stop].any() and (ts[pos:stop] == -1).all()
+      if t < nsteps - 1:
+        assert response == chat.render_tool_response_ids(tokenizer, got.response_content)
+      else:
+        assert response == []  # nothing follows the last step
+      pos = stop
+    assert pos == length
+    assert rec.status == ("answered" if env.answered else
+                          "max_steps" if nsteps == options.max_steps else "truncated")
+    if rec.status == "truncated":
+      resp = chat.render_tool_response_ids(tokenizer, rec.results[-1].response_content)
+      assert length + len(resp) + options.max_new_tokens > s.max_tokens
+    verdict = rule_verdict(env.answer, task.answer) if env.answered else "false"
+    assert rec.verdict == verdict and a["outcome"][b] == OUTCOME[verdict]
+    assert a["answer_score"][b] == float(verdict == "true")
+    assert a["answered"][b] == env.answered
+    assert a["policy_version"][b] == sampler.policy_version

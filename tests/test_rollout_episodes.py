@@ -1,0 +1,218 @@
+"""The episode runner: token bookkeeping, truncation, judging, toolworld end to end, errors."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import transformers
+
+from tests.rollout_support import (RandomSampler, ScriptedSampler, TextSampler, assistant_steps,
+                                   check_bookkeeping)
+from tirjax.env import chat
+from tirjax.env.judge import Judgement
+from tirjax.env.tools import UNABLE_TO_ANSWER
+from tirjax.env.toolworld import Difficulty, build_tokenizer, make_demos, make_tasks
+from tirjax.rollout import ArpoOptions, RolloutOptions, Shapes, rollout
+from tirjax.rollout.options import TreeOptions
+from tirjax.sampling.interface import Sample
+
+# One padded shape for the whole file: call_similarity compiles once.
+SHAPES = Shapes(num_rows=64, max_steps=10, max_calls=4, max_gt_calls=8, max_tokens=1024,
+                max_params=4)
+
+
+def options(**kw) -> RolloutOptions:
+  kw.setdefault("max_new_tokens", 160)
+  return RolloutOptions(shapes=kw.pop("shapes", SHAPES), **kw)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+  path = build_tokenizer(tmp_path_factory.getbasetemp() / "toolworld_tokenizer")
+  return transformers.AutoTokenizer.from_pretrained(str(path))
+
+
+@pytest.fixture(scope="module")
+def tasks():
+  return make_tasks("train", 192, seed=4,
+                    difficulty=Difficulty(hop_weights=(1, 1, 1, 1), p_down=0.25))
+
+
+@pytest.fixture(scope="module")
+def demos(tasks):
+  return make_demos(tasks, seed=0)
+
+
+@pytest.mark.parametrize("mode,n", [("independent", 4), ("tree", 4), ("arpo", 0)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rows_are_prompt_sampled_tokens_and_tool_responses(tokenizer, tasks, demos, mode, n,
+                                                           seed):
+  sampler = ScriptedSampler(tokenizer, tasks, demos, p_corrupt=0.3, p_early=0.15,
+                            entropy=lambda t: 0.3 * t, policy_version=7)
+  opts = options(mode=mode, n=max(n, 1), max_steps=6, seed=seed,
+                 arpo=ArpoOptions(initial_rollouts=2, total_rollouts=4))
+  batch = rollout(sampler, tokenizer, tasks[8 * seed:8 * seed + 8], opts)
+  check_bookkeeping(batch, tasks[8 * seed:8 * seed + 8], sampler, tokenizer, opts)
+  counts = np.bincount(np.asarray(batch.rollouts.group_id)[np.asarray(batch.rollouts.row_valid)])
+  assert counts.tolist() == [opts.rows_per_query] * 8
+
+
+@pytest.mark.parametrize("max_tokens", [400, 520, 700])
+def test_random_tokens_truncate_rows_that_cannot_fit_their_next_step(tokenizer, tasks,
+                                                                     max_tokens):
+  sampler = RandomSampler(tokenizer, p_stop=0.5)
+  opts = options(mode="tree", n=4, max_new_tokens=96, shapes=dataclasses.replace(
+      SHAPES, max_tokens=max_tokens))
+  batch = rollout(sampler, tokenizer, tasks[:6], opts)
+  check_bookkeeping(batch, tasks[:6], sampler, tokenizer, opts)
+  statuses = {e.status for e in batch.episodes}
+  assert "truncated" in statuses and statuses <= {"truncated", "max_steps", "answered"}
+  assert all(e.outcome == -1 for e in batch.episodes if e.status != "answered")
+
+
+def test_every_demo_reaches_its_answer_through_the_runner(tokenizer, tasks, demos):
+  sampler = ScriptedSampler(tokenizer, tasks, demos)
+  opts = options(n=1, max_steps=SHAPES.max_steps)  # the longest demo has 9 steps
+  assert max(len(assistant_steps(d)) for d in demos) <= opts.max_steps
+  for start in range(0, len(tasks), SHAPES.num_rows):
+    chunk = tasks[start:start + SHAPES.num_rows]
+    batch = rollout(sampler, tokenizer, chunk, opts)
+    for rec, task, demo in zip(batch.episodes, chunk, demos[start:]):
+      assert rec.status == "answered" and rec.verdict == "true" and rec.outcome == 1
+      assert rec.answer == task.answer == demo.answer
+      assert rec.texts == assistant_steps(demo)
+      responses = [m["content"] for m in demo.messages if m["role"] == "tool"]
+      assert [r.response_content for r in rec.results[:-1]] == responses
+      clean = demo.kind != "recover" and task.metadata["down"] is None  # no tool error
+      assert all(r.format_reward == 0.25 for r in rec.results) == clean
+    r = batch.rollouts
+    assert np.asarray(r.answer_score)[:len(chunk)].tolist() == [1.0] * len(chunk)
+
+
+def test_wrong_answers_are_false(tokenizer, tasks, demos):
+  up = [t for t in tasks if t.metadata["down"] is None][:16]
+  sampler = ScriptedSampler(tokenizer, tasks, demos, answer=lambda task: "Nowhere at all")
+  batch = rollout(sampler, tokenizer, up, options(n=2))
+  assert {(e.verdict, e.outcome) for e in batch.episodes} == {("false", -1.0)}
+  assert not np.asarray(batch.rollouts.answer_score).any()
+
+
+def test_down_queries_answered_unable_to_answer(tokenizer, tasks, demos):
+  down = [t for t in tasks if t.metadata["down"] is not None][:16]
+  assert len(down) == 16
+  sampler = ScriptedSampler(tokenizer, tasks, demos)
+  # toolworld's reference of a down query is unable_to_answer: saying so is correct.
+  batch = rollout(sampler, tokenizer, down, options(n=1))
+  assert {(e.answer, e.verdict, e.outcome) for e in batch.episodes} == {
+      (UNABLE_TO_ANSWER, "true", 1.0)}
+  # Judged against the answer the query has when every tool is up (PORTool's setting: a
+  # tool limitation, not a wrong strategy), the same trajectories are unable_to_answer: 0.
+  real = [dataclasses.replace(t, answer=t.metadata["answer_if_up"]) for t in down]
+  batch = rollout(sampler, tokenizer, real, options(n=1))
+  assert {(e.verdict, e.outcome) for e in batch.episodes} == {(UNABLE_TO_ANSWER, 0.0)}
+  r = batch.rollouts
+  assert np.asarray(r.outcome)[:16].tolist() == [0.0] * 16
+  assert np.asarray(r.answered)[:16].all() and not np.asarray(r.answer_score).any()
+
+
+def test_unfinished_rows_get_minus_one_without_a_judge_call(tokenizer, tasks):
+  seen = []
+
+  def judge(trajectory):
+    seen.append(trajectory)
+    return Judgement("true", ("true",) * 5, "majority")
+
+  look = '<think>Look.</think><tool_call>[{"name": "city_info", "arguments": ' \
+         '{"name": "Nowhere", "field": "temp_c"}}]</tool_call>'
+  batch = rollout(TextSampler(tokenizer, [look]), tokenizer, tasks[:3],
+                  options(n=2, max_steps=3), judge=judge)
+  assert not seen and {(e.status, e.verdict) for e in batch.episodes} == {("max_steps", "false")}
+  answer = chat.format_answer_step("Done.", "42")
+  batch = rollout(TextSampler(tokenizer, [look, answer]), tokenizer, tasks[:3],
+                  options(n=2, max_steps=3, judge_workers=3), judge=judge)
+  assert len(seen) == 6 and all(e.judgement.votes == ("true",) * 5 for e in batch.episodes)
+  assert [s.steps[0][0] for s in seen] == [look] * 6 and seen[0].answer == "42"
+  assert np.asarray(batch.rollouts.outcome)[:6].tolist() == [1.0] * 6
+
+
+def test_a_judge_with_an_unknown_verdict_is_an_error(tokenizer, tasks):
+  answer = chat.format_answer_step("Done.", "42")
+  with pytest.raises(ValueError, match="judge: returned 'maybe'"):
+    rollout(TextSampler(tokenizer, [answer]), tokenizer, tasks[:1], options(n=1),
+            judge=lambda traj: "maybe")
+
+
+def _calls(n_calls, n_args):
+  return [{"name": "calculate", "arguments": {f"a{i}": i for i in range(n_args)}}] * n_calls
+
+
+def test_over_long_steps_are_explicit_errors_to_the_agent(tokenizer, tasks):
+  too_many = chat.format_step("Many.", _calls(SHAPES.max_calls + 1, 1))
+  too_wide = chat.format_step("Wide.", _calls(1, SHAPES.max_params + 1))
+  batch = rollout(TextSampler(tokenizer, [too_many, too_wide]), tokenizer, tasks[:1],
+                  options(n=1, max_steps=2))
+  (rec,) = batch.episodes
+  errors = [json.loads(r.response_content)[0]["error"] for r in rec.results]
+  assert f"the limit is {SHAPES.max_calls}" in errors[0]
+  assert f"the limit is {SHAPES.max_params}" in errors[1]
+  assert [r.checks_passed for r in rec.results] == [2, 2]
+  assert not np.asarray(batch.rollouts.call_valid).any()
+
+
+def test_sizes_that_do_not_fit_are_rejected_by_name(tokenizer, tasks):
+  big = max(tasks, key=lambda t: len(t.flat_gt_calls))
+  small_c = options(n=1, shapes=dataclasses.replace(SHAPES, max_gt_calls=1))
+  with pytest.raises(ValueError, match=f"task {big.task_id}: .*max_gt_calls=1"):
+    rollout(TextSampler(tokenizer, ["x"]), tokenizer, [big], small_c)
+  wide = max(tasks, key=lambda t: max(len(c["arguments"]) for c in t.flat_gt_calls))
+  small_p = options(n=1, shapes=dataclasses.replace(SHAPES, max_params=1))
+  with pytest.raises(ValueError, match="max_params=1"):
+    rollout(TextSampler(tokenizer, ["x"]), tokenizer, [wide], small_p)
+  with pytest.raises(ValueError, match="num_rows=64 is too small for 9 tasks"):
+    rollout(TextSampler(tokenizer, ["x"]), tokenizer, tasks[:9], options(n=8))
+  short = options(n=1, max_new_tokens=100, shapes=dataclasses.replace(SHAPES, max_tokens=150))
+  with pytest.raises(ValueError, match="cannot hold the prompt of task"):
+    rollout(TextSampler(tokenizer, ["x"]), tokenizer, tasks[:1], short)
+
+
+class _Overlong:
+  policy_version = 0
+
+  def generate(self, prompts, params):
+    return [[Sample([1] * (params.max_new_tokens + 1), [0.0] * (params.max_new_tokens + 1),
+                    "length")] * params.n for _ in prompts]
+
+
+def test_a_sampler_that_breaks_the_protocol_is_an_error(tokenizer, tasks):
+  with pytest.raises(ValueError, match="exceed max_new_tokens"):
+    rollout(_Overlong(), tokenizer, tasks[:1], options(n=1))
+  with pytest.raises(ValueError, match="neither"):
+    rollout(ScriptedSampler(tokenizer, tasks, make_demos(tasks[:1])), tokenizer, tasks[:1],
+            options(mode="arpo", arpo=ArpoOptions(initial_rollouts=1, total_rollouts=2)))
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(mode="beam"), "mode"), (dict(n=0), "n: must be >= 1"),
+    (dict(max_steps=11), "exceeds shapes.max_steps"), (dict(top_p=0.0), "top_p"),
+    (dict(max_new_tokens=1024), "leaves no room"), (dict(answer_protocol="xml"), "answer_protocol"),
+])
+def test_invalid_options_name_the_option(bad, match):
+  with pytest.raises(ValueError, match=match):
+    options(**bad)
+  with pytest.raises(ValueError, match="initial_rollouts"):
+    ArpoOptions(initial_rollouts=9, total_rollouts=8)
+  with pytest.raises(ValueError, match="branch_factor"):
+    TreeOptions(branch_factor=0)
+
+
+def test_same_seed_same_batch(tokenizer, tasks, demos):
+  def run(seed):
+    sampler = ScriptedSampler(tokenizer, tasks, demos, p_corrupt=0.3, p_early=0.2,
+                              entropy=lambda t: float(t))
+    return rollout(sampler, tokenizer, tasks[:4], options(mode="tree", n=4, seed=seed))
+
+  a, b, c = run(3), run(3), run(4)
+  assert np.array_equal(a.rollouts.tokens, b.rollouts.tokens)
+  assert np.array_equal(a.rollouts.node_id, b.rollouts.node_id)
+  assert not np.array_equal(a.rollouts.tokens, c.rollouts.tokens)

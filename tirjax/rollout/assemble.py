@@ -1,0 +1,136 @@
+"""Finished rows → the padded `Rollouts` arrays (SPEC §2) and host-side episode records.
+
+Shapes come from `Shapes` (B, T, K, C, L, P), never from the data, so every batch of a run has
+one shape. Node ids are batch-global and numbered in order of first appearance; rows that share
+a node object share its id (and its tokens). Padding rows have `row_valid = False`,
+`group_id = 0` and no tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from tirjax.env.call_arrays import encode_row, stack_rows
+from tirjax.env.executor import EpisodeSummary, StepResult
+from tirjax.env.judge import OUTCOME, Judgement, Trajectory
+from tirjax.env.tools import Task
+from tirjax.matching.encoding import CallEncoder
+from tirjax.matching.similarity import call_similarity
+from tirjax.rollout.episode import ANSWERED, Episode
+from tirjax.rollout.options import Shapes
+from tirjax.rollouts import Rollouts, validate
+
+
+@dataclasses.dataclass
+class EpisodeRecord:
+  """One row, host side: what metrics and debugging need."""
+
+  row: int  # index in the batch
+  group: int  # query index (= group_id)
+  task_id: str
+  status: str  # "answered", "max_steps" or "truncated"
+  texts: list  # decoded step texts
+  results: list  # [StepResult] per step
+  node_uids: list  # the runner's node uids along the row
+  answer: Optional[str]
+  verdict: str
+  judgement: Optional[Judgement]  # when the judge returned one
+  outcome: float  # R_out
+  num_tokens: int
+  summary: EpisodeSummary  # for tirjax.env.metrics
+
+  @property
+  def trajectory_steps(self) -> list[tuple[str, str]]:
+    return [(t, r.response_content) for t, r in zip(self.texts, self.results)]
+
+
+def trajectory(task: Task, ep: Episode) -> Optional[Trajectory]:
+  """What the judge sees; None for a row that did not answer."""
+  if ep.status != ANSWERED:
+    return None
+  return Trajectory(question=task.question,
+                    steps=tuple((n.text, n.result.response_content) for n in ep.steps),
+                    answer=ep.steps[-1].result.answer, reference=task.answer)
+
+
+def summary(task: Task, ep: Episode) -> EpisodeSummary:
+  results: list[StepResult] = [n.result for n in ep.steps]
+  return EpisodeSummary(
+      task_id=task.task_id, num_steps=len(results), answered=ep.status == ANSWERED,
+      answer=results[-1].answer if ep.status == ANSWERED else None,
+      format_rewards=tuple(r.format_reward for r in results),
+      num_calls=sum(len(r.calls) for r in results),
+      num_solved=sum(sum(r.call_solves) for r in results),
+      num_expected=sum(len(v) for v in (task.expected or {}).values()))
+
+
+def to_rollouts(rows: Sequence[tuple[int, Episode]], tasks: Sequence[Task],
+                prompts: Sequence[Sequence[int]], verdicts: Sequence[str],
+                shapes: Shapes) -> Rollouts:
+  """Pads `rows` (query index, finished episode) with their verdicts into a validated batch."""
+  B, T, K, C, L, P = (shapes.num_rows, shapes.max_steps, shapes.max_calls, shapes.max_gt_calls,
+                      shapes.max_tokens, shapes.max_params)
+  if len(rows) > B:
+    raise ValueError(f"shapes.num_rows={B} is too small for {len(rows)} rows")
+  a = dict(
+      group_id=np.zeros(B, np.int32), row_valid=np.zeros(B, bool),
+      outcome=np.zeros(B, np.float32), num_steps=np.zeros(B, np.int32),
+      answered=np.zeros(B, bool), step_valid=np.zeros((B, T), bool),
+      node_id=np.full((B, T), -1, np.int32), format_reward=np.zeros((B, T), np.float32),
+      answer_score=np.zeros(B, np.float32), tokens=np.zeros((B, L), np.int32),
+      token_valid=np.zeros((B, L), bool), loss_mask=np.zeros((B, L), bool),
+      token_step=np.full((B, L), -1, np.int32), old_logprobs=np.zeros((B, L), np.float32),
+      policy_version=np.zeros(B, np.int32), num_expected=np.zeros(B, np.int32))
+  encoder = CallEncoder()
+  node_ids: dict[int, int] = {}
+  call_rows = []
+  for b, ((q, ep), verdict) in enumerate(zip(rows, verdicts)):
+    task, steps = tasks[q], ep.steps
+    if len(steps) > T:
+      raise ValueError(f"shapes.max_steps={T} is too small: a row of task {task.task_id} "
+                       f"has {len(steps)} steps")
+    a["group_id"][b], a["row_valid"][b] = q, True
+    a["outcome"][b] = OUTCOME[verdict]
+    a["answer_score"][b] = float(verdict == "true")
+    a["num_steps"][b] = len(steps)
+    a["answered"][b] = ep.status == ANSWERED
+    a["step_valid"][b, :len(steps)] = True
+    a["policy_version"][b] = min((n.policy_version for n in steps), default=0)
+    a["num_expected"][b] = sum(len(v) for v in (task.expected or {}).values())
+    pos = _put(a, b, 0, prompts[q], None, -1, L)
+    for t, node in enumerate(steps):
+      a["node_id"][b, t] = node_ids.setdefault(node.uid, len(node_ids))
+      a["format_reward"][b, t] = node.result.format_reward
+      pos = _put(a, b, pos, node.tokens, node.logprobs, t, L)
+      pos = _put(a, b, pos, node.response, None, -1, L)
+    call_rows.append(encode_row(
+        encoder, [n.result.calls for n in steps], task.flat_gt_calls, max_steps=T,
+        max_calls=K, max_gt_calls=C, max_params=P,
+        step_solves=[n.result.call_solves for n in steps]))
+  while len(call_rows) < B:
+    call_rows.append(encode_row(encoder, [], [], max_steps=T, max_calls=K, max_gt_calls=C,
+                                max_params=P))
+  calls, call_valid, gt_valid, call_solves = stack_rows(call_rows)
+  num_expected = a.pop("num_expected")
+  return validate(Rollouts(
+      **{k: jnp.asarray(v) for k, v in a.items()},
+      call_valid=call_valid, gt_valid=gt_valid,
+      call_sim=call_similarity(calls, call_valid, gt_valid), calls=calls,
+      call_solves=call_solves, num_expected=jnp.asarray(num_expected)))
+
+
+def _put(a, b: int, pos: int, tokens, logprobs, step: int, L: int) -> int:
+  n = len(tokens)
+  if pos + n > L:
+    raise ValueError(f"shapes.max_tokens={L} is too small: row {b} needs {pos + n} tokens")
+  a["tokens"][b, pos:pos + n] = tokens
+  a["token_valid"][b, pos:pos + n] = True
+  if step >= 0:
+    a["loss_mask"][b, pos:pos + n] = True
+    a["token_step"][b, pos:pos + n] = step
+    a["old_logprobs"][b, pos:pos + n] = logprobs
+  return pos + n

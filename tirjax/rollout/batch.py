@@ -1,0 +1,71 @@
+"""One rollout stage: tasks and a sampler in, a `RolloutBatch` (padded `Rollouts` + records) out."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+
+from tirjax.env.tools import Task
+from tirjax.rollout import assemble, modes
+from tirjax.rollout.assemble import EpisodeRecord
+from tirjax.rollout.episode import EpisodeRunner
+from tirjax.rollout.judging import Judge, judge_all, rule_judge
+from tirjax.rollout.options import RolloutOptions
+from tirjax.rollouts import Rollouts
+from tirjax.sampling.interface import Sampler
+
+
+@dataclasses.dataclass
+class RolloutBatch:
+  rollouts: Rollouts
+  episodes: list  # [EpisodeRecord], one per valid row, in row order
+  trace: list  # the mode's decisions (see `modes`)
+  stats: dict  # sampler calls, prompts, sampled tokens, seconds in sampler / env / judge
+
+
+def rollout(sampler: Sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
+            judge: Optional[Judge] = None,
+            rng: Optional[np.random.Generator] = None) -> RolloutBatch:
+  """Runs `options.mode` over `tasks` (one group per task) and judges the finished rows.
+
+  Args:
+    sampler: any `Sampler` (the JAX sampler, vLLM, a test double).
+    tokenizer: the policy's Hugging Face tokenizer (chat rendering and step decoding).
+    tasks: one query each; group q of the batch answers `tasks[q]`.
+    options: mode, sizes and shapes.
+    judge: verdict of an answered row (default: the rule-based verifier).
+    rng: the Generator of the mode's random choices and of the sampler seeds. Default:
+      `numpy.random.default_rng(options.seed)`; a trainer passes one Generator across steps.
+  """
+  if not tasks:
+    raise ValueError("tasks: need at least one task")
+  need = len(tasks) * options.rows_per_query
+  if need > options.shapes.num_rows:
+    raise ValueError(f"shapes.num_rows={options.shapes.num_rows} is too small for "
+                     f"{len(tasks)} tasks × {options.rows_per_query} rows")
+  rng = np.random.default_rng(options.seed) if rng is None else rng
+  judge = rule_judge() if judge is None else judge
+  t0 = time.perf_counter()
+  runner = EpisodeRunner(sampler, tokenizer, tasks, options)
+  by_query, trace = modes.MODES[options.mode](runner, rng)
+  rows = [(q, ep) for q in range(len(tasks)) for ep in by_query[q]]
+  t1 = time.perf_counter()
+  judged = judge_all(judge, [assemble.trajectory(tasks[q], ep) for q, ep in rows],
+                     options.judge_workers)
+  stats = dict(runner.stats, judge_s=time.perf_counter() - t1, rollout_s=t1 - t0,
+               rows=len(rows))
+  verdicts = [v for v, _ in judged]
+  batch = assemble.to_rollouts(rows, tasks, runner.prompts, verdicts, options.shapes)
+  records = []
+  for b, ((q, ep), (verdict, judgement)) in enumerate(zip(rows, judged)):
+    summary = assemble.summary(tasks[q], ep)
+    records.append(EpisodeRecord(
+        row=b, group=q, task_id=tasks[q].task_id, status=ep.status,
+        texts=[n.text for n in ep.steps], results=[n.result for n in ep.steps],
+        node_uids=[n.uid for n in ep.steps], answer=summary.answer, verdict=verdict,
+        judgement=judgement, outcome=float(batch.outcome[b]), num_tokens=ep.length,
+        summary=summary))
+  return RolloutBatch(batch, records, trace, stats)
