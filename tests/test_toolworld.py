@@ -1,0 +1,382 @@
+"""toolworld: ground-truth trajectories, valid orders, down tools, tools, splits, knobs."""
+
+import datetime
+import json
+import math
+import random
+import re
+
+import hypothesis
+import hypothesis.strategies as st
+import jsonschema
+import pytest
+
+from tirjax.env.tools import TERMINAL_TOOL, UNABLE_TO_ANSWER, ToolError
+from tirjax.env.toolworld import plan as plan_lib
+from tirjax.env.toolworld.queries import TEMPLATES
+from tirjax.env.toolworld.tasks import Difficulty, make_tasks, split_of, task_from_metadata
+from tirjax.env.toolworld.toolbox import SPECS, TOOL_NAMES, UNAVAILABLE, make_tools
+from tirjax.env.toolworld.world import GAP, World, make_world
+
+ALL_HOPS = Difficulty(hop_weights=(1, 1, 1, 1), p_parallel=0.5, p_down=0.25)
+
+
+@pytest.fixture(scope="module")
+def tasks():
+  return (make_tasks("train", 500, seed=0, difficulty=ALL_HOPS)
+          + make_tasks("eval", 150, seed=7, difficulty=ALL_HOPS)
+          + make_tasks("train", 150, seed=3))
+
+
+def _call_tool(task, call):
+  """Calls a tool directly (no plan machinery): ('result', value) or ('error', message)."""
+  tool = {t.name: t for t in task.tools}[call["name"]]
+  try:
+    return "result", tool.fn(**call["arguments"])
+  except ToolError as e:
+    return "error", str(e)
+
+
+def _answer_text(value):
+  return ", ".join(value) if isinstance(value, list) else str(value)
+
+
+def _same_answer(a: str, b: str) -> bool:
+  """A rule-based verifier: normalised exact match, numbers with a relative tolerance 1e-6."""
+  a, b = a.strip().lower(), b.strip().lower()
+  try:
+    x, y = float(a), float(b)
+  except ValueError:
+    return a == b
+  return math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9)
+
+
+def _resolve(value, results):
+  if isinstance(value, dict) and set(value) == {"$ref"}:
+    return results[value["$ref"]]
+  if isinstance(value, dict):
+    return {k: _resolve(v, results) for k, v in value.items()}
+  return value
+
+
+def _run_order(task, order):
+  """Executes the plan's calls one at a time in `order`, arguments from earlier outputs."""
+  calls, results = task.metadata["plan"], {}
+  for i in order:
+    deps = json.dumps(calls[i]["arguments"])
+    assert all(f'{{"$ref": {j}}}' not in deps for j in range(len(calls)) if j not in results)
+    kind, value = _call_tool(task, {"name": calls[i]["name"],
+                                    "arguments": _resolve(calls[i]["arguments"], results)})
+    if kind == "error":
+      return kind, value
+    results[i] = value
+  return "result", results[len(calls) - 1]
+
+
+def test_coverage_of_query_kinds(tasks):
+  kinds = {(t.metadata["hops"], t.metadata["parallel"], t.metadata["down"] is not None)
+           for t in tasks}
+  for hops in (1, 2, 3, 4):
+    for down in (False, True):
+      assert (hops, False, down) in kinds
+      if hops > 1:
+        assert (hops, True, down) in kinds
+  assert {t.metadata["template"] for t in tasks} == set(TEMPLATES)
+
+
+def test_ground_truth_trajectories_reach_the_reference(tasks):
+  validators = {name: jsonschema.Draft202012Validator(schema)
+                for name, (_, schema) in SPECS.items()}
+  for task in tasks:
+    down = task.metadata["down"]
+    plan = task.metadata["plan"]
+    assert all(c["name"] != TERMINAL_TOOL for step in task.gt_calls for c in step)
+    results, outputs, position = {}, [], 0
+    for step in task.gt_calls:
+      assert step, task.task_id
+      for j, call in enumerate(step):
+        validators[call["name"]].validate(call["arguments"])
+        # Arguments derive from earlier steps' tool outputs: the plan resolved with them.
+        assert call == {"name": plan[position + j]["name"],
+                        "arguments": _resolve(plan[position + j]["arguments"], results)}
+      for call in step:
+        kind, value = _call_tool(task, call)
+        outputs.append((kind, value))
+        if kind == "result":
+          results[position] = value
+        position += 1
+    errors = [(c["name"], v) for c, (k, v) in zip(task.flat_gt_calls, outputs) if k == "error"]
+    if down is None:
+      assert not errors and position == len(plan)
+      assert task.answer == _answer_text(outputs[-1][1]) == task.metadata["answer_if_up"]
+    else:
+      assert task.answer == UNABLE_TO_ANSWER
+      assert errors and all(e == (down, UNAVAILABLE) for e in errors)
+      assert any(c["name"] == down for c in task.gt_calls[-1])  # the trajectory stops there
+      assert not _same_answer(task.metadata["answer_if_up"], UNABLE_TO_ANSWER)
+    # hops and parallel as declared, for the full (all tools up) canonical schedule
+    schedule = plan_lib.canonical_schedule(plan)
+    assert len(schedule) == task.metadata["hops"]
+    assert any(len(s) > 1 for s in schedule) == task.metadata["parallel"]
+    json.dumps([task.gt_calls, task.answer, task.metadata])
+
+
+def _valid_orders(calls, limit=50):
+  """Topological orders of the plan's dependency graph (reference: brute-force DFS)."""
+  deps = [{int(j) for j in re.findall(r'"\$ref": (\d+)', json.dumps(c["arguments"]))}
+          for c in calls]
+  out = []
+
+  def dfs(order):
+    if len(out) >= limit:
+      return
+    if len(order) == len(calls):
+      out.append(list(order))
+      return
+    for i in range(len(calls)):
+      if i not in order and deps[i] <= set(order):
+        dfs(order + [i])
+  dfs([])
+  return out
+
+
+def test_every_valid_order_reaches_the_same_answer(tasks):
+  multi = 0
+  for task in tasks:
+    orders = _valid_orders(task.metadata["plan"])
+    multi += len(orders) > 1
+    for order in orders:
+      kind, value = _run_order(task, order)
+      if task.metadata["down"] is None:
+        assert kind == "result" and _answer_text(value) == task.answer
+      else:  # every order needs the down tool: none can answer
+        assert (kind, value) == ("error", UNAVAILABLE)
+  assert multi > len(tasks) // 5
+
+
+def test_random_schedules_are_valid_and_agree(tasks):
+  rng = random.Random(0)
+  for task in tasks[:200]:
+    calls = task.metadata["plan"]
+    for _ in range(3):
+      schedule = plan_lib.random_schedule(calls, rng)
+      order = [i for step in schedule for i in step]
+      assert sorted(order) == list(range(len(calls)))
+      assert order in _valid_orders(calls, limit=10**6)
+      run = plan_lib.execute(calls, task.tools, schedule)
+      if task.metadata["down"] is None:
+        assert not run.error
+        assert plan_lib.format_answer(run.results[len(calls) - 1]) == task.answer
+      else:
+        assert run.error
+
+
+def test_wrong_answers_differ_from_the_reference(tasks):
+  checked = 0
+  for task in (t for t in tasks if t.metadata["down"] is None):
+    plan, world = task.metadata["plan"], World.from_dict(task.metadata["world"])
+    # An agent that stops early: no intermediate result is the answer.
+    order = list(range(len(plan)))
+    for k in range(len(plan) - 1):
+      kind, value = _run_order_prefix(task, order[:k + 1])
+      assert not _same_answer(_answer_text(value), task.answer)
+    final = plan[-1]
+    flips = {"compare": ("mode", {"max": "min", "min": "max"}),
+             "sort_list": ("order", {"asc": "desc", "desc": "asc"}),
+             "filter_list": ("op", {"gt": "lt", "lt": "gt"})}
+    if final["name"] in flips:  # the opposite selection is a different answer
+      key, flip = flips[final["name"]]
+      wrong = {**final, "arguments": {**final["arguments"], key: flip[final["arguments"][key]]}}
+      kind, value = _run_plan(task, plan[:-1] + [wrong])
+      assert kind == "result" and not _same_answer(_answer_text(value), task.answer)
+      checked += 1
+      continue
+    # A wrong entity in the first look-up changes the answer whenever that look-up changes.
+    first = plan[0]
+    key = {"person_info": "name", "company_info": "name", "city_info": "name",
+           "distance": "city_a"}.get(first["name"])
+    if key is None:
+      continue
+    table = {"person_info": world.people, "company_info": world.companies,
+             "city_info": world.cities, "distance": world.cities}[first["name"]]
+    for other in sorted(set(table) - {first["arguments"][key]}):
+      if first["name"] == "distance" and other == first["arguments"]["city_b"]:
+        continue
+      swapped = {**first, "arguments": {**first["arguments"], key: other}}
+      if _call_tool(task, swapped) == _call_tool(task, first):
+        continue
+      kind, value = _run_plan(task, [swapped] + plan[1:])
+      assert kind == "result" and not _same_answer(_answer_text(value), task.answer), task
+      checked += 1
+  assert checked > len(tasks) // 2
+
+
+def _run_plan(task, calls):
+  patched = type(task)(task.task_id, task.question, task.tools, task.answer,
+                       metadata={**task.metadata, "plan": calls})
+  return _run_order(patched, list(range(len(calls))))
+
+
+def _run_order_prefix(task, order):
+  calls, results = task.metadata["plan"], {}
+  for i in order:
+    kind, value = _call_tool(task, {"name": calls[i]["name"],
+                                    "arguments": _resolve(calls[i]["arguments"], results)})
+    results[i] = value
+  return kind, value
+
+
+def test_world_values_are_distinct():
+  for seed in range(200):
+    w = make_world(random.Random(seed))
+    names = list(w.people) + list(w.companies) + list(w.cities)
+    assert len(set(names)) == len(names)
+    assert len({c["hq"] for c in w.companies.values()}) == len(w.companies)
+    assert len({p["born"] for p in w.people.values()}) == len(w.people)
+    columns = [[c[f] for c in w.cities.values()] for f in ("population", "temp_c", "elevation_m")]
+    columns += [[c[f] for c in w.companies.values()] for f in ("revenue", "staff")]
+    columns.append(list(w.distances.values()))
+    for col in columns:
+      for i, a in enumerate(col):
+        for b in col[i + 1:]:
+          assert abs(a - b) >= max(1, GAP * max(abs(a), abs(b)))
+
+
+def test_tools_match_independent_formulas():
+  w = make_world(random.Random(5))
+  tools = {t.name: t.fn for t in make_tools(w)}
+  p, person = next(iter(w.people.items()))
+  assert tools["person_info"](name=p, field="born") == person["born"]
+  x, y = list(w.cities)[:2]
+  assert tools["distance"](city_a=x, city_b=y) == tools["distance"](city_a=y, city_b=x) > 0
+  for c in (-7, 0, 21, 35):
+    assert abs(tools["convert"](value=c, from_unit="c", to_unit="f") - (c * 1.8 + 32)) <= 0.05
+  assert abs(tools["convert"](value=100, from_unit="km", to_unit="mi") - 62.137) <= 0.05
+  assert abs(tools["convert"](value=1000, from_unit="m", to_unit="ft") - 3280.84) <= 0.05
+  assert abs(tools["convert"](value=10, from_unit="lb", to_unit="kg") - 4.536) <= 0.05
+  assert tools["calculate"](op="div", a=7, b=2) == 3.5
+  assert tools["calculate"](op="mul", a=2.5, b=4) == 10 and isinstance(
+      tools["calculate"](op="mul", a=2.5, b=4), int)
+  d0, d1 = datetime.date(2021, 3, 1), datetime.date(2024, 2, 29)
+  assert tools["date_diff"](start=str(d0), end=str(d1)) == d1.toordinal() - d0.toordinal()
+  items = {"A": 3, "B": 9, "C": 1}
+  assert tools["compare"](items=items, mode="max") == "B"
+  assert tools["compare"](items=items, mode="min") == "C"
+  assert tools["sort_list"](items=items, order="desc") == ["B", "A", "C"]
+  assert tools["filter_list"](items=items, op="gt", value=2) == ["A", "B"]
+  assert tools["filter_list"](items=items, op="lt", value=2) == ["C"]
+
+
+@pytest.mark.parametrize("name,arguments,message", [
+    ("person_info", {"name": "Nobody", "field": "city"}, "unknown person: Nobody"),
+    ("person_info", {"name": "$P", "field": "age"}, "field must be one of city, company, born"),
+    ("person_info", {"name": 3, "field": "city"}, "name must be a non-empty string"),
+    ("person_info", {"name": "$P"}, "missing arguments ['field']"),
+    ("company_info", {"name": "$P", "field": "hq"}, "unknown company"),
+    ("city_info", {"name": "$X", "field": "hq"}, "field must be one of"),
+    ("distance", {"city_a": "$X", "city_b": "Atlantis"}, "unknown city: Atlantis"),
+    ("calculate", {"op": "div", "a": 1, "b": 0}, "division by zero"),
+    ("calculate", {"op": "pow", "a": 1, "b": 2}, "op must be one of add, sub, mul, div"),
+    ("calculate", {"op": "add", "a": "1", "b": 2}, "a must be a number"),
+    ("calculate", {"op": "add", "a": True, "b": 2}, "a must be a number"),
+    ("calculate", {"op": "add", "a": 1, "b": 2, "c": 3}, "unexpected arguments ['c']"),
+    ("calculate", {"op": "mul", "a": 1e308, "b": 10}, "the result is out of range"),
+    ("convert", {"value": 1e308, "from_unit": "kg", "to_unit": "lb"}, "out of range"),
+    ("convert", {"value": 1, "from_unit": "km", "to_unit": "f"}, "cannot convert km to f"),
+    ("convert", {"value": 1, "from_unit": "yd", "to_unit": "m"}, "from_unit must be one of"),
+    ("compare", {"items": {"A": 1}, "mode": "max"}, "at least 2 labels"),
+    ("compare", {"items": {"A": 1, "B": "x"}, "mode": "max"}, "items['B'] must be a number"),
+    ("sort_list", {"items": {"A": 1, "B": 2}, "order": "up"}, "order must be one of asc, desc"),
+    ("filter_list", {"items": [1, 2], "op": "gt", "value": 1}, "items must be an object"),
+    ("date_diff", {"start": "01/02/2020", "end": "2020-03-01"}, "start must be a date YYYY-MM-DD"),
+])
+def test_tool_errors_are_explicit(name, arguments, message):
+  w = make_world(random.Random(11))
+  person, city = next(iter(w.people)), next(iter(w.cities))
+  arguments = {k: {"$P": person, "$X": city}.get(v, v) if isinstance(v, str) else v
+               for k, v in arguments.items()}
+  tool = {t.name: t for t in make_tools(w)}[name]
+  with pytest.raises(ToolError) as e:
+    tool.fn(**arguments)
+  assert message in str(e.value)
+
+
+def test_down_tool_and_schemas():
+  w = make_world(random.Random(2))
+  for name in TOOL_NAMES:
+    tools = {t.name: t for t in make_tools(w, down=name)}
+    with pytest.raises(ToolError, match=UNAVAILABLE):
+      tools[name].fn()
+    jsonschema.Draft202012Validator.check_schema(tools[name].parameters)
+    assert tools[name].spec()["function"]["name"] == name
+  assert len(TOOL_NAMES) >= 8 and make_tools(w)[-1].name == TERMINAL_TOOL
+  with pytest.raises(ValueError, match="down"):
+    make_tools(w, down="weather")
+
+
+def test_splits_are_deterministic_and_disjoint():
+  def key(ts):
+    return [(t.task_id, t.question, t.answer, json.dumps(t.gt_calls)) for t in ts]
+  train, again = make_tasks("train", 300, seed=4), make_tasks("train", 300, seed=4)
+  evals = make_tasks("eval", 100, seed=4)
+  assert key(train) == key(again)
+  assert key(evals) == key(make_tasks("eval", 100, seed=4))
+  assert key(make_tasks("train", 50, seed=4)) == key(train[:50])  # a prefix of the stream
+  assert not {t.question for t in train} & {t.question for t in evals}
+  assert not {t.task_id for t in train} & {t.task_id for t in evals}
+  assert all(split_of(t.question) == "train" for t in train)
+  assert all(split_of(t.question) == "eval" for t in evals)
+  assert len({t.task_id for t in train}) == 300
+  other = make_tasks("train", 300, seed=5)
+  assert len({t.question for t in train} & {t.question for t in other}) < 30
+
+
+def test_difficulty_knobs():
+  one = make_tasks("train", 60, difficulty=Difficulty(hop_weights=(1, 0, 0, 0), p_down=0))
+  assert all(t.metadata["hops"] == 1 and t.metadata["down"] is None for t in one)
+  par = make_tasks("train", 60, difficulty=Difficulty(hop_weights=(0, 1, 1, 1), p_parallel=1))
+  assert all(t.metadata["parallel"] for t in par)
+  seq = make_tasks("train", 60, difficulty=Difficulty(hop_weights=(0, 0, 0, 1), p_parallel=0))
+  assert all(t.metadata["hops"] == 4 and not t.metadata["parallel"] for t in seq)
+  down = make_tasks("train", 60, difficulty=Difficulty(p_down=1))
+  assert all(t.answer == UNABLE_TO_ANSWER for t in down)
+  for bad, match in [(dict(hop_weights=(1, 1)), "hop_weights"),
+                     (dict(hop_weights=(0, 0, 0, 0)), "hop_weights"),
+                     (dict(hop_weights=(1, -1, 1, 1)), "hop_weights"),
+                     (dict(p_parallel=1.5), "p_parallel"), (dict(p_down=-0.1), "p_down")]:
+    with pytest.raises(ValueError, match=match):
+      Difficulty(**bad)
+  with pytest.raises(ValueError, match="split"):
+    make_tasks("test", 1)
+
+
+def test_task_rebuilds_from_json_metadata(tasks):
+  for task in tasks[:100]:
+    meta = json.loads(json.dumps(task.metadata))
+    again = task_from_metadata(task.task_id, task.question, meta)
+    assert again.answer == task.answer and again.gt_calls == task.gt_calls
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=True)
+    | st.text(max_size=12) | st.sampled_from(["Mira", "km", "f", "max", "2020-01-01", "city"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                               max_size=3),
+    max_leaves=8)
+
+
+def _call_strategy(name):
+  keys = list(SPECS[name][1]["properties"])
+  full = st.fixed_dictionaries({k: _JSON for k in keys})
+  ragged = st.dictionaries(st.sampled_from(keys + ["x"]), _JSON, max_size=len(keys) + 1)
+  return st.tuples(st.just(name), full | ragged)
+
+
+@hypothesis.given(st.sampled_from(TOOL_NAMES).flatmap(_call_strategy))
+def test_tools_only_ever_raise_tool_errors(call):
+  name, arguments = call
+  tool = {t.name: t for t in make_tools(make_world(random.Random(1)))}[name]
+  try:
+    json.dumps(tool.fn(**arguments), allow_nan=False)
+  except ToolError as e:
+    assert str(e)

@@ -1,0 +1,188 @@
+"""The policy objective: clipped surrogate + KL to a reference − entropy bonus (SPEC §5).
+
+    opts = LossOptions(clip_high=0.28)                  # DAPO's clip-higher
+    out = jax.jit(policy_loss, static_argnames="opts")(
+        logprobs, old_logprobs, advantages, loss_mask, row_mask, opts=opts)
+    grads = jax.grad(lambda p: policy_loss(logp_fn(p), ...).loss.sum)(params)
+    # over micro-batches and devices: Σ grads / Σ out.loss.den is the full-batch gradient
+
+Per token (`mask = loss_mask ∧ row_mask`):
+    ρ     = exp(clamp(logp − old_logp, ±20))        (GSPO-token ratio with ratio_level="sequence")
+    pg    = −min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)A);  for A < 0 with dual clip: min(pg, −cA)
+    total = pg + β·KL_k(π_θ ‖ π_ref) − c_H·H
+each aggregated with the configured mode into `Mean(sum, den)` (see `aggregation`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import chex
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from tirjax.advantages.registry import Advantages
+from tirjax.loss import kl as kl_lib
+from tirjax.loss import ratio as ratio_lib
+from tirjax.loss import surrogate
+from tirjax.loss.aggregation import AGGREGATIONS, aggregate
+from tirjax.loss.diagnostics import loss_diagnostics
+from tirjax.loss.stats import Mean, Stat
+from tirjax.rollouts import Rollouts
+
+RATIO_LEVELS = ("token", "sequence")
+
+
+@dataclasses.dataclass(frozen=True)
+class LossOptions:
+  """Options of the policy loss; defaults are SPEC §5's (PORTool / GRPO).
+
+  Attributes:
+    clip_low: ε_low, the ratio's lower bound is 1 − ε_low (DAPO: 0.2).
+    clip_high: ε_high, the upper bound is 1 + ε_high (DAPO: 0.28).
+    dual_clip: c > 1 of the dual clip for negative advantages (usually 3.0); None: off.
+    ratio_level: "token" (PPO) or "sequence" (GSPO's length-normalised sequence ratio, in
+      its GSPO-token form).
+    kl_coef: β of the KL to the reference policy (0 for PORTool, 0.001 for HiDiffTIR).
+    kl_estimator: "k1", "k2" or "k3" (see `tirjax.loss.kl`).
+    entropy_coef: weight of the entropy bonus (subtracted from the loss).
+    aggregation: one of `AGGREGATIONS` (see `tirjax.loss.aggregation`).
+    norm_constant: the fixed divisor of `seq_mean_token_sum_norm` (e.g. the configured max
+      generation length); required by that mode, unused by the others.
+  """
+
+  clip_low: float = 0.2
+  clip_high: float = 0.2
+  dual_clip: Optional[float] = None
+  ratio_level: str = "token"
+  kl_coef: float = 0.0
+  kl_estimator: str = "k3"
+  entropy_coef: float = 0.0
+  aggregation: str = "seq_mean_token_mean"
+  norm_constant: Optional[float] = None
+
+  def __post_init__(self):
+    if not (_finite(self.clip_low) and 0 <= self.clip_low < 1):
+      raise ValueError(f"clip_low: must lie in [0, 1), got {self.clip_low!r}")
+    if not (_finite(self.clip_high) and self.clip_high >= 0):
+      raise ValueError(f"clip_high: must be a finite number >= 0, got {self.clip_high!r}")
+    if self.dual_clip is not None and not (_finite(self.dual_clip) and self.dual_clip > 1):
+      raise ValueError(f"dual_clip: must be None or a finite number > 1, got {self.dual_clip!r}")
+    if self.ratio_level not in RATIO_LEVELS:
+      raise ValueError(f"ratio_level: must be one of {RATIO_LEVELS}, got {self.ratio_level!r}")
+    if not (_finite(self.kl_coef) and self.kl_coef >= 0):
+      raise ValueError(f"kl_coef: must be a finite number >= 0, got {self.kl_coef!r}")
+    if self.kl_estimator not in kl_lib.ESTIMATORS:
+      raise ValueError(f"kl_estimator: must be one of {kl_lib.ESTIMATORS}, "
+                       f"got {self.kl_estimator!r}")
+    if not (_finite(self.entropy_coef) and self.entropy_coef >= 0):
+      raise ValueError(f"entropy_coef: must be a finite number >= 0, got {self.entropy_coef!r}")
+    if self.aggregation not in AGGREGATIONS:
+      raise ValueError(f"aggregation: must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+    if self.norm_constant is not None and not (_finite(self.norm_constant)
+                                               and self.norm_constant > 0):
+      raise ValueError(f"norm_constant: must be None or a finite number > 0, "
+                       f"got {self.norm_constant!r}")
+    if self.aggregation == "seq_mean_token_sum_norm" and self.norm_constant is None:
+      raise ValueError("norm_constant: required by aggregation='seq_mean_token_sum_norm' "
+                       "(e.g. the max generation length)")
+
+
+def _finite(x) -> bool:
+  return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+@flax.struct.dataclass(frozen=True)
+class LossOutput:
+  """Each term as `Mean(sum, den)` under the configured aggregation (one shared `den`).
+
+  To accumulate: add `∇ loss.sum` and `loss.den` over micro-batches (and devices), then
+  divide once, guarding an all-masked step: `grads / max(Σ den, 1)` (its gradient is 0).
+
+  Attributes:
+    loss: the objective to minimise, `pg + β·kl − c_H·entropy`; differentiate `loss.sum`.
+    pg: the clipped surrogate.
+    kl: KL to the reference (present when `ref_logprobs` is given, even with β = 0).
+    entropy: the policy entropy (present when `entropy` is given).
+    metrics: diagnostics over loss tokens (see `tirjax.loss.diagnostics`).
+  """
+
+  loss: Mean
+  pg: Mean
+  kl: Optional[Mean]
+  entropy: Optional[Mean]
+  metrics: dict[str, Stat]
+
+
+def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array,
+                loss_mask: jax.Array, row_mask: jax.Array, opts: LossOptions = LossOptions(),
+                *, ref_logprobs: Optional[jax.Array] = None,
+                entropy: Optional[jax.Array] = None) -> LossOutput:
+  """The policy loss of a batch as accumulable `(sum, den)` pairs.
+
+  Args:
+    logprobs: [B, L] log-probs of the sampled tokens under the current policy.
+    old_logprobs: [B, L] under the behaviour policy (the sampler's).
+    advantages: [B, L] token advantages (`Advantages.tokens`).
+    loss_mask: [B, L] bool, generated tokens (`Rollouts.loss_mask`).
+    row_mask: [B] bool, rows that enter the loss (`Advantages.row_mask`).
+    opts: `LossOptions` (static under `jit`).
+    ref_logprobs: [B, L] under the reference policy; required when `opts.kl_coef > 0`.
+    entropy: [B, L] per-token entropy of the current policy; required when
+      `opts.entropy_coef > 0`.
+
+  Values outside the mask are ignored (NaN or Inf there cannot reach the loss or gradient).
+  """
+  chex.assert_rank([logprobs, row_mask], [2, 1])
+  chex.assert_equal_shape([logprobs, old_logprobs, advantages, loss_mask])
+  chex.assert_equal_shape_prefix([logprobs, row_mask], 1)
+  if opts.kl_coef > 0 and ref_logprobs is None:
+    raise ValueError(f"ref_logprobs: required when kl_coef > 0 (kl_coef={opts.kl_coef})")
+  if opts.entropy_coef > 0 and entropy is None:
+    raise ValueError(f"entropy: required when entropy_coef > 0 (entropy_coef={opts.entropy_coef})")
+
+  mask = loss_mask.astype(bool) & row_mask.astype(bool)[:, None]
+  clean = lambda x: jnp.where(mask, jnp.asarray(x, jnp.float32), 0.0)
+  logp, old, adv = clean(logprobs), clean(old_logprobs), clean(advantages)
+
+  if opts.ratio_level == "token":
+    ratio = ratio_lib.token_ratio(logp, old)
+  else:
+    ratio = ratio_lib.gspo_token_ratio(logp, old, mask)
+  pg = surrogate.clipped_surrogate(ratio, adv, opts.clip_low, opts.clip_high)
+  if opts.dual_clip is not None:
+    pg = surrogate.dual_clip(pg, adv, opts.dual_clip)
+  agg = lambda x: aggregate(x, mask, opts.aggregation, opts.norm_constant)
+
+  total = pg
+  kl = ent = ent_tok = None
+  if ref_logprobs is not None:
+    chex.assert_equal_shape([logprobs, ref_logprobs])
+    kl_tok = kl_lib.kl_penalty(logp, clean(ref_logprobs), opts.kl_estimator)
+    kl = agg(kl_tok)
+    if opts.kl_coef > 0:
+      total = total + opts.kl_coef * kl_tok
+  if entropy is not None:
+    chex.assert_equal_shape([logprobs, entropy])
+    ent_tok = clean(entropy)
+    ent = agg(ent_tok)
+    if opts.entropy_coef > 0:
+      total = total - opts.entropy_coef * ent_tok
+
+  metrics = loss_diagnostics(
+      jax.lax.stop_gradient(ratio), jax.lax.stop_gradient(ratio_lib.clamped_log_ratio(logp, old)),
+      adv, mask, opts.clip_low, opts.clip_high, opts.dual_clip,
+      None if ent_tok is None else jax.lax.stop_gradient(ent_tok))
+  return LossOutput(loss=agg(total), pg=agg(pg), kl=kl, entropy=ent, metrics=metrics)
+
+
+def rollouts_loss(logprobs: jax.Array, rollouts: Rollouts, advantages: Advantages,
+                  opts: LossOptions = LossOptions(), *,
+                  entropy: Optional[jax.Array] = None) -> LossOutput:
+  """`policy_loss` with its inputs read from a `Rollouts` batch and an estimator's output."""
+  return policy_loss(logprobs, rollouts.old_logprobs, advantages.tokens, rollouts.loss_mask,
+                     advantages.row_mask, opts, ref_logprobs=rollouts.ref_logprobs,
+                     entropy=entropy)

@@ -1,0 +1,243 @@
+"""Device mesh and shardings: parameters by logical axis names, batches over the data axes.
+
+A mesh has named axes (default `data`, `fsdp`, `tensor`) whose sizes come from the config,
+one of them possibly -1 ("the rest of the devices"). Arrays name their dimensions with
+*logical* axes (`batch`, `embed`, `mlp`, `heads`, ...); rules kept in the config map each
+logical axis to mesh axes, as `flax.linen.logical_to_mesh_axes` does:
+
+    opts = ShardingOptions(mesh=(("data", -1), ("fsdp", 2), ("tensor", 1)))
+    mesh = make_mesh(opts)
+    params = shard_params(params, logical_axes, mesh, opts.rules)
+    opt_state = jax.device_put(opt_state, opt_state_shardings(tx, opt_state, param_shardings))
+    batch = shard_batch(rollouts, mesh, opts.rules)   # rows over (data, fsdp)
+
+`logical_axes` is a pytree of tuples of logical names (one per dimension, None = replicated)
+matching the params; `nnx.get_partition_spec(state)` of a Flax NNX state whose variables carry
+`sharding=` metadata is accepted as is, so nothing here depends on the model code.
+
+Multi-host (one process per host; cannot be exercised on one machine): call
+`jax.distributed.initialize()` first thing in every process (on TPU pods and SLURM the
+coordinator, process count and id are discovered; elsewhere pass `coordinator_address`,
+`num_processes`, `process_id`). Then `jax.devices()` lists the devices of all hosts and
+`make_mesh` spans them. Each process feeds only its own rows: `shard_batch` takes the
+*process-local* batch (B / num_processes rows when the batch axes span all processes) and
+assembles the global array with `jax.make_array_from_process_local_data`. Create parameters
+and optimizer state already sharded, `jax.jit(init, out_shardings=param_shardings(...))`, or
+pass the same host value on every process to `shard_params`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional, Sequence
+
+import jax
+import numpy as np
+import optax
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+MeshAxes = tuple[tuple[str, int], ...]
+Rules = tuple[tuple[str, Any], ...]
+
+DEFAULT_MESH: MeshAxes = (("data", -1), ("fsdp", 1), ("tensor", 1))
+DEFAULT_RULES: Rules = (
+    ("batch", ("data", "fsdp")),
+    ("embed", "fsdp"),
+    ("mlp", "tensor"),
+    ("heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("vocab", "tensor"),
+)
+BATCH_AXIS = "batch"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardingOptions:
+  """Mesh axes `((name, size), ...)` (size -1: the rest of the devices) and logical rules.
+
+  A rule `(logical, mesh_axes)` maps a logical axis name to a mesh axis, a tuple of mesh axes,
+  or None (replicated). A logical name may have several rules: the first whose mesh axes are
+  not yet used by the same array wins. Logical names without a rule are replicated.
+  """
+
+  mesh: MeshAxes = DEFAULT_MESH
+  rules: Rules = DEFAULT_RULES
+
+  def __post_init__(self):
+    # Configs give lists; store tuples so the options stay hashable.
+    mesh = tuple((name, size) for name, size in self.mesh)
+    rules = tuple((name, tuple(ax) if isinstance(ax, (list, tuple)) else ax)
+                  for name, ax in self.rules)
+    object.__setattr__(self, "mesh", mesh)
+    object.__setattr__(self, "rules", rules)
+    names = [n for n, _ in mesh]
+    if not names or len(set(names)) != len(names) or not all(isinstance(n, str) for n in names):
+      raise ValueError(f"mesh: axis names must be distinct strings, got {names}")
+    for name, size in mesh:
+      if not (isinstance(size, int) and (size >= 1 or size == -1)):
+        raise ValueError(f"mesh: axis '{name}' has size {size!r}; sizes are ints >= 1, or -1 "
+                         "for the rest of the devices")
+    if sum(size == -1 for _, size in mesh) > 1:
+      raise ValueError(f"mesh: at most one axis may have size -1, got {mesh}")
+    for logical, axes in rules:
+      if not isinstance(logical, str):
+        raise ValueError(f"rules: logical axis names are strings, got {logical!r}")
+      for ax in _as_tuple(axes):
+        if ax not in names:
+          raise ValueError(f"rules: logical axis '{logical}' maps to mesh axis {ax!r}, which "
+                           f"is not one of the mesh axes {names}")
+
+
+def _as_tuple(axes) -> tuple:
+  if axes is None:
+    return ()
+  return tuple(axes) if isinstance(axes, tuple) else (axes,)
+
+
+def mesh_shape(axes: MeshAxes, num_devices: int) -> tuple[int, ...]:
+  """Resolves a -1 size to the remaining devices; the product must equal `num_devices`."""
+  known = math.prod(size for _, size in axes if size != -1)
+  if any(size == -1 for _, size in axes):
+    if num_devices % known:
+      raise ValueError(f"mesh: {num_devices} devices do not divide into {axes} (the fixed "
+                       f"axes need a multiple of {known})")
+    return tuple(num_devices // known if size == -1 else size for _, size in axes)
+  if known != num_devices:
+    raise ValueError(f"mesh: the axis sizes {axes} multiply to {known}, but {num_devices} "
+                     "devices are in use; give a device subset or use -1 for one axis")
+  return tuple(size for _, size in axes)
+
+
+def make_mesh(opts: ShardingOptions = ShardingOptions(),
+              devices: Optional[Sequence[jax.Device]] = None) -> Mesh:
+  """The mesh of `opts.mesh` over `devices` (default: all devices, of all processes).
+
+  With all devices, the device order follows the physical topology (`jax.make_mesh`); a
+  subset is laid out in the order given. Axes are `AxisType.Auto` (GSPMD propagation).
+  """
+  all_devices = devices is None
+  devices = list(jax.devices() if all_devices else devices)
+  shape = mesh_shape(opts.mesh, len(devices))
+  names = tuple(name for name, _ in opts.mesh)
+  types = (AxisType.Auto,) * len(names)
+  if all_devices:
+    return jax.make_mesh(shape, names, axis_types=types)
+  return Mesh(np.asarray(devices, dtype=object).reshape(shape), names, axis_types=types)
+
+
+def logical_to_spec(logical_axes: Sequence[Optional[str]], rules: Rules = DEFAULT_RULES
+                    ) -> PartitionSpec:
+  """Partition spec of an array whose dimensions have these logical names.
+
+  Each dimension takes the first rule of its logical name whose mesh axes are still unused
+  by earlier dimensions (a mesh axis shards at most one dimension); otherwise it is
+  replicated. Example: `("embed", "mlp")` → `P("fsdp", "tensor")` with the default rules.
+  """
+  used: set[str] = set()
+  spec = []
+  for logical in logical_axes:
+    chosen = None
+    for name, axes in rules:
+      if name == logical and logical is not None and not used & set(_as_tuple(axes)):
+        chosen = axes
+        break
+    used |= set(_as_tuple(chosen))
+    spec.append(chosen)
+  return PartitionSpec(*spec)
+
+
+def _is_axes(x) -> bool:
+  return isinstance(x, PartitionSpec) or (
+      type(x) is tuple and all(a is None or isinstance(a, str) for a in x))
+
+
+def param_shardings(logical_axes: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> Any:
+  """A pytree of `NamedSharding`s from a pytree of logical-axis tuples (or logical specs).
+
+  Leaves of `logical_axes` are tuples of logical names or None (one per dimension; `()` for
+  a scalar or an unannotated array) or `PartitionSpec`s of logical names, as returned by
+  `nnx.get_partition_spec`.
+  """
+  return jax.tree.map(lambda ax: NamedSharding(mesh, logical_to_spec(tuple(ax), rules)),
+                      logical_axes, is_leaf=_is_axes)
+
+
+def _check_divisible(path, x, sharding: NamedSharding) -> None:
+  shape = np.shape(x)
+  spec = tuple(sharding.spec)
+  if len(spec) > len(shape):
+    raise ValueError(f"{jax.tree_util.keystr(path)}: shape {shape} has fewer dimensions than "
+                     f"its logical axes ({len(spec)} named, spec {sharding.spec})")
+  for dim, (size, axes) in enumerate(zip(shape, spec)):
+    n = math.prod(sharding.mesh.shape[a] for a in _as_tuple(axes))
+    if size % n:
+      raise ValueError(f"{jax.tree_util.keystr(path)}: dimension {dim} of shape {shape} has "
+                       f"size {size}, not divisible by mesh axes {axes} of total size {n}")
+
+
+def shard_params(params: Any, logical_axes: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> Any:
+  """Places `params` on `mesh` by their logical axes; every sharded dimension must divide."""
+  shardings = param_shardings(logical_axes, mesh, rules)
+  jax.tree_util.tree_map_with_path(_check_divisible, params, shardings)
+  return jax.device_put(params, shardings)
+
+
+def opt_state_shardings(tx: optax.GradientTransformation, opt_state: Any,
+                        param_shardings_tree: Any) -> Any:
+  """Shardings of an optax state: every copy of the params tree inside it (moments, traces)
+  takes the params' shardings; everything else (step counts, scalars) is replicated.
+
+  `opt_state` may be concrete or abstract (`jax.eval_shape(tx.init, params)`). The params
+  copies are located with `optax.tree_map_params`, which re-runs `tx.init` on a placeholder.
+  """
+  mesh = jax.tree.leaves(param_shardings_tree)[0].mesh
+  replicated = NamedSharding(mesh, PartitionSpec())
+  return optax.tree_map_params(tx, lambda _, s: s, opt_state, param_shardings_tree,
+                               transform_non_params=lambda _: replicated)
+
+
+def batch_spec(rules: Rules = DEFAULT_RULES) -> PartitionSpec:
+  """`P(<mesh axes of "batch">)`: leading axis sharded, the others replicated."""
+  return logical_to_spec((BATCH_AXIS,), rules)
+
+
+def _local_batch_shards(mesh: Mesh, batch_axes: tuple[str, ...]) -> int:
+  """Distinct positions along the batch axes among this process's devices."""
+  pos = [mesh.axis_names.index(a) for a in batch_axes]
+  me = jax.process_index()
+  return len({tuple(idx[p] for p in pos) for idx in np.ndindex(mesh.devices.shape)
+              if mesh.devices[idx].process_index == me})
+
+
+def shard_batch(batch: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> Any:
+  """Places a batch pytree (`Rollouts`, `Advantages`, arrays) with its leading axis over the
+  batch mesh axes and every other axis replicated.
+
+  `batch` holds this process's rows (the whole batch on a single host); the global arrays
+  are assembled with `jax.make_array_from_process_local_data`. Every leaf must have the same
+  leading size, divisible by the number of batch shards on this process.
+  """
+  spec = batch_spec(rules)
+  axes = _as_tuple(spec[0])
+  leaves = jax.tree_util.tree_leaves_with_path(batch)
+  if not leaves:
+    return batch
+  shards = _local_batch_shards(mesh, axes)
+  rows = None
+  for path, x in leaves:
+    shape = np.shape(x)
+    if not shape:
+      raise ValueError(f"shard_batch: {jax.tree_util.keystr(path)} is a scalar; every leaf "
+                       "needs a leading batch axis")
+    rows = shape[0] if rows is None else rows
+    if shape[0] != rows:
+      raise ValueError(f"shard_batch: {jax.tree_util.keystr(path)} has {shape[0]} rows, other "
+                       f"leaves have {rows}")
+  if rows % shards:
+    raise ValueError(f"shard_batch: {rows} rows do not divide over the {shards} batch shards "
+                     f"of mesh axes {axes} {dict(mesh.shape)}; pad the batch to a multiple of "
+                     f"{shards}")
+  sharding = NamedSharding(mesh, spec)
+  return jax.tree.map(
+      lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), batch)
