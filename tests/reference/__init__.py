@@ -1,6 +1,6 @@
-"""Independent references of the advantage estimators, written from the SPEC.
+"""Independent reference implementations, written from the SPEC (one module per topic).
 
-`REFERENCES[name](batch, **options) -> dict(steps=[B, T], rows=[B])`, with `batch` the numpy
+For the advantage estimators, `REFERENCES[name](batch, **options) -> dict(steps=[B, T], rows=[B])`, with `batch` the numpy
 arrays of a `Rollouts` (`{f.name: np.asarray(getattr(r, f.name))}`) and `options` the fields
 of the estimator's options dataclass (same names and defaults). Plain Python loops and dicts
 over groups, trees and rows: slow on purpose, never sharing code with the kernels.
