@@ -1,8 +1,8 @@
 """PORTool: rewarded rollout trees with fork-relative advantages (SPEC §4.1).
 
-Wu et al., "PORTool", §3 (Eq. 2 step reward, Eq. 3 advantages, the κ rescaling of the fork
-term). Every statistic is a segment operation over node ids (`tree.py`), so ragged groups and
-irregular trees need no reshape and the kernel jits once per padded shape.
+PORTool (papers/portool.txt) §3: Eq. 2 step reward, Eq. 3 advantages, the κ rescaling of the
+fork term. Every statistic is a segment operation over node ids (`tree.py`), so ragged groups
+and irregular trees need no reshape and the kernel jits once per padded shape.
 """
 
 from __future__ import annotations
