@@ -209,14 +209,16 @@ def _check_groups(a, B: int) -> None:
 
 
 def _check_tree(a, B: int, T: int) -> None:
-  """node_id: in range, -1 on padding, one (group, depth, parent, node) per id."""
-  nid, sv, gid = a["node_id"], a["step_valid"], a["group_id"]
+  """node_id: in range, -1 on padding, one (group, depth, parent, node) per id; the rows that
+  share a node share its step, hence its format_reward."""
+  nid, sv, gid, fm = a["node_id"], a["step_valid"], a["group_id"], a["format_reward"]
   _check(np.all(nid[~sv] == -1), "node_id", "must be -1 on padding steps")
   _check(np.all((nid[sv] >= 0) & (nid[sv] < B * T)), "node_id",
          f"valid steps must have ids in [0, B*T={B * T})")
   parent = np.full_like(nid, -1)
   parent[:, 1:] = nid[:, :-1]
   seen: dict[int, tuple[int, int, int]] = {}
+  step_fm: dict[int, float] = {}
   for b, t in zip(*np.nonzero(sv)):
     key = (int(gid[b]), int(t), int(parent[b, t]))
     prev = seen.setdefault(int(nid[b, t]), key)
@@ -224,6 +226,10 @@ def _check_tree(a, B: int, T: int) -> None:
       raise RolloutsError(
           f"node_id: node {nid[b, t]} appears with (group, depth, parent) {prev} and {key} "
           f"(row {b}, step {t}); a shared node must share its group, depth and prefix")
+    if step_fm.setdefault(int(nid[b, t]), float(fm[b, t])) != float(fm[b, t]):
+      raise RolloutsError(
+          f"format_reward: node {nid[b, t]} has {step_fm[int(nid[b, t])]} on one row and "
+          f"{fm[b, t]} on row {b} (step {t}); rows that share a node share its step")
 
 
 def _check_tokens(a) -> None:

@@ -85,8 +85,10 @@ def gather(seg_values: jax.Array, ids: jax.Array) -> jax.Array:
 def zscore(x, ids, mask, num_segments: int, opts: ZScore = ZScore()) -> jax.Array:
   """Group z-score of `x` within segments (SPEC §3). 0 on masked entries.
 
-  Never NaN or Inf: counts are floored at 1, `std + eps > 0`, and all-equal groups are
-  detected exactly (max == min) and set to 0.
+  Never NaN or Inf: counts are floored at 1 and `std + eps > 0`. A group counts as all-equal
+  when its spread max − min is at most `eps · max(1, |x|)`: values that are equal up to
+  float32 rounding (say, means of the same rewards summed in another order) get exactly 0,
+  not ±rounding/eps (up to ~0.3 at eps = 1e-6).
   """
   x = jnp.asarray(x, jnp.float32)
   count = segment_count(ids, mask, num_segments)
@@ -97,7 +99,8 @@ def zscore(x, ids, mask, num_segments: int, opts: ZScore = ZScore()) -> jax.Arra
     z = dev / (gather(jnp.sqrt(var), ids) + opts.eps)
   else:
     z = dev
-  equal = segment_max(x, ids, mask, num_segments) == segment_min(x, ids, mask, num_segments)
+  hi, lo = segment_max(x, ids, mask, num_segments), segment_min(x, ids, mask, num_segments)
+  equal = hi - lo <= opts.eps * jnp.maximum(1.0, jnp.maximum(jnp.abs(hi), jnp.abs(lo)))
   n = gather(count, ids)
   z = jnp.where(gather(equal, ids), 0.0, z)
   z = jnp.where(n == 1, x if opts.singleton == "raw" else 0.0, z)

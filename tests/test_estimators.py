@@ -1,0 +1,83 @@
+"""Every registered estimator on degenerate inputs: never NaN or Inf (SPEC §3), zeros where
+the SPEC says so, token advantages consistent with step advantages."""
+
+import numpy as np
+import pytest
+
+from tirjax import advantages
+from tirjax.records import GroupRecord, RowRecord, StepRecord, build_rollouts
+
+ADD = {"name": "add", "arguments": {"a": 1, "b": 2}}
+MUL = {"name": "mul", "arguments": {"x": 3}}
+ANSWER = {"name": "response_gen", "arguments": {"answer": "3"}}
+# One padded shape for every case: each estimator compiles once in this file.
+SHAPE = dict(num_rows=8, max_steps=3, max_calls=2, max_gt_calls=2, max_tokens=12, max_params=2)
+# Estimators whose advantage is a group z-score (or deviation) of a per-row reward.
+GROUP_NORMALISED = ("grpo", "grpo_fm", "dr_grpo", "rloo", "dapo", "portool")
+
+
+def step(*calls, node=None, fm=0.25):
+  return StepRecord(calls=list(calls), node=node, format_reward=fm, tokens=(4, 5),
+                    response_tokens=(6,), solves=[False] * len(
+                        [c for c in calls if c["name"] != "response_gen"]))
+
+
+def same_rows(n, outcome):
+  return [RowRecord(outcome=outcome, steps=[step(ADD), step(ANSWER)]) for _ in range(n)]
+
+
+CASES = {
+    "all_equal_correct": [GroupRecord(gt_calls=[ADD], num_expected=1, rows=same_rows(4, 1))],
+    "all_equal_wrong": [GroupRecord(gt_calls=[ADD, MUL], rows=same_rows(3, -1))],
+    "singletons": [GroupRecord(gt_calls=[ADD], rows=same_rows(1, o)) for o in (1, 0, -1)],
+    "no_steps": [GroupRecord(gt_calls=[ADD], rows=[RowRecord(outcome=-1, steps=[])] * 3)],
+    "some_rows_without_steps": [GroupRecord(gt_calls=[MUL], rows=[
+        RowRecord(outcome=-1, steps=[]), RowRecord(outcome=1, steps=[step(MUL), step(ANSWER)]),
+        RowRecord(outcome=0, steps=[step()])])],
+    "no_ground_truth_calls": [GroupRecord(gt_calls=[], rows=[
+        RowRecord(outcome=1, steps=[step(ADD, MUL), step(ANSWER)]),
+        RowRecord(outcome=-1, steps=[step(ADD)])])],
+    "no_calls_at_all": [GroupRecord(gt_calls=[], rows=[
+        RowRecord(outcome=o, steps=[step(fm=-0.25)]) for o in (1, -1)])],
+    "single_chain_tree": [GroupRecord(gt_calls=[ADD], rows=[
+        RowRecord(outcome=1, steps=[step(ADD, node="a"), step(MUL, node="b"),
+                                    step(ANSWER, node="c")])])],
+    "shared_prefix_tree": [GroupRecord(gt_calls=[ADD], rows=[
+        RowRecord(outcome=o, steps=[step(ADD, node="a"), step(MUL, node=f"b{i}")])
+        for i, o in enumerate((1, 1, 1))])],
+    "all_padding": [],
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def case(request):
+  return request.param, build_rollouts(CASES[request.param], with_ftrl=True, with_ref=True,
+                                       **SHAPE)
+
+
+@pytest.mark.parametrize("name", advantages.names())
+def test_finite_and_consistent(name, case):
+  label, r = case
+  out = advantages.get(name)(r)
+  for field, x in [("tokens", out.tokens), ("steps", out.steps), ("rows", out.rows),
+                   ("row_reward", out.row_reward), *out.extras.items()]:
+    assert np.all(np.isfinite(np.asarray(x, float))), f"{name} / {label}: {field}"
+  steps, tokens = np.asarray(out.steps), np.asarray(out.tokens)
+  assert not np.any(steps[~np.asarray(r.step_valid)]), f"{name} / {label}: padding steps"
+  assert not np.any(tokens[~np.asarray(r.loss_mask)]), f"{name} / {label}: unmasked tokens"
+  assert not np.any(np.asarray(out.row_mask) & ~np.asarray(r.row_valid)), f"{name} / {label}"
+  ts = np.asarray(r.token_step)
+  rows = np.arange(r.num_rows)[:, None]
+  want = np.where(np.asarray(r.loss_mask), steps[rows, np.clip(ts, 0, None)], 0.0)
+  np.testing.assert_allclose(tokens, want, err_msg=f"{name} / {label}")
+
+
+@pytest.mark.parametrize("name", GROUP_NORMALISED)
+@pytest.mark.parametrize("label", ["all_equal_correct", "all_equal_wrong", "singletons",
+                                   "no_steps", "single_chain_tree", "shared_prefix_tree",
+                                   "all_padding"])
+def test_zero_where_nothing_differs(name, label):
+  """All-equal groups and singleton groups get advantage exactly 0 (SPEC §3)."""
+  r = build_rollouts(CASES[label], with_ftrl=True, with_ref=True, **SHAPE)
+  out = advantages.get(name)(r)
+  assert not np.any(np.asarray(out.steps)) and not np.any(np.asarray(out.rows)), label

@@ -1,0 +1,99 @@
+"""The outcome-level baselines grpo, grpo_fm, dr_grpo, rloo, dapo (SPEC §4.3) against their
+references, with the invariants every group estimator keeps."""
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from tests.batches import as_batch, pad, permute_rows, tree_batches
+from tests.reference import REFERENCES
+from tirjax import advantages, segments
+from tirjax.advantages.group import DAPOOptions, DrGRPOOptions, GroupOptions, RLOOOptions
+
+# (name, options) pairs; the short DAPO lengths make the overlong penalty bite on small rows.
+VARIANTS = (
+    ("grpo", GroupOptions()),
+    ("grpo", GroupOptions(segments.ZScore(ddof=0, singleton="raw"))),
+    ("grpo_fm", GroupOptions()),
+    ("grpo_fm", GroupOptions(segments.ZScore(scale="none"))),
+    ("dr_grpo", DrGRPOOptions()),
+    ("rloo", RLOOOptions()),
+    ("rloo", RLOOOptions(singleton="raw")),
+    ("dapo", DAPOOptions()),
+    ("dapo", DAPOOptions(max_response_tokens=8, overlong_cache=4)),
+    ("dapo", DAPOOptions(dynamic_sampling=False, max_response_tokens=6, overlong_cache=0)),
+)
+NAMES = sorted({name for name, _ in VARIANTS})
+
+
+def _reference_options(opts) -> dict:
+  return {f: getattr(opts, f) for f in opts.__dataclass_fields__}
+
+
+@given(tree_batches())
+def test_matches_reference(r):
+  batch = as_batch(r)
+  for name, opts in VARIANTS:
+    out = advantages.get(name)(r, opts)
+    ref = REFERENCES[name](batch, **_reference_options(opts))
+    np.testing.assert_allclose(out.steps, ref["steps"], atol=2e-5, rtol=1e-5, err_msg=name)
+    np.testing.assert_allclose(out.rows, ref["rows"], atol=2e-5, rtol=1e-5, err_msg=name)
+    assert np.all(np.isfinite(out.tokens)) and np.all(np.isfinite(out.row_reward)), name
+
+
+@given(tree_batches(), st.integers(0, 2**32 - 1))
+def test_row_permutation_permutes_output(r, seed):
+  perm = np.random.default_rng(seed).permutation(r.num_rows)
+  moved = permute_rows(r, perm)
+  for name in NAMES:
+    est = advantages.get(name)
+    a, b = est(r), est(moved)
+    np.testing.assert_allclose(b.steps, np.asarray(a.steps)[perm], atol=1e-5, err_msg=name)
+    np.testing.assert_array_equal(b.row_mask, np.asarray(a.row_mask)[perm], err_msg=name)
+
+
+@given(tree_batches(), st.integers(0, 2**32 - 1))
+def test_padding_changes_nothing(r, seed):
+  big, rows = pad(r, np.random.default_rng(seed), extra_rows=5, extra_steps=2, extra_calls=1,
+                  extra_gt=1, extra_tokens=3)
+  rest = np.ones(big.num_rows, bool)
+  rest[rows] = False
+  for name in NAMES:
+    est = advantages.get(name)
+    a, b = est(r), est(big)
+    np.testing.assert_allclose(np.asarray(b.steps)[rows, :r.max_steps], a.steps, atol=1e-5,
+                               err_msg=name)
+    np.testing.assert_allclose(np.asarray(b.rows)[rows], a.rows, atol=1e-5, err_msg=name)
+    assert not np.any(np.asarray(b.tokens)[rest]) and not np.any(np.asarray(b.row_mask)[rest])
+
+
+# Rows of these kinds all have steps (a row without steps keeps mean R_fm = 0 under a shift).
+@given(tree_batches(kinds=("algorithm1", "independent")), st.sampled_from([-0.3, 0.05, 2.0]))
+def test_format_reward_shift_leaves_grpo_fm_unchanged(r, shift):
+  """grpo_fm z-scores R_out + mean_t R_fm: a common shift of every R_fm cancels."""
+  shifted = r.replace(format_reward=r.format_reward + shift * r.step_valid)
+  est = advantages.get("grpo_fm")
+  np.testing.assert_allclose(est(shifted).steps, est(r).steps, atol=1e-4)
+
+
+@given(tree_batches())
+def test_rloo_is_scaled_dr_grpo(r):
+  """RLOO = n/(n−1) · (R − mean) for groups of n ≥ 2 (Ahmadian et al. 2024, §3.2)."""
+  rloo, dr = advantages.get("rloo")(r), advantages.get("dr_grpo")(r)
+  gid, valid = np.asarray(r.group_id), np.asarray(r.row_valid)
+  n = np.array([np.sum(valid & (gid == g)) for g in gid], float)
+  scale = np.where(n >= 2, n / np.maximum(n - 1, 1), 0.0)
+  np.testing.assert_allclose(rloo.rows, scale * np.asarray(dr.rows), atol=1e-5)
+
+
+@pytest.mark.parametrize("make, field", [
+    (lambda: segments.ZScore(ddof=2), "ddof"),
+    (lambda: segments.ZScore(scale="mad"), "scale"),
+    (lambda: segments.ZScore(singleton="drop"), "singleton"),
+    (lambda: segments.ZScore(eps=0.0), "eps"),
+    (lambda: RLOOOptions(singleton="drop"), "singleton"),
+    (lambda: DAPOOptions(max_response_tokens=10, overlong_cache=20), "overlong_cache"),
+])
+def test_invalid_options_name_the_option(make, field):
+  with pytest.raises(ValueError, match=field):
+    make()

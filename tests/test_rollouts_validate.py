@@ -1,0 +1,117 @@
+"""`rollouts.validate`: every contract rule raises `RolloutsError` naming its field."""
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tirjax.records import GroupRecord, RowRecord, StepRecord, build_rollouts
+from tirjax.rollouts import Rollouts, RolloutsError, step_to_tokens, validate
+
+ADD = {"name": "add", "arguments": {"a": 1, "b": 2}}
+MUL = {"name": "mul", "arguments": {"a": 3}}
+
+
+def base() -> Rollouts:
+  """Two queries, a shared node, a row without steps, padding rows, a spare gt slot."""
+  return build_rollouts([
+      GroupRecord(gt_calls=[ADD], num_expected=1, rows=[
+          RowRecord(outcome=1, steps=[StepRecord(node="s", calls=[ADD], tokens=(5, 6)),
+                                      StepRecord(node="s1", calls=[MUL])]),
+          RowRecord(outcome=-1, steps=[StepRecord(node="s", calls=[ADD], tokens=(5, 6)),
+                                       StepRecord(node="s2")]),
+      ]),
+      GroupRecord(gt_calls=[MUL, ADD], rows=[
+          RowRecord(outcome=0, steps=[StepRecord(calls=[MUL, ADD], response_tokens=(9,))]),
+          RowRecord(outcome=-1, steps=[]),
+      ]),
+  ], num_rows=6, max_steps=3, max_calls=2, max_gt_calls=3, max_tokens=10, with_ftrl=True,
+     with_ref=True)
+
+
+def arrays(r: Rollouts) -> dict:
+  return {f.name: np.array(getattr(r, f.name)) for f in dataclasses.fields(r)
+          if isinstance(getattr(r, f.name), jnp.ndarray)}
+
+
+def mutated(change) -> Rollouts:
+  r = base()
+  a = arrays(r)
+  out = change(a)
+  a = out if out is not None else a
+  return r.replace(**{k: jnp.asarray(v) if v is not None else None for k, v in a.items()})
+
+
+def _set(name, index, value):
+  def change(a):
+    a[name][index] = value
+  return change
+
+
+def _first_padding_step(a):
+  b = 0
+  return b, int(a["num_steps"][b])
+
+
+CASES = [
+    ("group_id", lambda a: {**a, "group_id": a["group_id"][:, None]}),
+    ("step_valid", lambda a: {**a, "step_valid": a["step_valid"][..., None]}),
+    ("outcome", lambda a: {**a, "outcome": a["outcome"][:-1]}),
+    ("outcome", lambda a: {**a, "outcome": a["outcome"].astype(np.int32)}),
+    ("row_valid", lambda a: {**a, "row_valid": a["row_valid"].astype(np.int32)}),
+    ("ref_logprobs", lambda a: {**a, "ref_logprobs": a["ref_logprobs"][:, :-1]}),
+    ("old_logprobs", _set("old_logprobs", (0, 0), np.nan)),
+    ("call_sim", _set("call_sim", (0, 0, 0, 0), np.inf)),
+    ("group_id", _set("group_id", 5, 6)),
+    ("group_id", _set("group_id", 0, -1)),
+    ("outcome", _set("outcome", 0, 0.5)),
+    ("num_steps", _set("num_steps", 0, 4)),
+    ("step_valid", _set("step_valid", (0, 2), True)),
+    ("step_valid", _set("step_valid", (4, 0), True)),
+    ("answered", _set("answered", 5, True)),
+    ("answered", _set("answered", 3, True)),
+    ("format_reward", _set("format_reward", (0, 0), 0.3)),
+    ("call_valid", _set("call_valid", (0, 2, 0), True)),
+    ("call_sim", _set("call_sim", (0, 0, 0, 0), 1.5)),
+    ("call_sim", _set("call_sim", (0, 0, 1, 0), 0.5)),  # step 0 of row 0 has one call
+    ("gt_valid", _set("gt_valid", (5, 0), True)),
+    ("gt_valid", _set("gt_valid", (0, 2), True)),  # rows 0 and 1 disagree
+    ("answer_score", _set("answer_score", 0, 1.5)),
+    ("node_id", _set("node_id", (0, 2), 7)),
+    ("node_id", _set("node_id", (0, 1), 18)),
+    ("node_id", _set("node_id", (2, 0), 0)),  # another query's node
+    ("node_id", _set("node_id", (1, 1), 0)),  # a node at two depths
+    ("format_reward", _set("format_reward", (1, 0), 0.2)),  # shared node "s", another R_fm
+    ("token_valid", _set("token_valid", (0, 9), True)),
+    ("token_valid", _set("token_valid", (5, 0), True)),
+    ("loss_mask", _set("loss_mask", (0, 9), True)),
+    ("token_step", _set("token_step", (0, 0), 0)),  # on the prompt token
+    ("token_step", _set("token_step", (0, 1), 2)),  # beyond num_steps
+    ("calls.pred_name", lambda a: None),  # replaced below
+    ("call_solves", lambda a: {**a, "num_expected": None}),
+]
+
+
+@pytest.mark.parametrize("field, change", CASES, ids=[f"{i}-{f}" for i, (f, _) in enumerate(CASES)])
+def test_each_rule_names_its_field(field, change):
+  if field == "calls.pred_name":
+    r = base()
+    bad = r.calls.replace(pred_name=r.calls.pred_name[:, :, :1])
+    r = r.replace(calls=bad)
+  else:
+    r = mutated(change)
+  with pytest.raises(RolloutsError, match=f"^{field}"):
+    validate(r)
+
+
+def test_base_batch_is_valid_and_as_built():
+  r = validate(base())
+  assert (r.num_rows, r.max_steps, r.max_calls, r.max_gt_calls, r.max_tokens) == (6, 3, 2, 3, 10)
+  np.testing.assert_array_equal(r.row_valid, [1, 1, 1, 1, 0, 0])
+
+
+def test_step_to_tokens():
+  steps = jnp.array([[1.0, 2.0, 3.0]])
+  np.testing.assert_array_equal(step_to_tokens(steps, jnp.array([[-1, 0, 0, 2, -1]])),
+                                [[0.0, 1.0, 1.0, 3.0, 0.0]])
