@@ -9,10 +9,12 @@ import transformers
 
 from tests.rollout_support import (RandomSampler, ScriptedSampler, TextSampler, assistant_steps,
                                    check_bookkeeping)
-from tirjax.env import chat
+from tirjax.env import chat, metrics
 from tirjax.env.judge import Judgement
 from tirjax.env.tools import UNABLE_TO_ANSWER
-from tirjax.env.toolworld import Difficulty, build_tokenizer, make_demos, make_tasks
+from tirjax.config import config_from_dataclass, dataclass_from_config
+from tirjax.env.toolworld import (DemoOptions, Difficulty, build_tokenizer, make_demos,
+                                  make_tasks)
 from tirjax.rollout import ArpoOptions, RolloutOptions, Shapes, rollout
 from tirjax.rollout.options import TreeOptions
 from tirjax.sampling.interface import Sample
@@ -88,6 +90,10 @@ def test_every_demo_reaches_its_answer_through_the_runner(tokenizer, tasks, demo
       assert all(r.format_reward == 0.25 for r in rec.results) == clean
     r = batch.rollouts
     assert np.asarray(r.answer_score)[:len(chunk)].tolist() == [1.0] * len(chunk)
+    m = metrics.portool_metrics([e.summary for e in batch.episodes],
+                                [e.outcome for e in batch.episodes], step_cap=opts.max_steps)
+    assert m["accuracy"] == 1.0 and m["unanswerable_rate"] == 0.0
+    assert m["avg_tool_steps"] == np.mean([len(e.texts) for e in batch.episodes])
 
 
 def test_wrong_answers_are_false(tokenizer, tasks, demos):
@@ -216,3 +222,23 @@ def test_same_seed_same_batch(tokenizer, tasks, demos):
   assert np.array_equal(a.rollouts.tokens, b.rollouts.tokens)
   assert np.array_equal(a.rollouts.node_id, b.rollouts.node_id)
   assert not np.array_equal(a.rollouts.tokens, c.rollouts.tokens)
+
+
+def test_answer_tag_episodes_end_on_the_answer_block(tokenizer, tasks):
+  chunk = tasks[:16]
+  demos = make_demos(chunk, seed=0, options=DemoOptions(answer_protocol="answer_tag"))
+  sampler = ScriptedSampler(tokenizer, chunk, demos, protocol="answer_tag")
+  opts = options(n=1, max_steps=SHAPES.max_steps, answer_protocol="answer_tag")
+  batch = rollout(sampler, tokenizer, chunk, opts)
+  check_bookkeeping(batch, chunk, sampler, tokenizer, opts)
+  assert all(e.verdict == "true" and e.texts[-1].endswith("</answer>") for e in batch.episodes)
+
+
+def test_options_round_trip_through_a_config_section():
+  opts = options(mode="arpo", arpo=ArpoOptions(beam_size=3), tree=TreeOptions(branch_factor=3))
+  section = config_from_dataclass(opts)
+  assert section.arpo.beam_size == 3 and section.shapes.max_tokens == SHAPES.max_tokens
+  assert dataclass_from_config(RolloutOptions, section) == opts
+  section.tree.branch_factor = 0
+  with pytest.raises(ValueError, match="tree: branch_factor: must be >= 1"):
+    dataclass_from_config(RolloutOptions, section)

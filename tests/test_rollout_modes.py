@@ -10,7 +10,8 @@ import transformers
 from tests.rollout_support import RandomSampler, ScriptedSampler, check_bookkeeping
 from tirjax import advantages
 from tirjax.env.toolworld import Difficulty, build_tokenizer, make_demos, make_tasks
-from tirjax.rollout import ArpoOptions, RolloutOptions, Shapes, TreeOptions, rollout
+from tirjax.rollout import (ArpoOptions, RolloutOptions, Shapes, TreeOptions, rollout,
+                           time_modes)
 from tirjax.rollouts import validate
 
 SHAPES = Shapes(num_rows=64, max_steps=6, max_calls=4, max_gt_calls=8, max_tokens=1024,
@@ -218,3 +219,15 @@ def test_every_registered_estimator_runs_on_episode_batches(episode_batches, nam
     assert tokens.shape == r.tokens.shape and np.isfinite(tokens).all(), (name, mode)
     assert not tokens[~np.asarray(r.loss_mask)].any(), (name, mode)
     assert np.isfinite(np.asarray(out.steps)).all() and np.isfinite(np.asarray(out.rows)).all()
+
+
+def test_time_modes_reports_both_modes_at_equal_n(tokenizer, tasks, demos):
+  sampler = ScriptedSampler(tokenizer, tasks, demos, p_corrupt=0.2, p_early=0.2)
+  opts = RolloutOptions(n=4, max_new_tokens=128, shapes=SHAPES)
+  out = time_modes(sampler, tokenizer, tasks[:4], opts, repeats=2, warmup=0)
+  assert set(out) == {"tree", "independent"}
+  for mode, stats in out.items():
+    assert stats["rows"] == 16 and len(stats["wall_s_all"]) == 2
+    assert stats["sampler_calls"] >= 1 and stats["sampled_tokens"] > 0, mode
+    assert stats["wall_s"] == sorted(stats["wall_s_all"])[0] + (
+        sorted(stats["wall_s_all"])[1] - sorted(stats["wall_s_all"])[0]) / 2
