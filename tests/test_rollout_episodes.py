@@ -206,6 +206,9 @@ def test_a_sampler_that_breaks_the_protocol_is_an_error(tokenizer, tasks):
 def test_invalid_options_name_the_option(bad, match):
   with pytest.raises(ValueError, match=match):
     options(**bad)
+
+
+def test_invalid_mode_options_name_the_option():
   with pytest.raises(ValueError, match="initial_rollouts"):
     ArpoOptions(initial_rollouts=9, total_rollouts=8)
   with pytest.raises(ValueError, match="branch_factor"):
