@@ -81,7 +81,9 @@ def test_every_demo_reaches_its_answer_through_the_runner(tokenizer, tasks, demo
     chunk = tasks[start:start + SHAPES.num_rows]
     batch = rollout(sampler, tokenizer, chunk, opts)
     for rec, task, demo in zip(batch.episodes, chunk, demos[start:]):
-      assert rec.status == "answered" and rec.verdict == "true" and rec.outcome == 1
+      down = task.metadata["down"] is not None
+      want = (UNABLE_TO_ANSWER, 0.0) if down else ("true", 1.0)  # a down tool: verdict unable
+      assert rec.status == "answered" and (rec.verdict, rec.outcome) == want
       assert rec.answer == task.answer == demo.answer
       assert rec.texts == assistant_steps(demo)
       responses = [m["content"] for m in demo.messages if m["role"] == "tool"]
@@ -89,10 +91,11 @@ def test_every_demo_reaches_its_answer_through_the_runner(tokenizer, tasks, demo
       clean = demo.kind != "recover" and task.metadata["down"] is None  # no tool error
       assert all(r.format_reward == 0.25 for r in rec.results) == clean
     r = batch.rollouts
-    assert np.asarray(r.answer_score)[:len(chunk)].tolist() == [1.0] * len(chunk)
+    up = [float(t.metadata["down"] is None) for t in chunk]
+    assert np.asarray(r.answer_score)[:len(chunk)].tolist() == up
     m = metrics.portool_metrics([e.summary for e in batch.episodes],
                                 [e.outcome for e in batch.episodes], step_cap=opts.max_steps)
-    assert m["accuracy"] == 1.0 and m["unanswerable_rate"] == 0.0
+    assert m["accuracy"] == np.mean(up) and m["unanswerable_rate"] == 0.0
     assert m["avg_tool_steps"] == np.mean([len(e.texts) for e in batch.episodes])
 
 
@@ -108,12 +111,13 @@ def test_down_queries_answered_unable_to_answer(tokenizer, tasks, demos):
   down = [t for t in tasks if t.metadata["down"] is not None][:16]
   assert len(down) == 16
   sampler = ScriptedSampler(tokenizer, tasks, demos)
-  # toolworld's reference of a down query is unable_to_answer: saying so is correct.
+  # toolworld's reference of a down query is unable_to_answer: saying so gets that verdict
+  # (PORTool: a reasonable strategy that the tools could not complete), R_out = 0.
   batch = rollout(sampler, tokenizer, down, options(n=1))
   assert {(e.answer, e.verdict, e.outcome) for e in batch.episodes} == {
-      (UNABLE_TO_ANSWER, "true", 1.0)}
-  # Judged against the answer the query has when every tool is up (PORTool's setting: a
-  # tool limitation, not a wrong strategy), the same trajectories are unable_to_answer: 0.
+      (UNABLE_TO_ANSWER, UNABLE_TO_ANSWER, 0.0)}
+  # Judged against the answer the query has when every tool is up, the same trajectories are
+  # also unable_to_answer: 0.
   real = [dataclasses.replace(t, answer=t.metadata["answer_if_up"]) for t in down]
   batch = rollout(sampler, tokenizer, real, options(n=1))
   assert {(e.verdict, e.outcome) for e in batch.episodes} == {(UNABLE_TO_ANSWER, 0.0)}
@@ -234,7 +238,9 @@ def test_answer_tag_episodes_end_on_the_answer_block(tokenizer, tasks):
   opts = options(n=1, max_steps=SHAPES.max_steps, answer_protocol="answer_tag")
   batch = rollout(sampler, tokenizer, chunk, opts)
   check_bookkeeping(batch, chunk, sampler, tokenizer, opts)
-  assert all(e.verdict == "true" and e.texts[-1].endswith("</answer>") for e in batch.episodes)
+  want = {t.task_id: UNABLE_TO_ANSWER if t.metadata["down"] else "true" for t in chunk}
+  assert all(e.verdict == want[e.task_id] and e.texts[-1].endswith("</answer>")
+             for e in batch.episodes)
 
 
 def test_options_round_trip_through_a_config_section():

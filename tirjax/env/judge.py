@@ -109,7 +109,7 @@ def rule_verdict(answer: Optional[str], reference: Optional[str],
     return "false"
   unable = says_unable(answer)
   if normalize(reference) == normalize(UNABLE_TO_ANSWER):
-    return "true" if unable else "false"
+    return UNABLE_TO_ANSWER if unable else "false"
   if matches(answer, reference, options):
     return "true"
   return UNABLE_TO_ANSWER if unable else "false"
