@@ -14,6 +14,7 @@ from tirjax.advantages.group import DAPOOptions, DrGRPOOptions, GroupOptions, RL
 VARIANTS = (
     ("grpo", GroupOptions()),
     ("grpo", GroupOptions(segments.ZScore(ddof=0, singleton="raw"))),
+    ("arpo", GroupOptions()),
     ("grpo_fm", GroupOptions()),
     ("grpo_fm", GroupOptions(segments.ZScore(scale="none"))),
     ("dr_grpo", DrGRPOOptions()),

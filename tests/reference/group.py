@@ -88,4 +88,4 @@ def dapo(batch: dict, zscore=None, dynamic_sampling: bool = True, overlong_shapi
   return _result(batch, adv)
 
 
-REFERENCES = dict(grpo=grpo, grpo_fm=grpo_fm, dr_grpo=dr_grpo, rloo=rloo, dapo=dapo)
+REFERENCES = dict(grpo=grpo, arpo=grpo, grpo_fm=grpo_fm, dr_grpo=dr_grpo, rloo=rloo, dapo=dapo)

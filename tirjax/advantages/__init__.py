@@ -6,7 +6,7 @@
 """
 
 from tirjax.advantages.registry import Advantages, Estimator, get, names, register
-from tirjax.advantages import group  # noqa: F401  (registers grpo, grpo_fm, dr_grpo, rloo, dapo)
+from tirjax.advantages import group  # noqa: F401  (registers grpo, arpo, grpo_fm, dr_grpo, rloo, dapo)
 from tirjax.advantages import portool, unlearning  # noqa: F401  (registers portool)
 
 __all__ = ["Advantages", "Estimator", "get", "names", "register"]

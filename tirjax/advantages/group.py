@@ -1,4 +1,4 @@
-"""Outcome-level group baselines: grpo, grpo_fm, dr_grpo, rloo, dapo (SPEC §4.3).
+"""Outcome-level group baselines: grpo, grpo_fm, dr_grpo, rloo, dapo, arpo (SPEC §4.3).
 
 Each gives one advantage per row, broadcast to every step and generated token of the row.
 """
@@ -54,6 +54,17 @@ def mean_format_reward(r: Rollouts):
   """mean_t R_fm over the row's valid steps (0 for a row without steps)."""
   n = jnp.maximum(jnp.sum(r.step_valid, axis=1), 1)
   return jnp.sum(jnp.where(r.step_valid, r.format_reward, 0.0), axis=1) / n
+
+
+@register("arpo", GroupOptions)
+def arpo(r: Rollouts, opts: GroupOptions) -> Advantages:
+  """ARPO: GRPO advantages over entropy-adaptive rollouts.
+
+  Dong et al. 2025, "Agentic Reinforced Policy Optimization": the method is on the rollout
+  side (branching after tool responses when entropy rises, `tirjax.rollout` mode "arpo");
+  its advantage is GRPO's.
+  """
+  return grpo(r, opts)
 
 
 @register("grpo_fm", GroupOptions)
