@@ -239,7 +239,7 @@ def test_missing_tensor_is_named(checkpoints, tmp_path):
   tensors = load_file(file)
   del tensors["model.layers.1.mlp.up_proj.weight"]
   save_file(tensors, file, metadata={"format": "pt"})
-  with pytest.raises(CheckpointMismatch, match=r"missing.*model\.layers\.1\.mlp\.up_proj"):
+  with pytest.raises(CheckpointMismatch, match=r"/c: missing.*model\.layers\.1\.mlp\.up_proj"):
     load_hf(str(tmp_path / "c"))
 
 

@@ -62,7 +62,7 @@ def _weight_map(path: str) -> dict[str, str]:
   return weight_map
 
 
-def _check(weight_map, handles, cfg, variables) -> None:
+def _check(path, weight_map, handles, cfg, variables) -> None:
   """Missing, unexpected and misshapen tensors, each named with its file."""
   expected = {}
   for rule in hf_mapping.rules(cfg):
@@ -72,7 +72,7 @@ def _check(weight_map, handles, cfg, variables) -> None:
   missing = sorted(set(expected) - set(weight_map))
   if missing:
     raise CheckpointMismatch(
-        f"missing tensor(s) for a {cfg.family} model with {cfg.num_layers} layers: "
+        f"{path}: missing tensor(s) for a {cfg.family} model with {cfg.num_layers} layers: "
         f"{missing[:5]}{' ...' if len(missing) > 5 else ''} ({len(missing)} in all)")
   unexpected = sorted(n for n in weight_map
                       if n not in expected and not hf_mapping.ignored(n, cfg))
@@ -111,7 +111,7 @@ def load_hf(path: str, *, mesh: Optional[jax.sharding.Mesh] = None,
   with contextlib.ExitStack() as stack:
     handles = {f: stack.enter_context(safe_open(f, "np"))
                for f in sorted(set(weight_map.values()))}
-    _check(weight_map, handles, cfg, variables)
+    _check(path, weight_map, handles, cfg, variables)
     for rule in hf_mapping.rules(cfg):
       var = variables[rule.path]
       buf = np.empty(var.shape, jnp.dtype(var.dtype))
