@@ -1,0 +1,215 @@
+"""Orbax train-state checkpoints: round trip, keep-last-k, interrupted saves, other meshes,
+and directories of other runs."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from tirjax import checkpoint as ck
+from tirjax.models import config, decoder, sharding
+
+MESH_SHAPES = {"fsdp8": (1, 8, 1), "data2_tensor4": (2, 1, 4), "tensor2": (1, 1, 2)}
+
+
+def make_state(step, mesh=None, seed=0):
+  model = decoder.init(config.tiny(vocab_size=64), seed=seed)
+  if mesh is not None:
+    sharding.shard_model(model, mesh)
+  params = nnx.state(model, nnx.Param)
+  opt_state = optax.adam(1e-3).init(params)
+  # A non-trivial optimizer state: one update step.
+  _, opt_state = optax.adam(1e-3).update(jax.tree.map(jnp.ones_like, params), opt_state, params)
+  return ck.TrainState(step=step, params=params, opt_state=opt_state,
+                       rng=jax.random.key(100 + step), data_position={"epoch": 1, "index": step},
+                       policy_version=step // 2)
+
+
+def target_like(state, mesh=None):
+  """An abstract TrainState: with `mesh`, params and optimizer moments placed by the rules;
+  without, everything on the first device."""
+  rules = config.tiny().axis_rules
+
+  def abstract(tree):
+    if mesh is None:
+      shard = lambda x: jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    else:
+      shard = lambda x: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    shardings = jax.tree.map(shard, tree)
+    if mesh is not None and isinstance(tree, nnx.State):
+      shardings = sharding.state_shardings(tree, mesh, rules)
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                        tree, shardings)
+
+  opt = state.opt_state
+  opt_target = (opt[0]._replace(mu=abstract(opt[0].mu), nu=abstract(opt[0].nu),
+                                count=abstract(opt[0].count)),) + tuple(opt[1:])
+  return ck.TrainState(step=0, params=abstract(state.params), opt_state=opt_target,
+                       rng=jax.random.key(0), data_position={}, policy_version=0)
+
+
+def assert_same(restored, state):
+  assert restored.step == state.step and restored.policy_version == state.policy_version
+  assert restored.data_position == state.data_position
+  assert jax.dtypes.issubdtype(restored.rng.dtype, jax.dtypes.prng_key)
+  np.testing.assert_array_equal(jax.random.key_data(restored.rng),
+                                jax.random.key_data(state.rng))
+  for tree in ("params", "opt_state"):
+    got, want = getattr(restored, tree), getattr(state, tree)
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+      np.testing.assert_array_equal(a, b)
+
+
+@pytest.fixture(scope="module")
+def states():
+  return {step: make_state(step) for step in (1, 2, 3)}
+
+
+def test_round_trip_and_keep_last_k(tmp_path, states):
+  with ck.Checkpointer(str(tmp_path), "run-a", ck.CheckpointOptions(max_to_keep=2)) as c:
+    for step in (1, 2, 3):
+      c.save(states[step])
+    c.wait()
+    assert c.steps() == [2, 3] and c.latest_step() == 3
+    assert sorted(os.listdir(tmp_path)) == ["2", "3", ck.RUN_FILE]
+    assert_same(c.restore(target_like(states[3])), states[3])
+    assert_same(c.restore(target_like(states[2]), step=2), states[2])
+  with ck.Checkpointer(str(tmp_path), "run-a") as c:  # resuming the same run
+    assert_same(c.restore(target_like(states[3])), states[3])
+
+
+def test_raw_key_data_rng(tmp_path, states):
+  state = ck.TrainState(**{**states[1].__dict__, "rng": jax.random.PRNGKey(7)})
+  with ck.Checkpointer(str(tmp_path), "run-raw", ck.CheckpointOptions(async_save=False)) as c:
+    c.save(state)
+    target = ck.TrainState(**{**target_like(state).__dict__, "rng": jax.random.PRNGKey(0)})
+    np.testing.assert_array_equal(c.restore(target).rng, jax.random.PRNGKey(7))
+
+
+@pytest.mark.parametrize("save_on, restore_on", [("fsdp8", "data2_tensor4"),
+                                                 ("data2_tensor4", None),
+                                                 (None, "tensor2")])
+def test_restore_onto_another_mesh(tmp_path, save_on, restore_on):
+  save_mesh = save_on and sharding.make_mesh(MESH_SHAPES[save_on])
+  restore_mesh = restore_on and sharding.make_mesh(
+      MESH_SHAPES[restore_on], devices=jax.devices()[:int(np.prod(MESH_SHAPES[restore_on]))])
+  state = make_state(5, save_mesh)
+  with ck.Checkpointer(str(tmp_path), "run-mesh") as c:
+    c.save(state)
+    target = target_like(state, restore_mesh)
+    restored = c.restore(target)
+  assert_same(restored, state)
+  for got, want in zip(jax.tree.leaves(restored.params), jax.tree.leaves(target.params)):
+    assert got.sharding == want.sharding
+  if restore_mesh is not None:
+    embed = restored.params["embed"][...]
+    assert embed.sharding.spec == jax.sharding.PartitionSpec("tensor", "fsdp")
+
+
+CHILD = textwrap.dedent("""
+    import os, sys, time
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    sys.path.insert(0, {root!r})
+    import jax
+    from orbax.checkpoint._src.path import atomicity
+    from tests.test_checkpoint import make_state
+    from tirjax import checkpoint as ck
+
+    directory, marker = sys.argv[1], sys.argv[2]
+    c = ck.Checkpointer(directory, "run-kill")
+    c.save(make_state(1))
+    c.wait()
+
+    async def hang(self):
+      # Everything of step 2 is written; the commit (rename into place) never happens.
+      open(marker, "w").close()
+      time.sleep(600)
+
+    atomicity.AtomicRenameTemporaryPath.finalize = hang
+    c.save(make_state(2, seed=1))
+    c.wait()
+""")
+
+
+def test_sigkill_during_save_keeps_the_previous_checkpoint(tmp_path):
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  script, marker = tmp_path / "child.py", tmp_path / "writing"
+  script.write_text(CHILD.format(root=root))
+  directory = tmp_path / "ckpt"
+  child = subprocess.Popen([sys.executable, str(script), str(directory), str(marker)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  try:
+    deadline = time.time() + 240
+    while not marker.exists():
+      assert child.poll() is None, child.stderr.read().decode()[-3000:]
+      assert time.time() < deadline, "the child never reached the commit of step 2"
+      time.sleep(0.2)
+    os.kill(child.pid, signal.SIGKILL)
+  finally:
+    child.kill()
+    child.wait()
+  # The kill landed mid-save: step 2 exists only as an uncommitted temporary directory.
+  leftovers = [e for e in os.listdir(directory) if e.startswith("2")]
+  assert leftovers and all("tmp" in e for e in leftovers), leftovers
+  state = make_state(1)
+  with ck.Checkpointer(str(directory), "run-kill") as c:
+    assert c.latest_step() == 1 and c.steps() == [1]
+    assert_same(c.restore(target_like(state)), state)
+    c.save(make_state(2, seed=1))  # the interrupted step can be saved again
+    c.wait()
+    assert c.steps() == [1, 2]
+
+
+def test_failed_write_keeps_the_previous_checkpoint(tmp_path, states, monkeypatch):
+  with ck.Checkpointer(str(tmp_path), "run-fail", ck.CheckpointOptions(async_save=False)) as c:
+    c.save(states[1])
+
+  from orbax.checkpoint._src.path import atomicity
+
+  async def fail(self):
+    raise OSError("No space left on device")
+
+  monkeypatch.setattr(atomicity.AtomicRenameTemporaryPath, "finalize", fail)
+  c = ck.Checkpointer(str(tmp_path), "run-fail", ck.CheckpointOptions(async_save=False))
+  with pytest.raises(OSError, match="No space left"):
+    c.save(states[2])
+  monkeypatch.undo()
+  with ck.Checkpointer(str(tmp_path), "run-fail") as c2:
+    assert c2.steps() == [1]
+    assert_same(c2.restore(target_like(states[1])), states[1])
+
+
+def test_directories_of_other_runs_are_never_overwritten_silently(tmp_path, states):
+  with ck.Checkpointer(str(tmp_path / "a"), "run-1") as c:
+    c.save(states[1])
+  with pytest.raises(ck.RunMismatch, match="belongs to run 'run-1'"):
+    ck.Checkpointer(str(tmp_path / "a"), "run-2")
+  assert sorted(os.listdir(tmp_path / "a")) == ["1", ck.RUN_FILE]
+
+  (tmp_path / "b").mkdir()
+  (tmp_path / "b" / "notes.txt").write_text("mine")
+  with pytest.raises(ck.RunMismatch, match="not empty"):
+    ck.Checkpointer(str(tmp_path / "b"), "run-2")
+  assert (tmp_path / "b" / "notes.txt").read_text() == "mine"
+
+  with ck.Checkpointer(str(tmp_path / "a"), "run-2", overwrite=True) as c:
+    assert c.steps() == [] and c.latest_step() is None
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+      c.restore(target_like(states[1]))
+
+
+def test_options_are_validated():
+  with pytest.raises(ValueError, match="max_to_keep"):
+    ck.CheckpointOptions(max_to_keep=0)
+  with pytest.raises(ValueError, match="run_id"):
+    ck.Checkpointer("/tmp/unused-tirjax-ckpt", "")

@@ -1,0 +1,15 @@
+"""Policy models: a Flax NNX decoder for the Qwen3, Qwen2/2.5 and Llama 3 families.
+
+  config      ModelConfig, presets (`preset("qwen3_0p6b")`, `tiny(vocab_size=...)`)
+  decoder     Decoder (forward, hidden states), init / abstract
+  sharding    logical axis names → mesh partition specs
+  hf_io       load_hf / export_hf (safetensors, streamed; per-family tables in hf_mapping)
+  logprobs    token_logprobs: chunked log-probs and entropy with a chunked backward pass
+"""
+
+from tirjax.models.config import ModelConfig, RopeScaling, preset, tiny
+from tirjax.models.decoder import Decoder, abstract, init
+from tirjax.models.hf_io import CheckpointMismatch, export_hf, load_hf
+
+__all__ = ["CheckpointMismatch", "Decoder", "ModelConfig", "RopeScaling", "abstract",
+           "export_hf", "init", "load_hf", "preset", "tiny"]
