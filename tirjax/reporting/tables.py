@@ -115,10 +115,10 @@ def paired_markdown(rows: list[PairedRow], baseline: str) -> str:
       lines.append(f"| {r.label} | {r.metric} | 0 | — | — | {r.note} |")
       continue
     d = r.result.diff
-    scale = max(abs(d.low), abs(d.high)) if d.low is not None else None
+    scale = max(abs(v) for v in (d.mean, d.low, d.high) if v is not None)
     ci = "n/a" if d.low is None else f"[{fmt(d.low, scale)}, {fmt(d.high, scale)}]"
     p = "n/a" if r.result.p_value is None else f"{r.result.p_value:.3g}"
-    lines.append(f"| {r.label} | {r.metric} | {r.result.n} | {fmt(d.mean)} | {ci} | {p} |")
+    lines.append(f"| {r.label} | {r.metric} | {r.result.n} | {fmt(d.mean, scale)} | {ci} | {p} |")
   return "\n".join(lines) + "\n"
 
 
