@@ -19,7 +19,8 @@ setup: $(VENV)/.installed
 # VLLM_FIND_LINKS where pip has none).
 VLLM_VENV ?= .venv-vllm
 VLLM_REQUIREMENTS ?= requirements-vllm.txt
-VLLM_FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+VLLM_FIND_LINKS ?= $(or $(PIP_FIND_LINKS),\
+  $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 
 $(VLLM_VENV)/.installed: $(VLLM_REQUIREMENTS) requirements-vllm-exclude.txt
 	$(PYTHON) -m venv $(VLLM_VENV)

@@ -6,7 +6,7 @@ Launches one vLLM server (from `.venv-vllm`) of a tiny model saved by transforme
 measures completion throughput (sampled tokens per second, no stop tokens) at each batch size,
 and the weight hand-over (reload + prefix-cache reset + log-prob check against transformers).
 With --time_env it also times `make vllm-env` into a throw-away directory (with uv's cache as
-it is, or empty with --cold_cache) and records its size. Prints one JSON object (and writes it
+it is, and also empty with --cold_cache) and records its size. Prints one JSON object (and writes it
 with --json); the machine's load average is recorded, since other work skews every timing.
 """
 
@@ -102,13 +102,14 @@ def main(argv=None) -> dict:
   parser.add_argument("--server_env", action="append", default=[], metavar="NAME=VALUE",
                       help="environment variable for the server (repeatable)")
   parser.add_argument("--time_env", action="store_true", help="also time `make vllm-env`")
-  parser.add_argument("--cold_cache", action="store_true", help="... with an empty uv cache")
+  parser.add_argument("--cold_cache", action="store_true",
+                      help="... and again with an empty uv cache")
   args = parser.parse_args(argv)
 
   results = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                          "loadavg_start": os.getloadavg()}}
   if args.time_env:
-    results["make_vllm_env"] = time_env(args.cold_cache)
+    results["make_vllm_env"] = [time_env(cold) for cold in [False] + [True] * args.cold_cache]
   venv = os.path.join(REPO, ".venv-vllm")
   if os.path.isdir(venv):
     results["venv_vllm_bytes"] = disk_bytes(venv)

@@ -41,10 +41,18 @@ def echo_completion(payload):
 
 
 class FakeServer:
-  """`/health` and `/v1/completions`, whose answer `completion(payload)` decides."""
+  """`/health` and `/v1/completions`, whose answer `completion(payload)` decides.
 
-  def __init__(self, completion=echo_completion):
+  After an HTTP 5xx answer `/health` fails too (as vLLM's does once its engine died), unless
+  `stays_healthy`.
+  """
+
+  def __init__(self, completion=echo_completion, stays_healthy=False,
+               rpc=lambda payload: (200, {"results": [None]})):
     self.completion = completion
+    self.rpc = rpc
+    self.stays_healthy = stays_healthy
+    self.health = 200
     self.requests = []
     fake = self
 
@@ -61,17 +69,24 @@ class FakeServer:
         self.wfile.write(data)
 
       def do_GET(self):
-        self.reply(200, {}) if self.path == "/health" else self.reply(404, {})
+        self.reply(fake.health, {}) if self.path == "/health" else self.reply(404, {})
 
       def do_POST(self):
         payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         fake.requests.append((self.path, payload))
         if self.path == "/v1/completions":
-          self.reply(*fake.completion(payload))
+          status, body = fake.completion(payload)
+          if status >= 500 and not fake.stays_healthy:
+            fake.health = 503
+          self.reply(status, body)
         else:
-          self.reply(200, {"results": [None]})
+          self.reply(*fake.rpc(payload))
 
-    self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    class Server(http.server.ThreadingHTTPServer):
+      def handle_error(self, request, client_address):
+        pass  # a client that timed out has hung up: writing to it fails, as intended
+
+    self.httpd = Server(("127.0.0.1", 0), Handler)
     self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
     threading.Thread(target=self.httpd.serve_forever, args=(0.01,), daemon=True).start()
 
@@ -232,6 +247,19 @@ def test_server_error_mid_batch_restarts_once_then_gives_a_clear_error():
     server.close()
 
 
+def test_server_error_of_a_healthy_server_is_not_retried():
+  server = FakeServer(lambda payload: (500, {"error": {"message": "bad request"}}),
+                      stays_healthy=True)
+  sampler = owned_sampler(server.url, echo_completion)
+  try:
+    with pytest.raises(SamplerError, match="is healthy but failed the request.*bad request"):
+      sampler.generate([[1]], SamplingParams())
+    assert sampler.restarts == 0
+  finally:
+    sampler.close()
+    server.close()
+
+
 def test_restart_reloads_the_current_weights(tmp_path):
   (tmp_path / "model.safetensors").write_bytes(b"")
   server = FakeServer()
@@ -268,6 +296,24 @@ def test_failed_handover_check_blocks_sampling_until_a_good_one(fake, tmp_path):
   report = sampler.load_weights(str(tmp_path), teacher_logprobs=teacher(0.0))
   assert report.policy_version == 1 and report.gap.max_abs == 0.0
   assert sampler.generate([[1]], SamplingParams())[0][0].policy_version == 1
+
+
+def test_failed_reload_blocks_sampling_until_a_good_one(tmp_path):
+  (tmp_path / "model.safetensors").write_bytes(b"")
+  fails = [True]
+  server = FakeServer(rpc=lambda payload: (500, {"error": "shape mismatch"}) if fails[0] else (
+      200, {"results": [None]}), stays_healthy=True)
+  try:
+    sampler = VLLMSampler(VLLMOptions(url=server.url))
+    with pytest.raises(SamplerError, match="healthy but failed the request.*shape mismatch"):
+      sampler.load_weights(str(tmp_path))
+    with pytest.raises(SamplerError, match="hand-over of .* did not complete"):
+      sampler.generate([[1]], SamplingParams())
+    fails[0] = False
+    assert sampler.load_weights(str(tmp_path)).policy_version == 1
+    assert sampler.generate([[1]], SamplingParams())[0][0].policy_version == 1
+  finally:
+    server.close()
 
 
 def test_load_weights_rejects_a_directory_without_safetensors(fake, tmp_path):

@@ -8,8 +8,9 @@ Sampling is fully specified by each request (temperature, top-p, no top-k, stop 
 
 Seeds: each prompt is its own request, seeded from (`params.seed`, the call's index, the
 prompt's index); vLLM seeds the n samples of a request with seed, seed + 1, … The same
-sequence of calls on the same weights thus repeats its samples, while equal prompts in one
-batch, or the same prompt in two calls, get independent samples.
+sequence of calls on the same weights thus repeats its samples (up to numerical differences
+between batch compositions), while equal prompts in one batch, or the same prompt in two
+calls, get independent samples.
 
 New weights (`load_weights`) are an HF safetensors directory that the server loads in place
 with `reload_weights(weights_path=…)` through `POST /collective_rpc` (the server runs with
@@ -20,9 +21,11 @@ would keep the old LM head of a model with tied embeddings); a server only attac
 that fix, and the check is what catches a stale head there.
 
 Failures: a health check precedes every batch. When the server is down, does not answer in
-time (`request_timeout_s`) or answers HTTP 5xx, a server this sampler launched is restarted
-once (with the current weights re-loaded) and the batch retried; a second failure, or any
-failure of a server it only attached to, raises `SamplerError`.
+time (`request_timeout_s`), or answers HTTP 5xx and then fails its health check, a server this
+sampler launched is restarted once (with the current weights re-loaded) and the batch retried;
+a second failure, or any failure of a server it only attached to, raises `SamplerError`. An
+HTTP 5xx from a server that is still healthy (e.g. `reload_weights` of a bad directory) is the
+request's fault: it raises `SamplerError` at once.
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ from typing import Callable, Optional, Sequence, TypeVar
 
 from tirjax.sampling import handover
 from tirjax.sampling.interface import Sample, SamplingParams
-from tirjax.sampling.vllm_server import (RequestRejected, ServerOptions, ServerUnavailable,
-                                         VLLMServer, healthy, request_json)
+from tirjax.sampling.vllm_server import (RequestRejected, ServerError, ServerOptions,
+                                         ServerUnavailable, VLLMServer, healthy, request_json)
 
 _T = TypeVar("_T")
 _log = logging.getLogger(__name__)
@@ -175,6 +178,7 @@ class VLLMSampler:
             "temperature": params.temperature, "top_p": params.top_p, "top_k": 0,
             "min_p": 0.0, "max_tokens": params.max_new_tokens,
             "stop_token_ids": list(params.stop_token_ids), "ignore_eos": True,
+            "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
             "seed": seed, "logprobs": params.top_logprobs,
             "return_tokens_as_token_ids": True, "return_token_ids": True}
 
@@ -209,12 +213,15 @@ class VLLMSampler:
       self._ensure_healthy()
       return fn()
     except ServerUnavailable as first:
+      if isinstance(first, ServerError) and healthy(self.url, self.options.health_timeout_s):
+        raise SamplerError(f"vLLM server at {self.url} is healthy but failed the request: "
+                           f"{first}") from first
       if self._server is None:
         raise SamplerError(f"vLLM server at {self.url} failed (attached, so not restarted): "
                            f"{first}") from first
       _log.warning("vLLM server failed (%s); restarting it once and retrying", first)
-      self.restart()
       try:
+        self.restart()
         self._ensure_healthy()
         return fn()
       except ServerUnavailable as second:
@@ -264,39 +271,48 @@ class VLLMSampler:
       The timings and the measured gap.
 
     Raises:
-      WeightMismatchError: the check failed. The server keeps the loaded weights, and
-        `generate` refuses to sample until a later hand-over passes.
+      WeightMismatchError: the check failed.
+      SamplerError: the server could not load the weights.
+      After either, the server may hold some of the new weights: `generate` refuses to
+      sample until a later hand-over passes.
     """
     path = os.path.abspath(path)
     if not os.path.isdir(path) or not any(f.endswith(".safetensors") for f in os.listdir(path)):
       raise ValueError(f"path: {path!r} is not a directory with *.safetensors files")
     new_version = self.policy_version + 1 if version is None else int(version)
+    self._unverified = (f"the hand-over of {path} did not complete, so sampling is refused "
+                        "until a hand-over passes")
     try:
       reload_s, reset_s = self._with_restart(lambda: self._reload(path))
     except RequestRejected as e:
       raise SamplerError(f"reload_weights from {path} failed: {e}") from e
     self._weights_path = path
-    self._unverified = None
     t0 = time.monotonic()
     gap = None
     if teacher_logprobs is not None:
       try:
-        gap = self.check_weights(teacher_logprobs, what=f"hand-over of {path}")
+        gap = self._check(teacher_logprobs, f"hand-over of {path}")
       except handover.WeightMismatchError as e:
         self._unverified = (f"weights from {path} failed the hand-over check, so sampling is "
                             f"refused until a hand-over passes: {e}")
         raise
+    self._unverified = None
     self.policy_version = new_version
     return HandoverReport(policy_version=new_version, weights_path=path, reload_s=reload_s,
                           reset_s=reset_s, check_s=time.monotonic() - t0, gap=gap)
 
-  def check_weights(self, teacher_logprobs: handover.TeacherLogprobs,
-                    what: str = "weights check") -> handover.LogprobGap:
+  def check_weights(self, teacher_logprobs: handover.TeacherLogprobs) -> handover.LogprobGap:
     """Samples the probe batch and compares its log-probs with the teacher's.
 
     Raises:
       WeightMismatchError: the gap exceeds `handover_tolerance`; the message gives it.
     """
+    if self._unverified is not None:
+      raise SamplerError(self._unverified)
+    return self._check(teacher_logprobs, "weights check")
+
+  def _check(self, teacher_logprobs: handover.TeacherLogprobs,
+             what: str) -> handover.LogprobGap:
     prompts = [list(p) for p in self.options.probe_prompts]
     params = SamplingParams(max_new_tokens=self.options.probe_new_tokens)
     call, self._calls = self._calls, self._calls + 1

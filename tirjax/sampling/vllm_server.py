@@ -45,6 +45,10 @@ class ServerUnavailable(RuntimeError):
   """The server did not answer: refused or dropped connection, time-out, or an HTTP 5xx."""
 
 
+class ServerError(ServerUnavailable):
+  """The server answered HTTP 5xx."""
+
+
 class RequestRejected(ValueError):
   """The server refused the request itself (HTTP 4xx): retrying cannot help."""
 
@@ -120,7 +124,7 @@ def request_json(url: str, payload: Optional[dict] = None, timeout: float = 60.0
     detail = e.read().decode(errors="replace")[:2000]
     if 400 <= e.code < 500:
       raise RequestRejected(f"{url}: HTTP {e.code}: {detail}") from None
-    raise ServerUnavailable(f"{url}: HTTP {e.code}: {detail}") from None
+    raise ServerError(f"{url}: HTTP {e.code}: {detail}") from None
   except TimeoutError as e:
     raise ServerUnavailable(f"{url}: no answer within {timeout:g} s") from e
   except (urllib.error.URLError, http.client.HTTPException, ConnectionError) as e:
@@ -147,7 +151,7 @@ def free_port(host: str) -> int:
 
 
 _live: set["VLLMServer"] = set()
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered when SIGTERM arrives while the main thread holds it
 _sigterm_hooked = False
 
 

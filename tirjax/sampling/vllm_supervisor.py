@@ -5,9 +5,9 @@ Run as a script (standard library only, so any Python runs it, the vLLM environm
   python vllm_supervisor.py --parent PID --grace SECONDS -- CMD...
 
 The launcher starts this script as the leader of a new process group; CMD (vLLM's API server)
-and everything it spawns (the engine core and its workers) stay in that group. vLLM alone does not suffice: when its API server is
-killed, the engine core and workers keep running, re-parented to init. The supervisor ends the
-whole group when
+and everything it spawns (the engine core and its workers) stay in that group. vLLM alone does
+not suffice: when its API server is killed, the engine core and workers keep running,
+re-parented to init. The supervisor ends the whole group when
 
 - it gets SIGTERM, SIGINT or SIGHUP (the launcher's orderly shutdown),
 - its parent process dies (SIGUSR1 from the kernel, and a poll of `getppid()` as a backstop),
