@@ -15,7 +15,7 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 
-from tirjax.sampling import handover
+from tirjax.sampling import handover, tiny_hf
 from tirjax.sampling.interface import Sample, SamplingParams
 from tirjax.sampling.vllm import SamplerError, VLLMOptions, VLLMSampler
 from tirjax.sampling.vllm_server import RequestRejected, ServerOptions
@@ -377,3 +377,14 @@ def test_measure_gap_rejects_teachers_of_the_wrong_shape_and_flags_non_finite():
   assert gap.max_abs == float("inf") and gap.worst == (0, 1)
   with pytest.raises(handover.WeightMismatchError, match="differ by up to inf"):
     handover.check_gap(gap, 1e-3, "probe")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"vocab_size": 4}, "vocab_size"),
+    ({"num_kv_heads": 3}, "num_kv_heads: must divide"),
+    ({"initializer_range": 0.0}, "initializer_range"),
+    ({"num_layers": 0}, "num_layers"),
+])
+def test_tiny_model_spec_rejects_invalid_sizes(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    tiny_hf.TinyQwen3(**kwargs)

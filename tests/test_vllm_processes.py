@@ -29,13 +29,13 @@ if sys.argv[1:] != ["exit"]:
   time.sleep(600)
 """
 
-# Launches the supervisor over TREE (from a thread that ends at once, with "thread"), prints
-# its pid, then waits to be killed.
+# Launches the supervisor over TREE (from a thread that ends at once, with "thread"), with a
+# directory to clean up, prints its pid, then waits to be killed.
 LAUNCHER = """
 import os, subprocess, sys, threading, time
-tree, mode = sys.argv[1], sys.argv[2]
-cmd = [sys.executable, {supervisor!r}, "--parent", str(os.getpid()), "--grace", "1", "--",
-       sys.executable, "-c", tree] + (["exit"] if mode == "exit" else [])
+tree, mode, tmp = sys.argv[1], sys.argv[2], sys.argv[3]
+cmd = [sys.executable, {supervisor!r}, "--parent", str(os.getpid()), "--grace", "1",
+       "--cleanup", tmp, "--", sys.executable, "-c", tree] + (["exit"] if mode == "exit" else [])
 procs = []
 launch = lambda: procs.append(subprocess.Popen(cmd, start_new_session=True))
 if mode == "thread":
@@ -77,9 +77,10 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.mark.parametrize("mode", ["direct", "thread"])
-def test_supervisor_ends_the_whole_tree_when_its_parent_is_killed(mode):
+def test_supervisor_ends_the_whole_tree_when_its_parent_is_killed(mode, tmp_path):
   tag = uuid.uuid4().hex
-  launcher = spawn(LAUNCHER, TREE, mode, tag=tag)
+  (tmp_path / "sockets").mkdir()
+  launcher = spawn(LAUNCHER, TREE, mode, str(tmp_path / "sockets"), tag=tag)
   try:
     int(launcher.stdout.readline())
     # launcher, supervisor, child, grandchild; the launching thread has ended in "thread" mode
@@ -92,15 +93,16 @@ def test_supervisor_ends_the_whole_tree_when_its_parent_is_killed(mode):
     # The grandchild ignores SIGTERM: it goes only by SIGKILL, after the 1 s grace.
     assert support.wait_until(lambda: not support.tagged_pids(tag), 15), [
         support.cmdline(p) for p in support.tagged_pids(tag)]
+    assert support.wait_until(lambda: not (tmp_path / "sockets").exists(), 5)
   finally:
     launcher.kill()
     for pid in support.tagged_pids(tag):
       os.kill(pid, signal.SIGKILL)
 
 
-def test_supervisor_ends_the_tree_when_its_child_exits():
+def test_supervisor_ends_the_tree_when_its_child_exits(tmp_path):
   tag = uuid.uuid4().hex
-  launcher = spawn(LAUNCHER, TREE, "exit", tag=tag)
+  launcher = spawn(LAUNCHER, TREE, "exit", str(tmp_path / "sockets"), tag=tag)
   try:
     supervisor = int(launcher.stdout.readline())
     # Only the launcher remains once the child has exited: the supervisor killed the

@@ -48,7 +48,7 @@ def _config(spec: TinyQwen3):
       intermediate_size=spec.intermediate_size,
       max_position_embeddings=spec.max_position_embeddings, tie_word_embeddings=True,
       initializer_range=spec.initializer_range,
-      bos_token_id=EOS_ID, eos_token_id=EOS_ID, pad_token_id=0, torch_dtype="float32")
+      bos_token_id=EOS_ID, eos_token_id=EOS_ID, pad_token_id=0, dtype="float32")
 
 
 def save_tokenizer(vocab_size: int, path: str) -> None:
@@ -75,13 +75,6 @@ def save_model(path: str, spec: TinyQwen3 = TinyQwen3(), seed: int = 0):
   model.save_pretrained(path, safe_serialization=True)
   save_tokenizer(spec.vocab_size, path)
   return model
-
-
-def load_model(path: str):
-  """The float32 torch model saved at `path`, in eval mode."""
-  import torch  # noqa: PLC0415
-  import transformers  # noqa: PLC0415
-  return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
 
 def torch_logits(model, seq):

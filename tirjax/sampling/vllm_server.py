@@ -20,6 +20,7 @@ import dataclasses
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -73,7 +74,8 @@ class ServerOptions:
     grace_s: how long vLLM gets to stop on SIGTERM before its processes are SIGKILLed.
     extra_args: further command-line arguments for vLLM's API server.
     env: further environment variables for the server, as (name, value) pairs.
-    log_path: file that receives the server's output; None: a fresh temporary file.
+    log_path: file that receives the server's output; None: a fresh temporary file, kept
+      after the server stops (for post-mortems; a restart appends to it).
   """
   model: str
   python: str = DEFAULT_PYTHON
@@ -190,6 +192,7 @@ class VLLMServer:
     self.url: Optional[str] = None
     self.startup_s: Optional[float] = None
     self._proc: Optional[subprocess.Popen] = None
+    self._tmpdir: Optional[str] = None
     self._log_path = options.log_path
 
   @property
@@ -223,6 +226,7 @@ class VLLMServer:
                PYTHONUNBUFFERED="1", PYTHONPATH=_WORKER_EXTENSION_DIR)
     env.update(dict(self.options.env))
     env[TAG_ENV] = self.tag
+    env["TMPDIR"] = self._tmpdir  # vLLM leaves its IPC sockets behind: keep them in here
     return env
 
   def start(self) -> float:
@@ -237,9 +241,10 @@ class VLLMServer:
     if self._log_path is None:
       fd, self._log_path = tempfile.mkstemp(prefix="vllm-server-", suffix=".log")
       os.close(fd)
+    self._tmpdir = tempfile.mkdtemp(prefix="vllm-run-")
     port = o.port or free_port(o.host)
     cmd = [o.python, vllm_supervisor.__file__, "--parent", str(os.getpid()),
-           "--grace", str(o.grace_s), "--"] + self.command(port)
+           "--grace", str(o.grace_s), "--cleanup", self._tmpdir, "--"] + self.command(port)
     t0 = time.monotonic()
     with _lock, open(self._log_path, "ab") as log:
       self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
@@ -289,6 +294,7 @@ class VLLMServer:
       time.sleep(0.05)
     vllm_supervisor.kill_group(proc.pid, skip=-1)
     proc.wait()
+    shutil.rmtree(self._tmpdir, ignore_errors=True)
 
   def restart(self) -> float:
     self.close()

@@ -2,7 +2,7 @@
 
 Run as a script (standard library only, so any Python runs it, the vLLM environment's too):
 
-  python vllm_supervisor.py --parent PID --grace SECONDS -- CMD...
+  python vllm_supervisor.py --parent PID --grace SECONDS [--cleanup DIR] -- CMD...
 
 The launcher starts this script as the leader of a new process group; CMD (vLLM's API server)
 and everything it spawns (the engine core and its workers) stay in that group. vLLM alone does
@@ -14,7 +14,8 @@ re-parented to init. The supervisor ends the whole group when
 - CMD exits by itself (a crashed server leaves no engine behind).
 
 Ending the group: SIGTERM to CMD, up to `grace` seconds for vLLM's own shutdown, then SIGKILL
-to every process left in the group. The death signal is SIGUSR1 rather than SIGTERM because the
+to every process left in the group; then DIR (the server's TMPDIR, where vLLM leaves its IPC
+sockets) is removed. The death signal is SIGUSR1 rather than SIGTERM because the
 kernel sends it when the *thread* that forked exits: a launch from a short-lived thread must not
 kill the server, so SIGUSR1 only counts once `getppid()` shows the parent process is gone.
 The supervisor sets `PR_SET_PDEATHSIG` on itself, first thing, rather than the launcher in a
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -76,6 +78,7 @@ def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--parent", type=int, required=True, help="pid of the launching process")
   parser.add_argument("--grace", type=float, default=10.0, help="seconds for CMD to stop")
+  parser.add_argument("--cleanup", help="directory to remove once the group has ended")
   parser.add_argument("cmd", nargs=argparse.REMAINDER)
   args = parser.parse_args(argv)
   cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -115,6 +118,8 @@ def main(argv: list[str]) -> int:
     time.sleep(0.05)
   kill_group(pgid, skip=me)
   child.wait()
+  if args.cleanup:
+    shutil.rmtree(args.cleanup, ignore_errors=True)
   return child.returncode if rc is not None else 128 + (stop[0] if stop else signal.SIGTERM)
 
 
