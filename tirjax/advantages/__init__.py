@@ -7,5 +7,9 @@
 
 from tirjax.advantages.registry import Advantages, Estimator, get, names, register
 from tirjax.advantages import group  # noqa: F401  (registers grpo, grpo_fm, dr_grpo, rloo, dapo)
+from tirjax.advantages import hidifftir  # noqa: F401  (registers hidifftir)
+from tirjax.advantages import matchtir  # noqa: F401  (registers matchtir_km, matchtir_ot)
+from tirjax.advantages import toolrl  # noqa: F401  (registers toolrl)
+from tirjax.advantages import ftrl  # noqa: F401  (registers ftrl)
 
 __all__ = ["Advantages", "Estimator", "get", "names", "register"]
