@@ -135,5 +135,6 @@ def hidifftir(r: Rollouts, opts: HiDiffTIROptions) -> Advantages:
   return broadcast_steps(
       r, steps, adv, score, raw_reward=raw, difficulty=jnp.where(mask, d, 0.0),
       reweighted=r_tilde, minmax=r_hat, normalized=r_norm, turn_success=jnp.where(mask, s, 0.0),
-      turn_weight=w_hat, call_reward=match.call_reward, gt_reward=match.gt_reward,
-      gt_mean_reward=gt_mean, gt_success=jnp.where(r.gt_valid, gt_success, 0.0))
+      turn_weight=w_hat, call_reward=match.call_reward, call_match=match.call_gt,
+      gt_reward=match.gt_reward, gt_mean_reward=gt_mean,
+      gt_success=jnp.where(r.gt_valid, gt_success, 0.0))
