@@ -5,7 +5,7 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 
-from tests.call_batches import SHAPES, from_rows, random_batch, to_batch
+from tests.call_batches import SHAPES, from_rows, random_batch, repad, to_batch
 from tests.reference import REFERENCES
 from tirjax import advantages
 from tirjax.advantages.matchtir import MatchTIRKMOptions, MatchTIROTOptions
@@ -124,6 +124,22 @@ def test_ftrl_on_generated_calls_matches_reference():
   for seed in range(3):
     compare("ftrl", random_call_rollouts(seed, num_queries=4, group_size=3, max_steps=3,
                                          max_calls=2, max_gt_calls=3, max_params=2))
+
+
+@hypothesis.given(seed=st.integers(0, 2**31 - 1),
+                  name=st.sampled_from(["matchtir_km", "matchtir_ot", "ftrl"]))
+@hypothesis.settings(max_examples=15)
+def test_padding_invariance(seed, name):
+  rng = np.random.default_rng(seed)
+  r = random_batch(rng, SHAPES["square"])
+  positions = rng.permutation(11)[:8]
+  est = advantages.get(name)
+  small, large = est(r), est(repad(r, (11, 4, 3, 7), positions))
+  np.testing.assert_allclose(np.asarray(large.steps)[positions, :3], np.asarray(small.steps),
+                             atol=1e-5)
+  np.testing.assert_allclose(np.asarray(large.rows)[positions], np.asarray(small.rows), atol=1e-5)
+  padding = np.setdiff1d(np.arange(11), positions)
+  assert np.all(np.asarray(large.steps)[padding] == 0)
 
 
 def test_degenerate_inputs_are_finite():

@@ -266,6 +266,7 @@ def matchtir_km(batch, matching="hungarian", discount=0.9, zscore=None):
 
 
 def matchtir_ot(batch, reg=0.1, discount=0.9, max_iter=1000, tol=None, zscore=None):
+  """`tol` (the kernel's stopping rule) is accepted and ignored: POT's own rule applies."""
   rewards = {}
   for b in [b for m in groups_of(batch).values() for b in m]:
     calls, gts = row_calls(batch, b), row_gts(batch, b)
