@@ -18,11 +18,13 @@ existing file kept):
 Each section records the machine (CPU model, cores, jax version, load average before and
 after): other work on a shared machine skews every timing.
 
-Adding the vLLM numbers: write `vllm_section(tokenizer) -> dict` that starts a
-`tirjax.sampling.vllm.VLLMSampler` on the same tiny model (exported with
-`tirjax.models.export_hf`), measures it with `throughput(sampler, ...)` (the same protocol as
-the `jax` section; it takes any `Sampler`) and optionally `time_modes`, and register it in
-`SECTIONS`; `--sections=vllm --json=<this file>` then adds a "vllm" section next to "jax".
+Adding the vLLM numbers (same file, same protocol): write `vllm_section(tokenizer) -> dict`
+that exports the `jax` section's model (`tirjax.models.export_hf`; vLLM's own environment, see
+the README's "vLLM sampler"), opens `VLLMSampler(VLLMOptions(server=ServerOptions(model=dir)))`
+from `tirjax.sampling.vllm`, measures it with `throughput(sampler, ...)` at `--batches` (it
+takes any `Sampler`) and, optionally, `time_modes` as `tree_section` does; then register it in
+`SECTIONS` as "vllm". `--sections=vllm --json=<this file>` adds that section next to "jax"
+and keeps the others.
 """
 
 from __future__ import annotations
@@ -134,17 +136,18 @@ def tree_section(tokenizer) -> dict:
                   max_tokens=_MAX_TOKENS.value)
   options = RolloutOptions(n=n, max_steps=_MAX_STEPS.value, max_new_tokens=_STEP_TOKENS.value,
                            tree=TreeOptions(branch_factor=f), shapes=shapes)
-  # Every bucket a call can fall in: rows from one to f·n per query, contexts from the
-  # shortest prompt to shapes.max_tokens.
+  # Every bucket a call can fall in: the first call (n rows per query), then a active rows
+  # with one sample each (independent) or f (tree), contexts up to shapes.max_tokens.
   o = sampler.options
   shortest = min(len(chat.render_prompt_ids(tokenizer, t, t.question)) for t in tasks)
-  row_buckets = _powers(bucket(1, o.min_batch), bucket(len(tasks) * n * f, o.min_batch))
-  length_buckets = _powers(bucket(shortest, o.min_prompt_len),
-                           bucket(_MAX_TOKENS.value, o.min_prompt_len))
+  calls = {(len(tasks) * n, len(tasks))}
+  calls |= {(a * k, a) for a in range(1, len(tasks) * n + 1) for k in (1, f)}
+  lengths = _powers(bucket(shortest, o.min_prompt_len), bucket(_MAX_TOKENS.value,
+                                                               o.min_prompt_len))
   t0 = time.perf_counter()
-  for rows in row_buckets:
-    for length in length_buckets:
-      sampler.precompile(rows, length, _STEP_TOKENS.value)
+  for rows, prompts in sorted(calls):
+    for length in lengths:
+      sampler.precompile(rows, length, _STEP_TOKENS.value, prompts=prompts)
   compile_s = time.perf_counter() - t0
   before = len(sampler.compiled_buckets)
   modes = time_modes(sampler, tokenizer, tasks, options, repeats=_ROLLOUT_REPEATS.value)

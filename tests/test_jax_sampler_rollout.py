@@ -20,6 +20,9 @@ from tirjax.rollout import RolloutOptions, Shapes, TreeOptions, rollout
 from tirjax.rollouts import validate
 from tirjax.sampling.jax_sampler import Bucket, JaxSampler, JaxSamplerOptions
 
+# One worker builds the module's model and compiled buckets (make test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("jax_sampler_rollout")
+
 SHAPES = Shapes(num_rows=16, max_steps=3, max_calls=4, max_gt_calls=8, max_tokens=512,
                 max_params=4)
 OPTIONS = JaxSamplerOptions(min_batch=16, max_batch=16, min_prompt_len=512, min_new_tokens=16)
@@ -45,7 +48,7 @@ def batches(model, tokenizer):
     opts = RolloutOptions(mode=mode, n=2, max_steps=3, max_new_tokens=16, seed=1,
                           tree=TreeOptions(branch_factor=2), shapes=SHAPES)
     out[mode] = rollout(sampler, tokenizer, tasks, opts)
-  assert sampler.compiled_buckets == (Bucket(16, 512, 16, 0),)
+  assert sampler.compiled_buckets == (Bucket(16, 16, 512, 16, 0),)
   return out
 
 

@@ -11,6 +11,9 @@ from hypothesis import strategies as st
 
 from tirjax.models import config, decoder, kv_cache
 
+# One worker builds the module's model and compiled buckets (make test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("kv_cache")
+
 V, B, P, STEPS = 97, 4, 8, 6
 S = P + STEPS
 

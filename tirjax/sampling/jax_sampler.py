@@ -5,17 +5,20 @@
                                                    stop_token_ids=(im_end,), seed=7))
     sampler.update(new_model_or_state, policy_version=3)   # new weights, no recompilation
 
-One device call per chunk of rows: prefill of the right-padded prompts into a KV cache, then a
-`lax.while_loop` that emits one token per row per iteration and exits early once every row has
-stopped. A row stops at its first stop token (kept as its last token) or at `max_new_tokens`;
-a stopped row idles (its outputs are no longer written) until the loop ends.
+One device call per chunk of rows (a row is one sample: prompts × n of them): prefill of the
+chunk's distinct right-padded prompts into a KV cache (the n samples of a prompt share one
+prefill and copy its cache rows), then a `lax.while_loop` that emits one token per row per
+iteration and exits early once every row has stopped. A row stops at its first stop token
+(kept as its last token) or at `max_new_tokens`; a stopped row idles (its outputs are no
+longer written) until the loop ends.
 
 Buckets: shapes are rounded up so that each executable serves many calls. For a chunk of R
-rows (prompts × n, at most `max_batch`), longest prompt P and `max_new_tokens` N:
+rows (at most `max_batch`) from Q distinct prompts, longest prompt P, `max_new_tokens` N:
 
-  rows    2^⌈log2 R⌉, at least `min_batch`, at most `max_batch`
-  prompt  2^⌈log2 P⌉, at least `min_prompt_len`
-  new     2^⌈log2 N⌉, at least `min_new_tokens`   (cache slots: prompt + new)
+  rows     2^⌈log2 R⌉, at least `min_batch`
+  prompts  2^⌈log2 Q⌉, at least `min_batch`, at most the rows bucket
+  prompt   2^⌈log2 P⌉, at least `min_prompt_len`
+  new      2^⌈log2 N⌉, at least `min_new_tokens`   (cache slots: prompt + new)
 
 plus whether top log-probs are returned (`max_top_logprobs` of them, cut to the request).
 Temperature, top-p, `max_new_tokens`, the stop ids and the seed are traced values. Each
@@ -35,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import NamedTuple, Sequence, Union
+from typing import NamedTuple, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +46,7 @@ import numpy as np
 from flax import nnx
 
 from tirjax.models.decoder import Decoder
-from tirjax.models.kv_cache import decode_step, prefill
+from tirjax.models.kv_cache import KVCache, decode_step, prefill
 from tirjax.sampling.choice import choose, raw_stats
 from tirjax.sampling.interface import Sample, SamplingParams
 
@@ -88,6 +91,7 @@ class JaxSamplerOptions:
 
 class Bucket(NamedTuple):
   rows: int
+  prompts: int
   prompt_len: int
   new_tokens: int
   top_k: int  # 0: no top log-probs
@@ -97,7 +101,7 @@ class _Loop(NamedTuple):
   """The decode loop's carry: step t, cache, last tokens and the `[B, N]` outputs."""
 
   t: jax.Array
-  cache: object
+  cache: KVCache
   last: jax.Array
   done: jax.Array
   count: jax.Array
@@ -109,19 +113,25 @@ class _Loop(NamedTuple):
   top_logprobs: jax.Array
 
 
-def _generate(graphdef, new_tokens: int, top_k: int, state, prompts, lengths, live, key,
-              temperature, top_p, max_new, stop_ids) -> dict:
-  """Prefill, then the decode loop; every row of `[B, P]` prompts is a sequence to extend."""
+def _generate(graphdef, new_tokens: int, top_k: int, state, prompts, lengths, source, live,
+              key, temperature, top_p, max_new, stop_ids) -> dict:
+  """Prefill of `[Q, P]` prompts, then the decode loop over `[B]` rows; row b extends prompt
+  `source[b]`, and is padding unless `live[b]`."""
   model = nnx.merge(graphdef, state)
-  b = prompts.shape[0]
+  b = source.shape[0]
   logits, cache = prefill(model, prompts, lengths, prompts.shape[1] + new_tokens)
+  logits = logits[source]
+  cache = KVCache(cache.k[:, source], cache.v[:, source], cache.lengths[source])
 
   def emit(s: _Loop, logits) -> _Loop:
     tok = choose(jax.random.fold_in(key, s.t), logits, temperature, top_p)
     logp, entropy, logp_all = raw_stats(logits, tok)
     on = ~s.done
-    put = lambda buf, x: buf.at[:, s.t].set(jnp.where(  # noqa: E731
-        on.reshape((b,) + (1,) * (x.ndim - 1)), x, buf[:, s.t]))
+
+    def put(buf, x):  # column t of a [B, N, ...] output, written for rows still going
+      return buf.at[:, s.t].set(jnp.where(on.reshape((b,) + (1,) * (x.ndim - 1)), x,
+                                          buf[:, s.t]))
+
     if top_k:
       top_lp, top_id = jax.lax.top_k(logp_all, top_k)
       s = s._replace(top_ids=put(s.top_ids, top_id), top_logprobs=put(s.top_logprobs, top_lp))
@@ -139,13 +149,12 @@ def _generate(graphdef, new_tokens: int, top_k: int, state, prompts, lengths, li
   def more(s: _Loop):
     return (s.t < max_new) & ~jnp.all(s.done)
 
-  zeros = lambda shape, dtype=jnp.float32: jnp.zeros(shape, dtype)  # noqa: E731
-  k = max(top_k, 1)  # a [B, N, 1] placeholder when no top log-probs are asked for
-  s = _Loop(t=jnp.int32(0), cache=cache, last=zeros((b,), jnp.int32), done=~live,
-            count=zeros((b,), jnp.int32), stopped=zeros((b,), bool),
-            tokens=zeros((b, new_tokens), jnp.int32), logprobs=zeros((b, new_tokens)),
-            entropies=zeros((b, new_tokens)), top_ids=zeros((b, new_tokens, k), jnp.int32),
-            top_logprobs=zeros((b, new_tokens, k)))
+  n, k = new_tokens, max(top_k, 1)  # top: a [B, N, 1] placeholder when none is asked for
+  i32, f32 = jnp.int32, jnp.float32
+  s = _Loop(t=jnp.int32(0), cache=cache, last=jnp.zeros(b, i32), done=~live,
+            count=jnp.zeros(b, i32), stopped=jnp.zeros(b, bool), tokens=jnp.zeros((b, n), i32),
+            logprobs=jnp.zeros((b, n), f32), entropies=jnp.zeros((b, n), f32),
+            top_ids=jnp.zeros((b, n, k), i32), top_logprobs=jnp.zeros((b, n, k), f32))
   s = jax.lax.while_loop(more, body, emit(s, logits))
   out = dict(tokens=s.tokens, logprobs=s.logprobs, entropies=s.entropies, count=s.count,
              stopped=s.stopped)
@@ -215,10 +224,10 @@ class JaxSampler:
                        f"options.max_top_logprobs={o.max_top_logprobs}")
     key = jax.random.fold_in(jax.random.key(params.seed), self.call_count)
     self.call_count += 1
-    rows = [list(p) for p in prompts for _ in range(params.n)]
+    rows = [i for i in range(len(prompts)) for _ in range(params.n)]  # row → prompt
     samples = []
     for c, start in enumerate(range(0, len(rows), o.max_batch)):
-      samples += self._chunk(rows[start:start + o.max_batch], params,
+      samples += self._chunk(prompts, rows[start:start + o.max_batch], params,
                              jax.random.fold_in(key, c))
     return [samples[i * params.n:(i + 1) * params.n] for i in range(len(prompts))]
 
@@ -233,21 +242,23 @@ class JaxSampler:
     if stops and (min(stops) < 0 or max(stops) >= self.vocab_size):
       raise ValueError(f"stop_token_ids: must lie in [0, {self.vocab_size}), got {stops}")
 
-  def bucket_for(self, rows: int, prompt_len: int, max_new_tokens: int,
-                 top_logprobs: int = 0) -> Bucket:
-    """The bucket of a device call of `rows` rows (at most `max_batch` are one call) whose
-    longest prompt has `prompt_len` tokens."""
+  def bucket_for(self, rows: int, prompt_len: int, max_new_tokens: int, top_logprobs: int = 0,
+                 prompts: Optional[int] = None) -> Bucket:
+    """The bucket of a device call of `rows` rows (at most `max_batch` are one call) from
+    `prompts` distinct prompts (default: one per row), the longest of `prompt_len` tokens."""
     o = self.options
-    return Bucket(rows=bucket(min(rows, o.max_batch), o.min_batch),
+    rows = min(rows, o.max_batch)
+    prompts = rows if prompts is None else min(prompts, rows)
+    return Bucket(rows=bucket(rows, o.min_batch), prompts=bucket(prompts, o.min_batch),
                   prompt_len=bucket(prompt_len, o.min_prompt_len),
                   new_tokens=bucket(max_new_tokens, o.min_new_tokens),
                   top_k=o.max_top_logprobs if top_logprobs else 0)
 
-  def precompile(self, rows: int, prompt_len: int, max_new_tokens: int,
-                 top_logprobs: int = 0) -> Bucket:
+  def precompile(self, rows: int, prompt_len: int, max_new_tokens: int, top_logprobs: int = 0,
+                 prompts: Optional[int] = None) -> Bucket:
     """Compiles the bucket of such calls now (a no-op if it exists), so that timed or
     latency-bound calls do not; returns the bucket."""
-    b = self.bucket_for(rows, prompt_len, max_new_tokens, top_logprobs)
+    b = self.bucket_for(rows, prompt_len, max_new_tokens, top_logprobs, prompts)
     self._executable(b)
     return b
 
@@ -258,25 +269,31 @@ class JaxSampler:
       i32, f32 = jnp.int32, jnp.float32
       spec = jax.ShapeDtypeStruct
       self._compiled[b] = fn.lower(
-          self._state, spec((b.rows, b.prompt_len), i32), spec((b.rows,), i32),
-          spec((b.rows,), bool), jax.random.key(0), spec((), f32), spec((), f32),
-          spec((), i32), spec((o.max_stop_tokens,), i32)).compile()
+          self._state, spec((b.prompts, b.prompt_len), i32), spec((b.prompts,), i32),
+          spec((b.rows,), i32), spec((b.rows,), bool), jax.random.key(0), spec((), f32),
+          spec((), f32), spec((), i32), spec((o.max_stop_tokens,), i32)).compile()
     return self._compiled[b]
 
-  def _chunk(self, rows: list[list[int]], params: SamplingParams, key) -> list[Sample]:
+  def _chunk(self, prompts: Sequence[Sequence[int]], rows: list[int], params: SamplingParams,
+             key) -> list[Sample]:
+    """Samples of `rows` (prompt indices, at most `max_batch`) in one device call."""
     o = self.options
-    b = self.bucket_for(len(rows), max(map(len, rows)), params.max_new_tokens,
-                        params.top_logprobs)
-    tokens = np.zeros((b.rows, b.prompt_len), np.int32)
-    lengths = np.ones(b.rows, np.int32)  # padding rows: one token, done from the start
-    for i, r in enumerate(rows):
-      tokens[i, :len(r)] = r
-      lengths[i] = len(r)
-    live = np.arange(b.rows) < len(rows)
+    distinct = list(dict.fromkeys(rows))
+    b = self.bucket_for(len(rows), max(len(prompts[p]) for p in distinct),
+                        params.max_new_tokens, params.top_logprobs, len(distinct))
+    tokens = np.zeros((b.prompts, b.prompt_len), np.int32)
+    lengths = np.ones(b.prompts, np.int32)  # padding prompts: one token
+    for j, p in enumerate(distinct):
+      tokens[j, :len(prompts[p])] = prompts[p]
+      lengths[j] = len(prompts[p])
+    slot = {p: j for j, p in enumerate(distinct)}
+    source = np.zeros(b.rows, np.int32)
+    source[:len(rows)] = [slot[p] for p in rows]
+    live = np.arange(b.rows) < len(rows)  # padding rows are done from the start
     stops = np.full(o.max_stop_tokens, -1, np.int32)
     stops[:len(params.stop_token_ids)] = params.stop_token_ids
     out = self._executable(b)(
-        self._state, tokens, lengths, live, key, np.float32(params.temperature),
+        self._state, tokens, lengths, source, live, key, np.float32(params.temperature),
         np.float32(params.top_p), np.int32(params.max_new_tokens), stops)
     out = jax.device_get(out)
     return [self._sample(out, i, params.top_logprobs) for i in range(len(rows))]
