@@ -201,11 +201,13 @@ def test_one_compile_per_bucket(sampler):
 
 def test_update_swaps_weights_without_recompiling(model, sampler, prompts):
   other = decoder.init(model.config, seed=1)
-  buckets = sampler.compiled_buckets
   params = SamplingParams(max_new_tokens=8, seed=2)
+  before = sampler.generate(prompts, params)
+  buckets = sampler.compiled_buckets
   try:
     sampler.update(other, policy_version=7)
     out = sampler.generate(prompts, params)
+    assert [g[0].logprobs for g in out] != [g[0].logprobs for g in before]
     assert sampler.compiled_buckets == buckets
     for prompt, (s,) in zip(prompts, out):
       assert s.policy_version == 7
@@ -217,6 +219,8 @@ def test_update_swaps_weights_without_recompiling(model, sampler, prompts):
       sampler.update(decoder.init(model.config.replace(rope_theta=1e4)), 8)
     with pytest.raises(ValueError, match="parameter .*embed.* is float32\\[129, 64\\]"):
       sampler.update(nnx.state(bigger), 8)
+    with pytest.raises(ValueError, match="structure"):  # qwen2 has biases, qwen3 q/k norms
+      sampler.update(nnx.state(decoder.init(config.tiny(vocab_size=V, family="qwen2"))), 8)
     assert sampler.policy_version == 7
   finally:
     sampler.update(nnx.state(model), policy_version=2)
