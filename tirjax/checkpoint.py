@@ -153,6 +153,15 @@ class Checkpointer:
                       data_position=meta["data_position"],
                       policy_version=meta["policy_version"])
 
+  def meta(self, step: Optional[int] = None) -> dict:
+    """The JSON metadata of a saved step (step, policy_version, data_position, run_id), read
+    without the arrays: what a caller needs to build the restore target."""
+    self.wait()
+    step = self.latest_step() if step is None else step
+    if step is None:
+      raise FileNotFoundError(f"{self.directory}: no checkpoint to read")
+    return self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+
   def latest_step(self) -> Optional[int]:
     return self._manager.latest_step()
 

@@ -32,12 +32,12 @@ class WorkdirMismatch(RuntimeError):
   """The workdir belongs to a run with a different config."""
 
 
-def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
   out = {}
   for k, v in d.items():
     key = f"{prefix}{k}"
     if isinstance(v, Mapping):
-      out.update(_flatten(v, key + "."))
+      out.update(flatten(v, key + "."))
     else:
       out[key] = v
   return out
@@ -74,7 +74,7 @@ def claim(workdir: str, config: Mapping[str, Any]) -> bool:
     return False
   with open(path) as f:
     old = json.load(f)
-  a, b = _flatten(old), _flatten(config)
+  a, b = flatten(old), flatten(config)
   differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in RESUMABLE_KEYS)
   if differ:
     shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in differ[:8])

@@ -1,0 +1,226 @@
+"""Train a tool-using agent: supervised warm-start, then agentic RL with a registered estimator.
+
+    python -m experiments.train --config=configs/hidifftir.py:model=tiny --workdir=runs/default
+
+Restarting with the same --workdir resumes from the last checkpoint (same data order, PRNG
+streams and policy version). The workdir receives config.json, status.json, metrics.jsonl,
+TensorBoard events, checkpoints/ and hf_export/ (see `tirjax.rundir`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+
+import jax
+import numpy as np
+from absl import app, flags
+from flax import nnx
+from ml_collections import config_flags
+
+from tirjax import rundir, sharding
+from tirjax.checkpoint import CheckpointOptions, Checkpointer
+from tirjax.experiment import components, refill, resolve
+from tirjax.experiment.evaluation import evaluate
+from tirjax.experiment.progress import Progress, summary_table
+from tirjax.experiment.rl_metrics import rl_metrics
+from tirjax.experiment.sft_data import SFTData, demonstrations
+from tirjax.experiment.tasks import TaskSource, load_tokenizer, tokenizer_dir
+from tirjax.models.hf_io import export_hf
+from tirjax.rollout import rollout
+from tirjax.training.batches import SFTBatch, policy_batch
+from tirjax.training.optimizer import make_optimizer
+from tirjax.training.reference import ReferencePolicy, with_reference_logprobs
+from tirjax.training.step import init_state, placement, policy_step, sft_step, split_model
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "Experiment config, e.g. configs/portool.py:model=tiny",
+                                lock_config=True)
+flags.DEFINE_string("workdir", None, "Run directory (created, or resumed when it holds this run).")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  del argv
+  config, workdir = FLAGS.config, FLAGS.workdir
+  run(config, workdir)
+
+
+def run(config, workdir: str) -> dict:
+  """The whole run; returns the final summary (also printed and written to summary.json)."""
+  # -- Set-up and logging ---------------------------------------------------------------------
+  exp = resolve.resolve(config)  # every value checked before any compute
+  resuming = rundir.claim(workdir, config.to_dict())
+  rundir.write_status(workdir, "running", 0)
+  if not os.path.exists(os.path.join(workdir, "cell.json")):
+    rundir.write_json(os.path.join(workdir, "cell.json"), dict(
+        label=config.advantage.name, estimator=config.advantage.name,
+        options=dataclasses.asdict(exp.advantage), seed=config.seed))
+  writer = rundir.MetricsWriter(workdir)
+  progress = Progress(enabled=config.train.progress_bar)
+  try:
+    summary = _train(config, exp, workdir, writer, progress, resuming)
+  except BaseException as e:  # record the failure (Ctrl-C included), then re-raise
+    rundir.write_status(workdir, "failed", progress.step, f"{type(e).__name__}: {e}")
+    raise
+  finally:
+    progress.close()
+    writer.close()
+  rundir.write_status(workdir, "finished", config.train.steps)
+  return summary
+
+
+def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming) -> dict:
+  # -- Mesh -----------------------------------------------------------------------------------
+  mesh = sharding.make_mesh(exp.sharding)
+  rules = exp.sharding.rules
+
+  # -- Data and environment -------------------------------------------------------------------
+  cache = os.path.join(workdir, "tokenizer")
+  tokenizer = load_tokenizer(config.model, config.env.name, cache, seed=config.seed)
+  source = TaskSource(config.env, seed=config.seed)
+  train_tasks = source.tasks("train", config.env.train_tasks)
+  eval_tasks = source.tasks("eval", config.env.eval_tasks)
+  judge = components.make_judge(config.judge)
+  queries = components.QueryOrder(len(train_tasks), config.train.queries_per_step, seed=config.seed)
+
+  # -- Model and optimizer --------------------------------------------------------------------
+  model = components.build_model(config.model, len(tokenizer), rules, seed=config.seed)
+  graphdef, params = split_model(model)
+  sft_tx, rl_tx = make_optimizer(exp.sft_optim), make_optimizer(exp.optim)
+  place = {"sft": placement(params, sft_tx, mesh, rules), "rl": placement(params, rl_tx, mesh, rules)}
+  steps = {"sft": sft_step(graphdef, sft_tx, place["sft"], exp.sft_loss, exp.sft_step),
+           "rl": policy_step(graphdef, rl_tx, place["rl"], exp.loss, exp.step)}
+  tx = {"sft": sft_tx, "rl": rl_tx}
+
+  # -- Checkpoint restore ---------------------------------------------------------------------
+  ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), run_id=components.run_id(config),
+                      options=CheckpointOptions(max_to_keep=config.train.keep_checkpoints))
+  phase = "sft" if config.sft.steps > 0 else "rl"
+  state = init_state(params, tx[phase], place[phase], jax.random.key(config.seed),
+                     data_position={"phase": phase, "sft_step": 0, "rl_step": 0})
+  if ckpt.latest_step() is not None:
+    meta = ckpt.meta()
+    phase = meta["data_position"]["phase"]
+    target = init_state(params, tx[phase], place[phase], jax.random.key(config.seed))
+    state = ckpt.restore(target)
+    writer.truncate_after({"sft": state.data_position["sft_step"],
+                           "rl": state.data_position["rl_step"],
+                           "eval": state.data_position["rl_step"]})
+    print(f"resumed {workdir} at {phase} step "
+          f"{state.data_position[phase + '_step']} (policy version {state.policy_version})")
+  elif resuming:
+    writer.truncate_after({"sft": 0, "rl": 0, "eval": -1})
+  del model, params  # the train state owns the (donated) parameter buffers from here on
+  sampler = components.make_sampler(config, graphdef, state, workdir,
+                                    tokenizer_dir(config.model, cache, seed=config.seed))
+
+  # -- Supervised warm-start ------------------------------------------------------------------
+  if phase == "sft":
+    data = SFTData.from_sequences(
+        demonstrations(train_tasks, tokenizer, exp.demos, config.sft.num_demos, seed=config.seed),
+        exp.rollout.shapes.max_tokens, seed=config.seed)
+    progress.start("sft", config.sft.steps, state.data_position["sft_step"])
+    while state.data_position["sft_step"] < config.sft.steps:
+      i = state.data_position["sft_step"]
+      state, metrics = steps["sft"](state, SFTBatch(**data.batch(i, config.sft.batch_size)))
+      state = dataclasses.replace(state, data_position={**state.data_position, "sft_step": i + 1})
+      rec = writer.write("sft", i + 1, jax.device_get(metrics))
+      progress.update(i + 1, loss=rec["loss"])
+      if (i + 1) % config.train.checkpoint_every == 0 and i + 1 < config.sft.steps:
+        ckpt.save(state)
+    # SFT is done: evaluate, then start RL with a fresh optimizer (one checkpoint marks it).
+    sampler.update(components.sampler_params(state), state.policy_version)
+    after_sft = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
+                         config.sampler.eval_temperature, seed=config.seed)
+    rundir.write_json(os.path.join(workdir, "eval_after_sft.json"), after_sft)
+    writer.write("eval", 0, {**after_sft, "eval/stage": "sft"})
+    phase = "rl"
+    state = init_state(state.params, rl_tx, place["rl"], state.rng,
+                       data_position={**state.data_position, "phase": "rl"},
+                       policy_version=state.policy_version)
+    ckpt.save(state)
+  elif config.train.eval_at_start and state.data_position["rl_step"] == 0:
+    sampler.update(components.sampler_params(state), state.policy_version)
+    start = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
+                     config.sampler.eval_temperature, seed=config.seed)
+    rundir.write_json(os.path.join(workdir, "eval_after_sft.json"), start)
+    writer.write("eval", 0, {**start, "eval/stage": "start"})
+
+  # -- RL loop: sample, execute, judge, Rollouts, advantages, update, hand-over, evaluate ----
+  reference = None
+  if exp.loss.kl_coef > 0:  # the KL reference: the policy as RL starts (kept across restarts)
+    reference = ReferencePolicy(graphdef, components.reference_params(state, workdir),
+                                place["rl"], exp.step)
+  progress.start("rl", config.train.steps, state.data_position["rl_step"])
+  last_eval = None
+  while state.data_position["rl_step"] < config.train.steps:
+    i = state.data_position["rl_step"]
+    t0 = time.perf_counter()
+    sampler.update(components.sampler_params(state), state.policy_version)
+    rng = np.random.default_rng([config.seed, i])
+    tasks = [train_tasks[q] for q in queries.step(i)]
+    batch = rollout(sampler, tokenizer, tasks, exp.rollout, judge, rng)
+    rollouts, episodes, extra_rounds = batch.rollouts, batch.episodes, 0
+    if config.advantage.name == "dapo" and exp.advantage.dynamic_sampling:
+      def resample(k, i=i, rng=rng):
+        more = [train_tasks[q] for q in queries.extra(i, k, config.train.queries_per_step)]
+        return rollout(sampler, tokenizer, more, exp.rollout, judge, rng)
+      rollouts, episodes, extra_rounds = refill.dapo_refill(
+          batch, exp.estimator, exp.advantage, resample, config.train.queries_per_step,
+          config.train.dynamic_sampling_tries)
+    t1 = time.perf_counter()
+    adv = exp.estimator(rollouts, exp.advantage)
+    rollouts = with_reference_logprobs(rollouts, reference, exp.loss)
+    state, metrics = steps["rl"](state, policy_batch(rollouts, adv))
+    t2 = time.perf_counter()
+    state = dataclasses.replace(state, policy_version=state.policy_version + 1,
+                                data_position={**state.data_position, "rl_step": i + 1})
+    stats = rl_metrics(rollouts, adv, jax.device_get(metrics), episodes, batch.stats,
+                       exp.rollout.max_steps)
+    stats.update({"time/sample_s": t1 - t0, "time/update_s": t2 - t1,
+                  "dapo/extra_rounds": extra_rounds})
+    if (i + 1) % config.train.eval_every == 0 or i + 1 == config.train.steps:
+      sampler.update(components.sampler_params(state), state.policy_version)
+      last_eval = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
+                           config.sampler.eval_temperature, seed=config.seed)
+      writer.write("eval", i + 1, last_eval)
+      stats["time/eval_s"] = time.perf_counter() - t2
+    if (i + 1) % config.train.log_every == 0:
+      writer.write("rl", i + 1, stats)
+    progress.update(i + 1, reward=stats["reward/mean"],
+                    accuracy=None if last_eval is None else last_eval["eval/accuracy"])
+    if (i + 1) % config.train.checkpoint_every == 0 or i + 1 == config.train.steps:
+      ckpt.save(state)
+  ckpt.wait()
+
+  # -- Final evaluation, export, summary ------------------------------------------------------
+  if last_eval is None:  # resumed after the last step, or no RL steps
+    sampler.update(components.sampler_params(state), state.policy_version)
+    last_eval = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
+                         config.sampler.eval_temperature, seed=config.seed)
+  if config.train.export_final:
+    out = os.path.join(workdir, "hf_export")
+    model = nnx.merge(graphdef, components.sampler_params(state))
+    export_hf(model, out, source_dir=tokenizer_dir(config.model, cache, seed=config.seed),
+              overwrite=True)
+  ckpt.close()
+  sampler_close = getattr(sampler, "close", None)
+  if sampler_close is not None:
+    sampler_close()
+  source.close()
+  first_path = os.path.join(workdir, "eval_after_sft.json")
+  first = json.load(open(first_path)) if os.path.exists(first_path) else {}
+  summary = {"after_sft": first, "after_rl": last_eval, "rl_steps": config.train.steps,
+             "policy_version": state.policy_version}
+  rundir.write_json(os.path.join(workdir, "summary.json"), summary)
+  print(summary_table(first, last_eval, stage="SFT" if config.sft.steps else "start"),
+        file=sys.stdout, flush=True)
+  return summary
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,112 @@
+"""DAPO's dynamic sampling: keep the groups with reward variance, refill from more rollouts.
+
+DAPO (Yu et al. 2025, §3.2) over-samples and drops groups whose rewards are all equal, so
+that every group in a batch carries a gradient. `take_groups` assembles a batch of fixed
+shape from groups of several rollout batches: rows are copied, group ids renumbered in order,
+tree node ids renumbered densely (they stay batch-global and in range), and the remaining
+rows are padding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tirjax.rollouts import Rollouts, validate
+
+_PAD_MINUS_ONE = ("node_id", "token_step")
+
+
+def _pad_value(path: str) -> int:
+  return -1 if path in _PAD_MINUS_ONE or path.startswith("calls.") else 0
+
+
+def _leaves(r: Rollouts) -> dict[str, np.ndarray]:
+  out = {}
+  for f in dataclasses.fields(r):
+    v = getattr(r, f.name)
+    if v is None:
+      continue
+    if f.name == "calls":
+      out.update({f"calls.{g.name}": np.asarray(getattr(v, g.name))
+                  for g in dataclasses.fields(v)})
+    else:
+      out[f.name] = np.asarray(v)
+  return out
+
+
+def take_groups(parts: Sequence[tuple[Rollouts, list]], keep: Sequence[tuple[int, int]],
+                num_rows: int) -> tuple[Rollouts, list]:
+  """The rows of groups `keep` = [(part index, group id), ...] as one batch of `num_rows`.
+
+  `parts` are (rollouts, episode records) pairs of one shape; records (with `.row` and
+  `.group`) follow their rows. Returns (rollouts, records).
+  """
+  leaves = [_leaves(r) for r, _ in parts]
+  sources = []  # (part, row)
+  for new_group, (p, g) in enumerate(keep):
+    rows = np.flatnonzero(leaves[p]["row_valid"] & (leaves[p]["group_id"] == g))
+    sources += [(p, b, new_group) for b in rows]
+  if len(sources) > num_rows:
+    raise ValueError(f"take_groups: the kept groups have {len(sources)} rows; num_rows is "
+                     f"{num_rows}")
+  out = {}
+  for name, first in leaves[0].items():
+    arr = np.full((num_rows,) + first.shape[1:], _pad_value(name), first.dtype)
+    for i, (p, b, _) in enumerate(sources):
+      arr[i] = leaves[p][name][b]
+    out[name] = arr
+  out["group_id"][:len(sources)] = [g for _, _, g in sources]
+  node = out["node_id"]
+  part_of = np.zeros(num_rows, np.int64)
+  part_of[:len(sources)] = [p for p, _, _ in sources]
+  keys = np.where(node >= 0, part_of[:, None] * (node.max() + 2) + node, -1)
+  uniq, inv = np.unique(keys[node >= 0], return_inverse=True)
+  node[node >= 0] = inv
+  r0 = parts[0][0]
+  calls = None
+  if r0.calls is not None:
+    calls = r0.calls.replace(**{k[6:]: jnp.asarray(v) for k, v in out.items()
+                                if k.startswith("calls.")})
+  fields = {k: jnp.asarray(v) for k, v in out.items() if not k.startswith("calls.")}
+  rollouts = validate(Rollouts(**fields, calls=calls))
+  records = []
+  by_source = {(p, rec.row): rec for p, (_, recs) in enumerate(parts) for rec in recs}
+  for i, (p, b, g) in enumerate(sources):
+    rec = by_source.get((p, b))
+    if rec is not None:
+      records.append(dataclasses.replace(rec, row=i, group=g))
+  return rollouts, records
+
+
+def kept_groups(r: Rollouts, row_mask: jax.Array) -> list[int]:
+  """Group ids with at least one row in the loss (DAPO masks whole groups)."""
+  gid, keep = np.asarray(r.group_id), np.asarray(row_mask) & np.asarray(r.row_valid)
+  return sorted({int(g) for g in gid[keep]})
+
+
+def dapo_refill(first, estimator, options, resample: Callable[[int], object], num_queries: int,
+                tries: int) -> tuple[Rollouts, list, int]:
+  """Keeps `first`'s groups with reward variance and adds groups of `resample(k)` (rollout
+  batches of fresh queries, k = 1, 2, ...) until `num_queries` groups or `tries` rounds.
+
+  Returns (rollouts, episode records, rounds of resampling). Without a refill the batch is
+  returned as it is (filtered groups stay masked by the estimator).
+  """
+  parts = [(first.rollouts, first.episodes)]
+  kept = [(0, g) for g in kept_groups(first.rollouts, estimator(first.rollouts, options).row_mask)]
+  rounds = 0
+  while len(kept) < num_queries and rounds < tries:
+    rounds += 1
+    more = resample(rounds)
+    parts.append((more.rollouts, more.episodes))
+    kept += [(len(parts) - 1, g)
+             for g in kept_groups(more.rollouts, estimator(more.rollouts, options).row_mask)]
+  if rounds == 0 or not kept:
+    return first.rollouts, first.episodes, rounds
+  rollouts, records = take_groups(parts, kept[:num_queries], first.rollouts.num_rows)
+  return rollouts, records, rounds

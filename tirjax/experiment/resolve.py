@@ -1,0 +1,142 @@
+"""From a locked experiment config to checked option objects, before any compute.
+
+Every section becomes the frozen options dataclass of the component that uses it (whose
+`__post_init__` rejects bad values); cross-section rules are checked here. Every error names
+the config key: `ConfigError("rollout.shapes.num_rows: ...")`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from tirjax import advantages, sharding
+from tirjax.config import dataclass_from_config
+from tirjax.env.toolworld.demos import DemoOptions
+from tirjax.loss import LossOptions
+from tirjax.models.config import PRESETS as MODEL_PRESETS
+from tirjax.rollout.options import RolloutOptions
+from tirjax.training.optimizer import OptimizerOptions
+from tirjax.training.sft import SFTOptions
+from tirjax.training.step import StepOptions
+
+ENVS = ("toolworld", "toolhop", "ftrl", "bfcl")
+SAMPLERS = ("jax", "vllm")
+JUDGES = ("rule", "llm")
+
+
+class ConfigError(ValueError):
+  """An invalid experiment config; the message starts with the offending key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  """The checked options of one run (see `resolve`)."""
+
+  estimator: advantages.Estimator
+  advantage: Any  # the estimator's options dataclass
+  rollout: RolloutOptions
+  loss: LossOptions
+  optim: OptimizerOptions
+  step: StepOptions
+  sft_optim: OptimizerOptions
+  sft_loss: SFTOptions
+  sft_step: StepOptions
+  demos: DemoOptions
+  sharding: sharding.ShardingOptions
+
+
+def _section(cls, cfg, key: str):
+  try:
+    return dataclass_from_config(cls, cfg.to_dict() if hasattr(cfg, "to_dict") else cfg, key)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+
+
+def _need(ok: bool, key: str, problem: str) -> None:
+  if not ok:
+    raise ConfigError(f"{key}: {problem}")
+
+
+def _int_at_least(c, key: str, low: int) -> None:
+  value = c
+  for part in key.split("."):
+    value = value[part]
+  _need(isinstance(value, int) and not isinstance(value, bool) and value >= low, key,
+        f"must be an integer >= {low}, got {value!r}")
+
+
+def resolve(c) -> Experiment:
+  """Checks the whole config `c`; returns its option objects or raises `ConfigError`."""
+  _need(c.model.preset in MODEL_PRESETS, "model.preset",
+        f"unknown preset {c.model.preset!r}; valid presets are {sorted(MODEL_PRESETS)}")
+  if c.model.hf_checkpoint:
+    _need(os.path.isdir(c.model.hf_checkpoint), "model.hf_checkpoint",
+          f"{c.model.hf_checkpoint!r} is not a directory")
+  else:
+    _need(c.model.preset == "tiny" and c.env.name == "toolworld", "model.hf_checkpoint",
+          f"required for model.preset={c.model.preset!r} / env.name={c.env.name!r} (weights and "
+          "tokenizer); only the tiny model on toolworld trains from scratch")
+  _int_at_least(c, "model.logprob_chunk", 1)
+
+  _need(c.env.name in ENVS, "env.name", f"must be one of {ENVS}, got {c.env.name!r}")
+  if c.env.name in ("toolhop", "ftrl"):
+    _need(os.path.exists(c.env.data_path), "env.data_path",
+          f"{c.env.data_path!r} does not exist (env.name={c.env.name})")
+  _int_at_least(c, "env.train_tasks", 1)
+  _int_at_least(c, "env.eval_tasks", 1)
+
+  _need(c.judge.kind in JUDGES, "judge.kind", f"must be one of {JUDGES}, got {c.judge.kind!r}")
+  if c.judge.kind == "llm":
+    _need(bool(c.judge.base_url) and bool(c.judge.model), "judge.base_url",
+          "the LLM judge needs judge.base_url and judge.model")
+    _int_at_least(c, "judge.votes", 1)
+  _need(c.sampler.kind in SAMPLERS, "sampler.kind",
+        f"must be one of {SAMPLERS}, got {c.sampler.kind!r}")
+  _need(c.sampler.eval_temperature >= 0, "sampler.eval_temperature", "must be >= 0")
+
+  rollout = _section(RolloutOptions, c.rollout, "rollout")
+  try:
+    estimator = advantages.get(c.advantage.name)
+  except KeyError as e:
+    raise ConfigError(f"advantage.name: {e.args[0]}") from None
+  advantage = _section(estimator.options, c.advantage.options, "advantage.options")
+  loss = _section(LossOptions, c.loss, "loss")
+  optim = _section(OptimizerOptions, c.optim, "optim")
+  sft_optim = _section(OptimizerOptions, c.sft.optim, "sft.optim")
+  sft_loss = _section(SFTOptions, c.sft.loss, "sft.loss")
+  shard = _section(sharding.ShardingOptions, c.sharding, "sharding")
+
+  for key in ("train.steps", "sft.steps"):
+    _int_at_least(c, key, 0)
+  for key in ("train.queries_per_step", "train.micro_batches", "train.eval_every",
+              "train.checkpoint_every", "train.keep_checkpoints", "train.log_every",
+              "sft.batch_size", "sft.num_demos"):
+    _int_at_least(c, key, 1)
+  _int_at_least(c, "train.dynamic_sampling_tries", 0)
+  rows = c.train.queries_per_step * rollout.rows_per_query
+  _need(rollout.shapes.num_rows >= rows, "rollout.shapes.num_rows",
+        f"{rollout.shapes.num_rows} rows cannot hold train.queries_per_step="
+        f"{c.train.queries_per_step} × {rollout.rows_per_query} rows per query")
+  _need(rollout.shapes.num_rows % c.train.micro_batches == 0, "train.micro_batches",
+        f"{c.train.micro_batches} does not divide the batch rows {rollout.shapes.num_rows}")
+  _need(c.sft.steps == 0 or c.env.name == "toolworld", "sft.steps",
+        f"demonstrations exist for toolworld only; set sft.steps=0 for env.name={c.env.name!r} "
+        "(warm-start from an SFT checkpoint with model.hf_checkpoint)")
+  _need(c.sft.batch_size % c.train.micro_batches == 0, "sft.batch_size",
+        f"must be a multiple of train.micro_batches={c.train.micro_batches}")
+  if loss.aggregation == "seq_mean_token_sum_norm":
+    _need(loss.norm_constant is not None, "loss.norm_constant", "required by this aggregation")
+  try:
+    demos = DemoOptions(p_recover=c.sft.p_recover, p_detour=c.sft.p_detour,
+                        p_reorder=c.sft.p_reorder, answer_protocol=rollout.answer_protocol)
+  except ValueError as e:
+    raise ConfigError(f"sft.{e}") from None
+
+  step = StepOptions(num_microbatches=c.train.micro_batches,
+                     logprob_chunk_size=c.model.logprob_chunk, log_entropy=c.train.log_entropy)
+  sft_step = dataclasses.replace(step, log_entropy=False)
+  return Experiment(estimator=estimator, advantage=advantage, rollout=rollout, loss=loss,
+                    optim=optim, step=step, sft_optim=sft_optim, sft_loss=sft_loss,
+                    sft_step=sft_step, demos=demos, sharding=shard)

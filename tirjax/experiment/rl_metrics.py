@@ -1,0 +1,49 @@
+"""Per-step RL metrics: rewards, PORTool's four axes on the training episodes, advantage and
+unlearning statistics (SPEC §4.1), loss diagnostics, sampler-vs-trainer log-prob gap."""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from tirjax.advantages.registry import Advantages
+from tirjax.advantages.unlearning import unlearning_rate
+from tirjax.env import metrics as env_metrics
+from tirjax.rollouts import Rollouts
+
+
+def rl_metrics(r: Rollouts, adv: Advantages, step_metrics: Mapping[str, float],
+               episodes: Sequence, stats: Mapping[str, float], max_steps: int) -> dict:
+  valid = np.asarray(r.row_valid)
+  outcome = np.asarray(r.outcome)[valid]
+  out = {"reward/mean": float(outcome.mean()) if outcome.size else 0.0,
+         "reward/std": float(outcome.std()) if outcome.size else 0.0,
+         "reward/row_reward_mean": float(np.asarray(adv.row_reward)[valid].mean())
+         if outcome.size else 0.0,
+         "rows/valid": int(valid.sum()), "rows/in_loss": int(np.asarray(adv.row_mask).sum())}
+  if episodes:
+    axes = env_metrics.portool_metrics([e.summary for e in episodes],
+                                       [e.outcome for e in episodes], step_cap=max_steps)
+    out.update({"train/accuracy": axes["accuracy"], "train/avg_steps": axes["avg_tool_steps"],
+                "train/unanswerable_rate": axes["unanswerable_rate"],
+                "train/format_reward": axes["avg_format_reward"]})
+  steps = np.asarray(adv.steps)[np.asarray(r.step_valid)]
+  out.update({"advantage/step_mean": float(steps.mean()) if steps.size else 0.0,
+              "advantage/step_std": float(steps.std()) if steps.size else 0.0,
+              "advantage/step_min": float(steps.min()) if steps.size else 0.0,
+              "advantage/step_max": float(steps.max()) if steps.size else 0.0})
+  u = unlearning_rate(r, adv.steps)
+  out.update({"unlearning/rate": float(u["rate"]), "unlearning/row_rate": float(u["row_rate"]),
+              "unlearning/num_necessary": int(u["num_necessary"])})
+  for k, v in step_metrics.items():
+    out[f"loss/{k}"] = float(np.asarray(v))
+  lo, hi = step_metrics.get("metrics/ratio/min"), step_metrics.get("metrics/ratio/max")
+  if lo is not None and hi is not None and lo > 0 and hi > 0:
+    # The first update sees the sampler's own weights: ρ = exp(trainer − sampler log-prob).
+    out["sampler/logprob_gap_max"] = max(abs(math.log(lo)), abs(math.log(hi)))
+  for k, v in stats.items():
+    if isinstance(v, (int, float)):
+      out[f"rollout/{k}"] = float(v)
+  return out
