@@ -40,14 +40,16 @@ def test_compiles_once_per_batch_shape(model, step):
   state = fresh_state(model, data_position={"index": 7}, policy_version=2)
   rng = np.random.default_rng(0)
   losses = []
-  for _ in range(3):
-    state, metrics = step(state, ts.policy_batch(rng, rows=16, length=12))
-    losses.append(float(metrics["loss"]))
-  assert step.jitted._cache_size() == 1
+  with ts.count_compiles() as compiles:
+    for _ in range(3):
+      state, metrics = step(state, ts.policy_batch(rng, rows=16, length=12))
+      losses.append(float(metrics["loss"]))
+  assert len(compiles) == 1 and step.jitted._cache_size() == 1
   assert len(set(losses)) == 3
   assert state.step == 3 and state.data_position == {"index": 7} and state.policy_version == 2
-  state, _ = step(state, ts.policy_batch(rng, rows=16, length=20))
-  assert step.jitted._cache_size() == 2
+  with ts.count_compiles() as compiles:
+    state, _ = step(state, ts.policy_batch(rng, rows=16, length=20))
+  assert len(compiles) == 1 and step.jitted._cache_size() == 2
 
 
 def test_state_is_donated(model, step):

@@ -2,7 +2,6 @@
 every (data, fsdp, tensor) mesh of the 8 simulated devices, and places its outputs as
 declared (parameters and optimizer moments by the logical rules, metrics replicated)."""
 
-import jax
 import numpy as np
 import pytest
 

@@ -7,6 +7,7 @@ per option set.
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 import jax
@@ -31,6 +32,22 @@ def mesh(shape, rules=sharding.DEFAULT_RULES):
   axes = tuple(zip(("data", "fsdp", "tensor"), shape))
   opts = sharding.ShardingOptions(mesh=axes, rules=rules)
   return sharding.make_mesh(opts, devices=jax.devices()[:int(np.prod(shape))])
+
+
+@contextlib.contextmanager
+def count_compiles():
+  """Yields a list that collects the duration of every XLA compilation in the block."""
+  compiles = []
+
+  def listener(event, duration, **_):
+    if event == "/jax/core/compile/backend_compile_duration":
+      compiles.append(duration)
+
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    yield compiles
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
 
 
 class Recorded(NamedTuple):

@@ -6,7 +6,6 @@ the SFT negative log-likelihood as a loop, and the decoder's parameter count by 
 import math
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -98,7 +97,3 @@ def decoder_params(cfg):
 
 def flatten(tree):
   return [np.asarray(x) for x in jax.tree.leaves(tree)]
-
-
-def as_jnp(tree):
-  return jax.tree.map(jnp.asarray, tree)

@@ -84,8 +84,9 @@ def _finite(x) -> bool:
 
 def learning_rate_schedule(opts: OptimizerOptions) -> optax.Schedule:
   """η(n) for update n = 0, 1, ...: `η·(n+1)/(W+1)` for n < W (so the first update does not
-  have rate 0), then η (constant), or for cosine with D = `decay_steps`, f = `final_lr_fraction`:
-  `η·(f + (1 − f)·(1 + cos(π·min(n − W, D)/D))/2)` (Loshchilov & Hutter 2017, no restarts)."""
+  have rate 0), then η (constant), or for cosine with D = `decay_steps` and
+  f = `final_lr_fraction`: `η·(f + (1 − f)·(1 + cos(π·min(n − W, D)/D))/2)`
+  (Loshchilov & Hutter 2017, without restarts)."""
   peak, warmup = opts.learning_rate, opts.warmup_steps
 
   def schedule(count):

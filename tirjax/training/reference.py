@@ -1,6 +1,7 @@
 """The frozen reference policy of the KL term (SPEC §5): its log-probs, once per batch.
 
-    reference = ReferencePolicy(graphdef, params, place, step_opts) if loss_opts.kl_coef > 0 else None
+    reference = (ReferencePolicy(graphdef, ref_params, place, step_opts)
+                 if loss_opts.kl_coef > 0 else None)
     rollouts = with_reference_logprobs(rollouts, reference, loss_opts)   # before policy_batch
 
 With β = 0 (PORTool) nothing is computed and no reference copy of the weights is needed.
@@ -48,6 +49,7 @@ class ReferencePolicy:
                           out_shardings=place.batch)
 
   def logprobs(self, tokens: jax.Array, token_valid: jax.Array) -> jax.Array:
+    tokens, token_valid = jax.device_put((tokens, token_valid), self.placement.batch)
     with jax.set_mesh(self.placement.mesh):
       return self.jitted(self.params, tokens, token_valid)
 

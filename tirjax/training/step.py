@@ -215,6 +215,9 @@ class TrainStep:
                           donate_argnums=(0, 1))
 
   def __call__(self, state: TrainState, batch: Any) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One update. `batch`: host arrays (one process) or arrays from `sharding.shard_batch`;
+    both are placed the same way first, so they share one compilation."""
+    batch = jax.device_put(batch, self.placement.batch)
     with jax.set_mesh(self.placement.mesh):
       params, opt_state, metrics = self.jitted(state.params, state.opt_state, batch)
     return dataclasses.replace(state, step=state.step + 1, params=params,
