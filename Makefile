@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup test run bench clean-venv
+.PHONY: setup vllm-env test run bench clean-venv
 
 $(VENV)/.installed: requirements.txt requirements-test.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,25 @@ $(VENV)/.installed: requirements.txt requirements-test.txt setup.py
 
 setup: $(VENV)/.installed
 
-test: setup
+# The vLLM sampler's own environment (vLLM pins its own torch and transformers). uv resolves and
+# installs it in about 30 s; the torch CPU wheel comes from pip's find-links location (set
+# VLLM_FIND_LINKS where pip has none).
+VLLM_VENV ?= .venv-vllm
+VLLM_REQUIREMENTS ?= requirements-vllm.txt
+VLLM_FIND_LINKS ?= $(or $(PIP_FIND_LINKS),\
+  $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+
+$(VLLM_VENV)/.installed: $(VLLM_REQUIREMENTS) requirements-vllm-exclude.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q "uv>=0.13,<0.14"
+	$(VLLM_VENV)/bin/uv pip install -q --python $(VLLM_VENV)/bin/python \
+	  $(if $(VLLM_FIND_LINKS),--find-links $(VLLM_FIND_LINKS)) \
+	  --excludes requirements-vllm-exclude.txt -r $(VLLM_REQUIREMENTS)
+	touch $@
+
+vllm-env: $(VLLM_VENV)/.installed
+
+test: setup vllm-env
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 bench: setup

@@ -2,12 +2,12 @@
 
 For the advantage estimators, `REFERENCES[name](batch, **options)` returns
 `dict(steps=[B, T], rows=[B])`, with `batch` the numpy arrays of a `Rollouts`
-(`{f.name: np.asarray(getattr(r, f.name))}`) and `options` the fields of the estimator's
-options dataclass (same names and defaults). Plain Python loops and dicts over groups, trees
-and rows: slow on purpose, never sharing code with the kernels. `REFERENCES` merges the
-per-module dicts.
+(`{f.name: np.asarray(getattr(r, f.name))}`, call encodings under `calls.<field>`) and
+`options` the fields of the estimator's options dataclass (same names and defaults). Plain
+Python loops and dicts over groups, trees and rows: slow on purpose, never sharing code with
+the kernels. `REFERENCES` merges the per-module dicts.
 """
 
-from tests.reference import group, portool
+from tests.reference import group, matching, portool
 
-REFERENCES = {**group.REFERENCES, **portool.REFERENCES}
+REFERENCES = {**group.REFERENCES, **portool.REFERENCES, **matching.REFERENCES}

@@ -6,7 +6,11 @@
 """
 
 from tirjax.advantages.registry import Advantages, Estimator, get, names, register
-from tirjax.advantages import group  # noqa: F401  (registers grpo, arpo, grpo_fm, dr_grpo, rloo, dapo)
-from tirjax.advantages import portool, unlearning  # noqa: F401  (registers portool)
+from tirjax.advantages import group  # noqa: F401  (grpo, arpo, grpo_fm, dr_grpo, rloo, dapo)
+from tirjax.advantages import portool, unlearning  # noqa: F401  (portool)
+from tirjax.advantages import hidifftir  # noqa: F401  (hidifftir)
+from tirjax.advantages import matchtir  # noqa: F401  (matchtir_km, matchtir_ot)
+from tirjax.advantages import toolrl  # noqa: F401  (toolrl)
+from tirjax.advantages import ftrl  # noqa: F401  (ftrl)
 
 __all__ = ["Advantages", "Estimator", "get", "names", "register"]

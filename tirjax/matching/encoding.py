@@ -21,11 +21,12 @@ def canonical_value(v: Any) -> Any:
   """A hashable canonical form of a decoded JSON value (1 and 1.0 coincide)."""
   if isinstance(v, bool) or v is None:
     return ("lit", v)
-  if isinstance(v, (int, float)):
-    f = float(v)
-    if math.isfinite(f) and f == int(f) and abs(f) < 2**63:
-      return ("num", int(f))
-    return ("num", repr(f))
+  if isinstance(v, int):
+    return ("num", v)  # exact: 2**53 + 1 and 2.0**53 differ, as they do in Python
+  if isinstance(v, float):
+    if math.isfinite(v) and v == int(v):
+      return ("num", int(v))
+    return ("num", repr(v))
   if isinstance(v, str):
     return ("str", v)
   if isinstance(v, (list, tuple)):

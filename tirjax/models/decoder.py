@@ -63,10 +63,7 @@ class Decoder(nnx.Module):
     mask = causal[None] & token_valid[:, None, :]
     cos, sin = rope_tables(cfg, positions, cfg.dtype)
 
-    # Padding ids may be anything (e.g. -1); they must not reach the lookup as NaN rows.
-    tokens = jnp.where(token_valid, tokens, 0)
-    x = jnp.take(self.embed[...], tokens, axis=0, mode="clip").astype(cfg.dtype)
-    x = constrain(x, ("batch", "length", "embed"), self.rules)
+    x = self.embed_tokens(tokens, token_valid)
     graphdef, layer_state = nnx.split(self.layers)
 
     def body(x, state):
@@ -76,6 +73,13 @@ class Decoder(nnx.Module):
       body = jax.checkpoint(body, prevent_cse=False)
     x, _ = jax.lax.scan(body, x, layer_state)
     return self.final_norm(x)
+
+  def embed_tokens(self, tokens: jax.Array, token_valid: jax.Array) -> jax.Array:
+    """Embeddings `[B, L, hidden_size]` in `config.dtype`; padding reads row 0."""
+    # Padding ids may be anything (e.g. -1); they must not reach the lookup as NaN rows.
+    tokens = jnp.where(token_valid, tokens, 0)
+    x = jnp.take(self.embed[...], tokens, axis=0, mode="clip").astype(self.config.dtype)
+    return constrain(x, ("batch", "length", "embed"), self.rules)
 
   def logits(self, hidden: jax.Array) -> jax.Array:
     """float32 logits `[B, L, vocab]` of hidden states `[B, L, hidden_size]`."""

@@ -106,24 +106,34 @@ class Attention(nnx.Module):
       y = y + getattr(self, bias_name)[...].astype(x.dtype)
     return constrain(y, names, self.rules)
 
-  def __call__(self, x, cos, sin, mask):
-    """x `[B, L, D]`; cos/sin `[B, L, head_dim]`; mask `[B, L, L]` (query, key) → `[B, L, D]`."""
-    cfg = self.cfg
+  def qkv(self, x, cos, sin):
+    """Queries `[B, L, heads, head_dim]`, keys and values `[B, L, kv_heads, head_dim]` of
+    x `[B, L, D]`, rotated by cos/sin `[B, L, head_dim]`: what a KV cache stores."""
     q = self._project(x, self.q_proj, "q_bias", ("batch", "length", "heads", "head_dim"))
     k = self._project(x, self.k_proj, "k_bias", ("batch", "length", "kv_heads", "head_dim"))
     v = self._project(x, self.v_proj, "v_bias", ("batch", "length", "kv_heads", "head_dim"))
-    if cfg.qk_norm:
+    if self.cfg.qk_norm:
       q, k = self.q_norm(q), self.k_norm(k)
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    b, l = x.shape[:2]
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+  def attend(self, q, k, v, mask):
+    """q `[B, Lq, heads, hd]` over k/v `[B, Lk, kv_heads, hd]`; mask `[B, Lq, Lk]` → `[B, Lq, D]`.
+
+    Lk may exceed Lq: a decode step's one query reads every slot of a KV cache."""
+    cfg = self.cfg
+    b, l = q.shape[:2]
     groups = cfg.num_heads // cfg.num_kv_heads
     q = q.reshape(b, l, cfg.num_kv_heads, groups, cfg.head_dim)
     scores = jnp.einsum("bqkgh,bskh->bkgqs", q, k, preferred_element_type=jnp.float32)
     scores = jnp.where(mask[:, None, None], scores / math.sqrt(cfg.head_dim), _MASKED)
-    probs = jax.nn.softmax(scores, axis=-1).astype(x.dtype)
+    probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
     out = jnp.einsum("bkgqs,bskh->bqkgh", probs, v).reshape(b, l, cfg.num_heads, cfg.head_dim)
     out = constrain(out, ("batch", "length", "heads", "head_dim"), self.rules)
-    return jnp.einsum("blnh,nhd->bld", out, self.o_proj[...].astype(x.dtype))
+    return jnp.einsum("blnh,nhd->bld", out, self.o_proj[...].astype(q.dtype))
+
+  def __call__(self, x, cos, sin, mask):
+    """x `[B, L, D]`; cos/sin `[B, L, head_dim]`; mask `[B, L, L]` (query, key) → `[B, L, D]`."""
+    return self.attend(*self.qkv(x, cos, sin), mask)
 
 
 class MLP(nnx.Module):
@@ -154,7 +164,16 @@ class DecoderLayer(nnx.Module):
     self.mlp = MLP(cfg, rules, rngs=rngs)
     self.rules = rules
 
-  def __call__(self, x, cos, sin, mask):
-    x = x + self.attn(self.input_norm(x), cos, sin, mask)
+  def qkv(self, x, cos, sin):
+    """The attention's q, k, v of the block input x (see `Attention.qkv`)."""
+    return self.attn.qkv(self.input_norm(x), cos, sin)
+
+  def finish(self, x, q, k, v, mask):
+    """The block output from its input x, its queries, and the keys/values to attend to
+    (its own, or a KV cache holding them)."""
+    x = x + self.attn.attend(q, k, v, mask)
     x = x + self.mlp(self.post_attn_norm(x))
     return constrain(x, ("batch", "length", "embed"), self.rules)
+
+  def __call__(self, x, cos, sin, mask):
+    return self.finish(x, *self.qkv(x, cos, sin), mask)

@@ -1,0 +1,132 @@
+"""Base experiment config: every section, with the presets shared by all estimator configs.
+
+Not run directly: each `configs/<estimator>.py` calls `make(arg, estimator=..., ...)` with its
+paper's defaults. The config argument is a comma-separated list of presets:
+
+  model=tiny|qwen3_0p6b|qwen3_1p7b|qwen3_4b|qwen3_8b|qwen2p5_7b|llama3_8b
+  env=toolworld|toolhop|ftrl|bfcl        sampler=jax|vllm
+  mesh=DxFxT (data x fsdp x tensor; -1 = the remaining devices, e.g. mesh=-1x2x1)
+  rollout=independent|tree|arpo          (overrides the estimator's rollout mode)
+  steps=N                                (RL steps; e.g. steps=2 for a smoke run)
+
+e.g. `--config=configs/portool.py:model=tiny,env=toolworld`. Every key can then be set on the
+command line (`--config.advantage.options.alpha=0.5`); the config is locked, so a mistyped key
+fails, and `experiments.train` checks every value (`tirjax.experiment.resolve`) before any
+compute.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from tirjax import advantages, sharding
+from tirjax.config import config_from_dataclass, dataclass_from_config, parse_preset_arg
+from tirjax.loss import LossOptions
+from tirjax.models.config import PRESETS as MODEL_PRESETS
+from tirjax.rollout.options import MODES, RolloutOptions
+from tirjax.training.optimizer import OptimizerOptions
+from tirjax.training.sft import SFTOptions
+
+ENVS = ("toolworld", "toolhop", "ftrl", "bfcl")
+SAMPLERS = ("jax", "vllm")
+DATA = {"toolhop": "../shared/data/toolhop/toolhop100.jsonl",
+        "ftrl": "../shared/data/ftrl/ftrl_test.parquet", "bfcl": "", "toolworld": ""}
+PRESET_KEYS = {"model": tuple(MODEL_PRESETS), "env": ENVS, "sampler": SAMPLERS, "mesh": None,
+               "rollout": MODES, "steps": None}
+
+
+def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
+         loss: dict | None = None, optim: dict | None = None,
+         advantage: dict | None = None) -> ml_collections.ConfigDict:
+  """The locked config of `estimator` with its paper's defaults, then the presets in `arg`."""
+  presets = parse_preset_arg(arg, PRESET_KEYS)
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+
+  c.model = ml_collections.ConfigDict(dict(
+      preset=presets.get("model", "tiny"),
+      hf_checkpoint="",  # a local HF directory (weights + tokenizer); needed by real presets
+      logprob_chunk=1024,  # positions whose [chunk, vocab] logits exist at a time
+  ))
+
+  env = presets.get("env", "toolworld")
+  c.env = ml_collections.ConfigDict(dict(
+      name=env, data_path=DATA[env], train_tasks=100_000, eval_tasks=64,
+      # toolworld only: the query mix
+      hop_weights=(0.25, 0.35, 0.25, 0.15), p_parallel=0.5, p_down=0.1,
+  ))
+
+  c.judge = ml_collections.ConfigDict(dict(
+      kind="rule",  # or "llm": an OpenAI-compatible endpoint, `votes` votes, majority
+      base_url="", model="", votes=5))
+
+  c.sampler = ml_collections.ConfigDict(dict(
+      kind=presets.get("sampler", "jax"),
+      eval_temperature=0.0,  # greedy evaluation
+      vllm_url="",  # attach to a running server instead of launching one
+      vllm_python="",  # interpreter of the vLLM environment ("" = .venv-vllm or $TIRJAX_VLLM_PYTHON)
+      vllm_kv_cache_mib=64,
+  ))
+
+  c.rollout = config_from_dataclass(dataclass_from_config(RolloutOptions, rollout, "rollout"))
+  if "rollout" in presets:
+    c.rollout.mode = presets["rollout"]
+
+  c.advantage = ml_collections.ConfigDict()
+  c.advantage.name = estimator
+  c.advantage.options = config_from_dataclass(
+      advantages.get(estimator).make_options(advantage or {}))
+
+  c.loss = config_from_dataclass(dataclass_from_config(LossOptions, loss, "loss"))
+  c.optim = config_from_dataclass(dataclass_from_config(OptimizerOptions, optim, "optim"))
+
+  c.sft = ml_collections.ConfigDict(dict(
+      steps=0, batch_size=16, num_demos=2000, p_recover=0.15, p_detour=0.1, p_reorder=0.3))
+  c.sft.optim = config_from_dataclass(OptimizerOptions(learning_rate=1e-5, warmup_steps=10))
+  c.sft.loss = config_from_dataclass(SFTOptions())
+
+  c.train = ml_collections.ConfigDict(dict(
+      steps=int(presets.get("steps", 100)),
+      queries_per_step=8,  # rows per batch = queries_per_step × rows per query
+      micro_batches=1,
+      eval_every=20, eval_at_start=True, checkpoint_every=10, keep_checkpoints=3,
+      log_every=1, progress_bar=True, export_final=True, log_entropy=False,
+      dynamic_sampling_tries=4,  # DAPO: extra rollout rounds to refill filtered groups
+  ))
+
+  # Rows per batch follow the queries per step and the rows per query (a live reference).
+  per_query = (c.rollout.arpo.get_ref("total_rollouts") if c.rollout.mode == "arpo"
+               else c.rollout.get_ref("n"))
+  c.rollout.shapes.num_rows = c.train.get_ref("queries_per_step") * per_query
+
+  c.sharding = config_from_dataclass(sharding.ShardingOptions())
+  if "mesh" in presets:
+    c.sharding.mesh = _parse_mesh(presets["mesh"])
+
+  if c.model.preset == "tiny":
+    _cpu_scale(c)
+  c.lock()
+  return c
+
+
+def _cpu_scale(c: ml_collections.ConfigDict) -> None:
+  """The tiny model on short toolworld episodes: sizes and learning rates for a 2-core CPU."""
+  c.env.eval_tasks = 64
+  c.optim.learning_rate = 1e-4
+  c.optim.weight_decay = 0.0
+  c.sft.steps = 300
+  c.sft.optim.learning_rate = 3e-3
+  c.rollout.max_new_tokens = 96
+  c.rollout.shapes.max_tokens = 768
+  c.rollout.shapes.max_params = 4
+  c.model.logprob_chunk = 256
+
+
+def _parse_mesh(text: str) -> tuple:
+  sizes = text.split("x")
+  if len(sizes) != 3:
+    raise ValueError(f"mesh={text}: expected DATAxFSDPxTENSOR, e.g. mesh=-1x2x1")
+  try:
+    return tuple(zip(("data", "fsdp", "tensor"), (int(s) for s in sizes)))
+  except ValueError:
+    raise ValueError(f"mesh={text}: sizes must be integers (-1 = the remaining devices)") from None

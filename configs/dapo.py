@@ -1,0 +1,23 @@
+"""DAPO: clip-higher, dynamic sampling, token-mean loss, overlong shaping (SPEC §4.3).
+
+    python -m experiments.train --config=configs/dapo.py:model=tiny --workdir=runs/dapo
+
+Defaults (Yu et al. 2025): ε_low = 0.2, ε_high = 0.28, token-mean aggregation, no KL; groups
+whose rewards are all equal are filtered and the batch is refilled with more queries (up to
+`train.dynamic_sampling_tries` extra rounds); overlong shaping with L_max, L_cache scaled to the
+per-row token budget. Independent groups of n = 8, T_max = 6. Expected result: see
+benchmarks/results/ablation_toolworld.md.
+"""
+
+from configs import base
+
+
+def get_config(arg=None):
+  c = base.make(arg, estimator="dapo", rollout=dict(mode="independent", n=8, max_steps=6),
+                loss=dict(clip_low=0.2, clip_high=0.28, aggregation="token_mean", kl_coef=0.0))
+  c.unlock()
+  generated = c.rollout.max_steps * c.rollout.max_new_tokens
+  c.advantage.options.max_response_tokens = generated
+  c.advantage.options.overlong_cache = generated // 5
+  c.lock()
+  return c

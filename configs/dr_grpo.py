@@ -1,0 +1,19 @@
+"""Dr. GRPO: outcome minus the group mean, no std; token sums over a fixed constant (SPEC §4.3).
+
+    python -m experiments.train --config=configs/dr_grpo.py:model=tiny --workdir=runs/dr_grpo
+
+Defaults (Liu et al. 2025): independent groups of n = 8 rollouts, T_max = 6; the loss sums each
+row's token terms and divides by a constant (the step limit times the per-step generation
+budget), no KL. Expected result: see benchmarks/results/ablation_toolworld.md.
+"""
+
+from configs import base
+
+
+def get_config(arg=None):
+  c = base.make(arg, estimator="dr_grpo", rollout=dict(mode="independent", n=8, max_steps=6),
+                loss=dict(kl_coef=0.0, aggregation="seq_mean_token_sum_norm", norm_constant=1.0))
+  c.unlock()
+  c.loss.norm_constant = float(c.rollout.max_steps * c.rollout.max_new_tokens)
+  c.lock()
+  return c

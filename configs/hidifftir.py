@@ -1,0 +1,20 @@
+"""HiDiffTIR: matched tool calls, difficulty-aware trajectory and turn credit (SPEC §4.2).
+
+    python -m experiments.train --config=configs/hidifftir.py:model=tiny --workdir=runs/hidifftir
+
+Paper defaults (HiDiffTIR §4.1, App. A.5): groups of 16 independent rollouts at temperature
+1.0, at most 10 turns, answers in `<answer>` tags, α = 0.7, λ = 1, exact (Hungarian) matching;
+lr 1e-6, KL 0.001 (k3), entropy bonus 0.001. The tiny preset keeps the method's settings and
+scales the learning rates to the model. Expected result: see
+benchmarks/results/ablation_toolworld.md.
+"""
+
+from configs import base
+
+
+def get_config(arg=None):
+  return base.make(arg, estimator="hidifftir",
+                   rollout=dict(mode="independent", n=16, max_steps=10, temperature=1.0,
+                                answer_protocol="answer_tag", shapes=dict(max_steps=10)),
+                   loss=dict(kl_coef=0.001, kl_estimator="k3", entropy_coef=0.001),
+                   optim=dict(learning_rate=1e-6))

@@ -1,0 +1,19 @@
+"""toolrl: a process-reward baseline of HiDiffTIR's comparison (SPEC §4.3).
+
+    python -m experiments.train --config=configs/toolrl.py:model=tiny --workdir=runs/toolrl
+
+Defaults as HiDiffTIR trains its baselines (§4.1, App. A.5): groups of 16 independent rollouts
+at temperature 1.0, at most 10 turns, answers in `<answer>` tags; KL 0.001 (k3), entropy
+0.001, lr 1e-6 (scaled to the model by the tiny preset). Expected result: see
+benchmarks/results/ablation_toolworld.md.
+"""
+
+from configs import base
+
+
+def get_config(arg=None):
+  return base.make(arg, estimator="toolrl",
+                   rollout=dict(mode="independent", n=16, max_steps=10, temperature=1.0,
+                                answer_protocol="answer_tag", shapes=dict(max_steps=10)),
+                   loss=dict(kl_coef=0.001, kl_estimator="k3", entropy_coef=0.001),
+                   optim=dict(learning_rate=1e-6))

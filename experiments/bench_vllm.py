@@ -1,0 +1,148 @@
+"""Benchmark of the vLLM sampler on a tiny random Qwen3: start-up, throughput, hand-over.
+
+    python -m experiments.bench_vllm --json=benchmarks/results/vllm_cpu.json [--time_env]
+
+Launches one vLLM server (from `.venv-vllm`) of a tiny model saved by transformers, then
+measures completion throughput (sampled tokens per second, no stop tokens) at each batch size,
+and the weight hand-over (reload + prefix-cache reset + log-prob check against transformers).
+With --time_env it also times `make vllm-env` into a throw-away directory (with uv's cache as
+it is, and also empty with --cold_cache) and records its size. Prints one JSON object (and writes it
+with --json); the machine's load average is recorded, since other work skews every timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from tirjax.sampling import tiny_hf
+from tirjax.sampling.interface import SamplingParams
+from tirjax.sampling.vllm import VLLMOptions, VLLMSampler
+from tirjax.sampling.vllm_server import ServerOptions
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def disk_bytes(path: str) -> int:
+  return int(subprocess.run(["du", "-sb", path], capture_output=True, text=True,
+                            check=True).stdout.split()[0])
+
+
+def time_env(cold_cache: bool) -> dict:
+  """Seconds and bytes of `make vllm-env` into a fresh directory."""
+  with tempfile.TemporaryDirectory(prefix="bench-vllm-env-") as tmp:
+    env = dict(os.environ)
+    if cold_cache:
+      env["UV_CACHE_DIR"] = os.path.join(tmp, "uv-cache")
+    venv = os.path.join(tmp, "venv")
+    t0 = time.monotonic()
+    subprocess.run(["make", "-s", "vllm-env", f"VLLM_VENV={venv}"], cwd=REPO, env=env,
+                   check=True)
+    return {"seconds": round(time.monotonic() - t0, 1), "bytes": disk_bytes(venv),
+            "uv_cache": "empty" if cold_cache else "as found"}
+
+
+def pss_bytes(pids) -> int:
+  """Proportional set size of the processes: shared libraries counted once over all."""
+  total = 0
+  for pid in pids:
+    try:
+      with open(f"/proc/{pid}/smaps_rollup") as f:
+        total += sum(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
+    except OSError:
+      pass
+  return total
+
+
+def throughput(sampler, batch: int, prompt_len: int, new_tokens: int, repeats: int) -> dict:
+  prompts = [[2 + (7 * i + j) % 250 for j in range(prompt_len)] for i in range(batch)]
+  params = SamplingParams(max_new_tokens=new_tokens)
+  sampler.generate(prompts[:1], SamplingParams(max_new_tokens=2))  # warm the request path
+  rates = []
+  for _ in range(repeats):
+    t0 = time.monotonic()
+    out = sampler.generate(prompts, params)
+    seconds = time.monotonic() - t0
+    rates.append(sum(len(s.tokens) for g in out for s in g) / seconds)
+  return {"batch": batch, "tokens_per_s": round(statistics.median(rates), 1),
+          "all_tokens_per_s": [round(r, 1) for r in rates]}
+
+
+def handover(sampler, dirs, teachers, repeats: int) -> dict:
+  reports = []
+  for i in range(repeats):
+    name = "b" if i % 2 == 0 else "a"
+    t0 = time.monotonic()
+    report = sampler.load_weights(dirs[name], teacher_logprobs=teachers[name])
+    reports.append((time.monotonic() - t0, report))
+  med = lambda xs: round(statistics.median(xs), 4)  # noqa: E731
+  return {"total_s": med([t for t, _ in reports]),
+          "reload_s": med([r.reload_s for _, r in reports]),
+          "reset_prefix_cache_s": med([r.reset_s for _, r in reports]),
+          "check_s": med([r.check_s for _, r in reports]),
+          "max_logprob_gap": max(r.gap.max_abs for _, r in reports),
+          "repeats": repeats}
+
+
+def main(argv=None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--json", help="also write the results here")
+  parser.add_argument("--batches", default="1,16,64")
+  parser.add_argument("--prompt_len", type=int, default=16)
+  parser.add_argument("--new_tokens", type=int, default=64)
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--kv_cache_mib", type=int, default=16)
+  parser.add_argument("--server_env", action="append", default=[], metavar="NAME=VALUE",
+                      help="environment variable for the server (repeatable)")
+  parser.add_argument("--time_env", action="store_true", help="also time `make vllm-env`")
+  parser.add_argument("--cold_cache", action="store_true",
+                      help="... and again with an empty uv cache")
+  args = parser.parse_args(argv)
+
+  results = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                         "loadavg_start": os.getloadavg()}}
+  if args.time_env:
+    results["make_vllm_env"] = [time_env(cold) for cold in [False] + [True] * args.cold_cache]
+  venv = os.path.join(REPO, ".venv-vllm")
+  if os.path.isdir(venv):
+    results["venv_vllm_bytes"] = disk_bytes(venv)
+
+  with tempfile.TemporaryDirectory(prefix="bench-vllm-") as tmp:
+    dirs = {name: os.path.join(tmp, name) for name in ("a", "b")}
+    teachers = {name: tiny_hf.torch_teacher(tiny_hf.save_model(path, seed=seed))
+                for seed, (name, path) in enumerate(dirs.items())}
+    options = ServerOptions(model=dirs["a"], max_model_len=512,
+                            kv_cache_memory_bytes=args.kv_cache_mib * 2**20,
+                            env=tuple(tuple(kv.split("=", 1)) for kv in args.server_env))
+    results["model"] = {"spec": str(tiny_hf.TinyQwen3()), "dtype": options.dtype,
+                        "kv_cache_bytes": options.kv_cache_memory_bytes,
+                        "server_env": dict(options.env)}
+    with VLLMSampler(VLLMOptions(server=options)) as sampler:
+      results["startup_s"] = round(sampler.server.startup_s, 1)
+      results["server_pss_bytes_idle"] = pss_bytes(sampler.server.pids())
+      results["throughput"] = [
+          throughput(sampler, int(b), args.prompt_len, args.new_tokens, args.repeats)
+          for b in args.batches.split(",")]
+      results["throughput_setup"] = {"prompt_len": args.prompt_len,
+                                     "new_tokens": args.new_tokens, "temperature": 1.0}
+      results["server_pss_bytes_loaded"] = pss_bytes(sampler.server.pids())
+      results["handover"] = handover(sampler, dirs, teachers, repeats=4)
+  results["machine"]["loadavg_end"] = os.getloadavg()
+  text = json.dumps(results, indent=2)
+  print(text)
+  if args.json:
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w") as f:
+      f.write(text + "\n")
+  return results
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])

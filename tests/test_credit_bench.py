@@ -1,0 +1,144 @@
+"""The credit bench: Theorem 3.1 in numbers on the designed task, the training loop, cells and
+the command line (tirjax.credit.cells/train, experiments.credit_bench)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from experiments import credit_bench
+from tirjax import reporting
+from tirjax.credit import ChainTask, RolloutOptions, TrainOptions, cells, parse_cell, run_cell
+from tirjax.loss import LossOptions
+
+TASK = ChainTask()
+
+
+def train(label, iterations, seed=0):
+  return run_cell(TASK, parse_cell(label, RolloutOptions(), TASK.max_steps), seed,
+                  TrainOptions(iterations=iterations))
+
+
+@pytest.fixture(scope="module")
+def unlearning():
+  """Unlearning rates of 40 training batches (seed 0) per cell."""
+  return {label: train(label, 40)["final"] for label in
+          ["grpo", "portool", "portool/omega1=0"]}
+
+
+def test_grpo_unlearns_necessary_steps(unlearning):
+  grpo = unlearning["grpo"]
+  assert grpo["unlearning/num_necessary"] > 100
+  assert grpo["unlearning/pooled_rate"] > 0.0 and grpo["unlearning/rate"] > 0.0
+  assert grpo["unlearning/row_rate"] > 0.05
+
+
+def test_portool_unlearns_far_less_than_grpo(unlearning):
+  grpo, portool = unlearning["grpo"], unlearning["portool"]
+  assert portool["unlearning/num_necessary"] > 100
+  assert portool["unlearning/pooled_rate"] <= 0.5 * grpo["unlearning/pooled_rate"]
+  assert portool["unlearning/row_rate"] <= 0.25 * grpo["unlearning/row_rate"]
+
+
+def test_portool_without_trajectory_term_never_unlearns(unlearning):
+  f = unlearning["portool/omega1=0"]
+  assert f["unlearning/num_necessary"] > 100
+  assert f["unlearning/pooled_rate"] == 0.0 and f["unlearning/row_rate"] == 0.0
+
+
+def test_training_reaches_the_optimum_and_logs_a_consistent_curve():
+  out = run_cell(TASK, parse_cell("dapo", RolloutOptions(), TASK.max_steps), 0,
+                 TrainOptions(iterations=40, curve_every=1))
+  curve, final = out["curve"], out["final"]
+  assert len(curve["success"]) == 41 and curve["episodes"][0] == 0
+  rows = RolloutOptions().num_queries * RolloutOptions().group_size
+  assert np.all(np.diff(curve["episodes"]) == rows)
+  assert curve["success"][0] < 0.2 and final["eval/success"] >= 0.9
+  reached = final["episodes_to_threshold"]
+  first = next(e for e, s in zip(curve["episodes"], curve["success"]) if s >= 0.9)
+  assert reached == first and final["reached_threshold"] == 1.0
+  assert final["episodes"] == 40 * rows
+  sparse = train("dapo", 12)["curve"]["episodes"]  # every 5th evaluation and the last
+  assert sparse == [0, 5 * rows, 10 * rows, 12 * rows]
+  assert final["sampled_steps"] > final["episodes"]  # dropped tree candidates count too
+  assert all(np.isfinite(v) for v in final.values() if v is not None)
+
+
+def test_parse_cell():
+  c = parse_cell("portool/omega1=0,shared_step_trj=own", RolloutOptions(), 6)
+  assert c.estimator == "portool" and c.rollouts.kind == "tree"
+  opts = c.estimator_options()
+  assert opts.omega1 == 0 and opts.shared_step_trj == "own"
+  c = parse_cell("grpo/rollouts=independent,loss.aggregation=token_mean", RolloutOptions(), 6)
+  assert c.rollouts.kind == "independent" and c.loss == LossOptions(aggregation="token_mean")
+  assert parse_cell("dapo", RolloutOptions(), 6).loss.clip_high == 0.28
+  dr = parse_cell("dr_grpo", RolloutOptions(), 6).loss
+  assert dr.aggregation == "seq_mean_token_sum_norm" and dr.norm_constant == 6.0
+  assert parse_cell("grpo/loss.aggregation=seq_mean_token_sum_norm", RolloutOptions(),
+                    6).loss.norm_constant == 6.0
+
+
+@pytest.mark.parametrize("label, match", [
+    ("nope", "unknown advantage estimator"), ("portool/omegaX=1", "omegaX"),
+    ("portool/omega1", "key=value"), ("grpo/rollouts=forest", "kind"),
+    ("grpo/loss.bogus=1", "bogus"), ("grpo/loss.clip_low=2", "clip_low")])
+def test_parse_cell_rejects_bad_labels_by_name(label, match):
+  with pytest.raises((ValueError, KeyError), match=match):
+    parse_cell(label, RolloutOptions(), 6)
+
+
+def test_default_labels_cover_the_registry_and_the_ablations():
+  labels = cells.default_labels()
+  from tirjax import advantages
+  assert set(advantages.names()) <= set(labels)
+  assert {"portool/omega1=0", "portool/shared_step_trj=own"} <= set(labels)
+  for label in labels:
+    parse_cell(label, RolloutOptions(), 6)
+
+
+def test_seeds_and_label_lists():
+  assert credit_bench.parse_seeds("0-2,7") == [0, 1, 2, 7]
+  assert credit_bench.split_labels("grpo,portool/omega1=0,fork_scale=none,rloo") == [
+      "grpo", "portool/omega1=0,fork_scale=none", "rloo"]
+  for bad in ("", "1,1", "a"):
+    with pytest.raises(ValueError, match="seeds"):
+      credit_bench.parse_seeds(bad)
+  with pytest.raises(ValueError, match="before any estimator"):
+    credit_bench.split_labels("omega1=0,grpo")
+
+
+@pytest.mark.parametrize("kwargs, name", [(dict(iterations=0), "iterations"),
+                                          (dict(learning_rate=0.0), "learning_rate"),
+                                          (dict(epochs=0), "epochs"),
+                                          (dict(threshold=1.5), "threshold"),
+                                          (dict(curve_every=0), "curve_every")])
+def test_train_options_reject_bad_values_by_name(kwargs, name):
+  with pytest.raises(ValueError, match=name):
+    TrainOptions(**kwargs)
+
+
+def test_command_line_writes_json_and_markdown_and_records_a_crash(tmp_path, monkeypatch,
+                                                                   capsys):
+  real = credit_bench.run_cell
+
+  def crash_on_rloo(task, cell, seed, opts):
+    if cell.estimator == "rloo" and seed == 1:
+      raise RuntimeError("boom")
+    return real(task, cell, seed, opts)
+
+  monkeypatch.setattr(credit_bench, "run_cell", crash_on_rloo)
+  path = tmp_path / "bench.json"
+  credit_bench.main(["--json", str(path), "--seeds=0-1", "--iterations=2",
+                     "--estimators=grpo,rloo"])
+  data = json.loads(path.read_text())
+  assert data["command"].startswith("python -m experiments.credit_bench")
+  assert data["machine"]["cpus"] >= 1 and data["task"]["num_stages"] == TASK.num_stages
+  states = {(r["label"], r["seed"]): r["state"] for r in data["runs"]}
+  assert states == {("grpo", 0): "finished", ("grpo", 1): "finished",
+                    ("rloo", 0): "finished", ("rloo", 1): "failed"}
+  markdown = (tmp_path / "bench.md").read_text()
+  assert "| rloo | 2 | 1/2 ok; failed: seed 1 |" in markdown
+  assert "RuntimeError: boom" in markdown
+  study = reporting.load([str(path)])
+  assert [r.label for r in study.runs] == ["grpo", "grpo", "rloo", "rloo"]
+  assert "Credit bench" in capsys.readouterr().out

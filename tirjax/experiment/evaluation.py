@@ -1,0 +1,42 @@
+"""Evaluation: one greedy (or low-temperature) episode per eval task, PORTool's four axes plus
+Solve-P/R/F1 where tasks carry expected answers and ToolHop's answer correctness."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import numpy as np
+
+from tirjax.env import metrics
+from tirjax.env.tools import Task
+from tirjax.rollout import RolloutOptions, rollout
+from tirjax.rollout.judging import Judge
+
+
+def evaluate(sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
+             judge: Optional[Judge] = None, temperature: float = 0.0,
+             seed: int = 0) -> dict[str, float]:
+  """Metrics named `eval/...` over `tasks`, in chunks of the configured batch rows."""
+  opts = dataclasses.replace(options, mode="independent", n=1, temperature=temperature)
+  chunk = opts.shapes.num_rows
+  rng = np.random.default_rng(seed)
+  episodes = []
+  for start in range(0, len(tasks), chunk):
+    episodes += rollout(sampler, tokenizer, tasks[start:start + chunk], opts, judge, rng).episodes
+  summaries = [e.summary for e in episodes]
+  axes = metrics.portool_metrics(summaries, [e.outcome for e in episodes],
+                                 step_cap=opts.max_steps)
+  out = {"eval/accuracy": axes["accuracy"], "eval/avg_steps": axes["avg_tool_steps"],
+         "eval/unanswerable_rate": axes["unanswerable_rate"],
+         "eval/format_reward": axes["avg_format_reward"],
+         "eval/mean_outcome": float(np.mean([e.outcome for e in episodes]))}
+  with_expected = [s for s in summaries if s.num_expected > 0]
+  if with_expected:
+    out.update({f"eval/{k}": v for k, v in metrics.solve_metrics(with_expected).items()})
+  by_id = {t.task_id: t for t in tasks}
+  if all(by_id[e.task_id].metadata.get("dataset") == "toolhop" for e in episodes):
+    out["eval/answer_correctness"] = metrics.query_mean(
+        [e.task_id for e in episodes],
+        [metrics.answer_correctness(e.answer, by_id[e.task_id].answer) for e in episodes])
+  return out

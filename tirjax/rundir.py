@@ -1,0 +1,139 @@
+"""A training run's directory: resolved config, status, metrics (JSONL + TensorBoard).
+
+    workdir/
+      config.json      the resolved config (a restart must match it, see `claim`)
+      cell.json        {"label", "estimator", "options", "seed"} for reports and ablations
+      status.json      {"state": "running" | "finished" | "failed", "error", "step"}
+      metrics.jsonl    one object per line: {"phase": "sft" | "rl" | "eval", "step", "time", ...}
+      tensorboard/     the same scalars as TensorBoard event files
+      checkpoints/     Orbax train states (`tirjax.checkpoint`)
+      hf_export/       the final policy as a Hugging Face directory
+
+Nothing a user made is overwritten silently: a workdir holding another run's config is
+refused, naming the keys that differ (only keys in `RESUMABLE_KEYS`, such as the number of
+steps, may change on a restart).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any, Mapping, Optional
+
+import numpy as np
+
+RESUMABLE_KEYS = ("train.steps", "train.eval_every", "train.log_every", "train.progress_bar")
+PHASES = ("sft", "rl", "eval")
+
+
+class WorkdirMismatch(RuntimeError):
+  """The workdir belongs to a run with a different config."""
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+  out = {}
+  for k, v in d.items():
+    key = f"{prefix}{k}"
+    if isinstance(v, Mapping):
+      out.update(_flatten(v, key + "."))
+    else:
+      out[key] = v
+  return out
+
+
+def write_json(path: str, obj: Any) -> None:
+  """Writes atomically (a crash leaves the old file or the new one, never half of one)."""
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "w") as f:
+    json.dump(obj, f, indent=2, sort_keys=True, default=_jsonable)
+  os.replace(tmp, path)
+
+
+def _jsonable(x):
+  if isinstance(x, (np.generic,)):
+    return x.item()
+  if isinstance(x, np.ndarray):
+    return x.tolist()
+  if isinstance(x, tuple):
+    return list(x)
+  return str(x)
+
+
+def claim(workdir: str, config: Mapping[str, Any]) -> bool:
+  """Creates `workdir` for this config, or checks that it is this run's. True if resuming."""
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, "config.json")
+  config = json.loads(json.dumps(config, default=_jsonable))
+  if not os.path.exists(path):
+    if any(n for n in os.listdir(workdir) if not n.startswith(".")):
+      raise WorkdirMismatch(f"{workdir}: not empty and holds no config.json; refusing to write "
+                            "a run into it (choose a new --workdir)")
+    write_json(path, config)
+    return False
+  with open(path) as f:
+    old = json.load(f)
+  a, b = _flatten(old), _flatten(config)
+  differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in RESUMABLE_KEYS)
+  if differ:
+    shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in differ[:8])
+    raise WorkdirMismatch(f"{workdir} holds a run with another config ({shown}); resume it with "
+                          "the same config or choose a new --workdir")
+  write_json(path, config)  # resumable keys may have changed
+  return True
+
+
+def write_status(workdir: str, state: str, step: int, error: Optional[str] = None) -> None:
+  write_json(os.path.join(workdir, "status.json"),
+             {"state": state, "step": int(step), "error": error, "time": time.time()})
+
+
+class MetricsWriter:
+  """Appends metric records to metrics.jsonl and TensorBoard (`{phase}/{name}` tags)."""
+
+  def __init__(self, workdir: str, tensorboard: bool = True):
+    self.path = os.path.join(workdir, "metrics.jsonl")
+    self._tb = None
+    if tensorboard:
+      from tensorboardX import SummaryWriter  # imported lazily: optional at library level
+      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+  def truncate_after(self, phase_steps: Mapping[str, int]) -> None:
+    """On resume: drops records logged after the restored step of each phase, so that the
+    steps redone after a crash are not logged twice."""
+    if not os.path.exists(self.path):
+      return
+    with open(self.path) as f:
+      lines = f.readlines()
+    keep = []
+    for line in lines:
+      try:
+        rec = json.loads(line)
+      except json.JSONDecodeError:
+        continue  # a line cut by a crash
+      if rec.get("step", 0) <= phase_steps.get(rec.get("phase"), math.inf):
+        keep.append(line)
+    tmp = self.path + ".tmp"
+    with open(tmp, "w") as f:
+      f.writelines(keep)
+    os.replace(tmp, self.path)
+
+  def write(self, phase: str, step: int, metrics: Mapping[str, Any]) -> dict:
+    if phase not in PHASES:
+      raise ValueError(f"phase: must be one of {PHASES}, got {phase!r}")
+    rec = {"phase": phase, "step": int(step), "time": time.time()}
+    for k, v in metrics.items():
+      v = np.asarray(v).item() if np.ndim(v) == 0 else v
+      rec[k] = float(v) if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) else v
+    with open(self.path, "a") as f:
+      f.write(json.dumps(rec, default=_jsonable) + "\n")
+    if self._tb is not None:
+      for k, v in rec.items():
+        if k not in ("phase", "step", "time") and isinstance(v, float) and math.isfinite(v):
+          self._tb.add_scalar(k if k.startswith(f"{phase}/") else f"{phase}/{k}", v, step)
+    return rec
+
+  def close(self) -> None:
+    if self._tb is not None:
+      self._tb.close()
