@@ -7,8 +7,9 @@
 CPU mode (default): 8 simulated CPU devices, meshes (data, fsdp, tensor) = (1,1,1), (8,1,1),
 (2,2,2), (2,4,1), for the `tiny` preset and `qwen3_97m`, a scaled-down Qwen3 (Qwen3's
 vocabulary and layer layout; width 512, SwiGLU 1536, 5 layers, 8 query / 4 key-value heads of
-128, tied embedding: 97.5M parameters, 77.8M of them the embedding). One step = forward, backward and AdamW update of
-the whole batch (micro-batched), as `training.policy_step` runs it.
+128, tied embedding: 97.5M parameters, 77.8M of them the embedding). One step = forward,
+backward and AdamW update of the whole batch (micro-batched), as `training.policy_step` runs
+it.
 
 GPU mode (`--gpu`): a Qwen3-1.7B-sized model (`qwen3_1p7b`, float32 master weights, bfloat16
 compute, remat) on all GPUs (default mesh: every GPU on fsdp), and model FLOPs utilisation
@@ -49,7 +50,8 @@ _MESHES = flags.DEFINE_list("meshes", None, "DxFxT meshes (default: 1x1x1,8x1x1,
                             "CPU; 1xNx1 over the N GPUs)")
 _ROWS = flags.DEFINE_integer("rows", None, "rows per step (default 16 CPU, 32 GPU)")
 _LENGTH = flags.DEFINE_integer("length", None, "tokens per row (default 128 CPU, 2048 GPU)")
-_MICRO = flags.DEFINE_integer("microbatches", 2, "micro-batches per step")
+_MICRO = flags.DEFINE_integer("microbatches", None, "micro-batches per step (default 2 CPU, "
+                               "8 GPU)")
 _CHUNK = flags.DEFINE_integer("chunk_size", 256, "log-prob chunk (positions per logits block)")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "timed steps per case (after one warm-up)")
 _PEAK = flags.DEFINE_float("peak_tflops", None, "peak dense TFLOP/s per chip for MFU (GPU "
@@ -101,7 +103,8 @@ def memory(compiled, num_devices: int) -> dict:
   return out
 
 
-def run_case(cfg, mesh_shape, devices, rows, length, peak_flops_per_chip) -> dict:
+def run_case(cfg, mesh_shape, devices, rows, length, microbatches, peak_flops_per_chip
+             ) -> dict:
   opts = sharding.ShardingOptions(mesh=tuple(zip(("data", "fsdp", "tensor"), mesh_shape)))
   n = int(np.prod(mesh_shape))
   mesh = sharding.make_mesh(opts, devices=devices[:n])
@@ -109,7 +112,7 @@ def run_case(cfg, mesh_shape, devices, rows, length, peak_flops_per_chip) -> dic
   tx = training.make_optimizer(training.OptimizerOptions(learning_rate=1e-5))
   place = training.placement(abstract_params, tx, mesh, opts.rules)
   step = training.policy_step(graphdef, tx, place, loss.LossOptions(),
-                              training.StepOptions(num_microbatches=_MICRO.value,
+                              training.StepOptions(num_microbatches=microbatches,
                                                    logprob_chunk_size=_CHUNK.value))
   batch = policy_batch(rows, length, cfg.vocab_size)
   abstract_opt = abstract(jax.eval_shape(tx.init, abstract_params), place.opt_state)
@@ -177,6 +180,7 @@ def main(_):
                              ["1x1x1", "8x1x1", "2x2x2", "2x4x1"])
   rows = _ROWS.value or (32 if gpu else 16)
   length = _LENGTH.value or (2048 if gpu else 128)
+  microbatches = _MICRO.value or (8 if gpu else 2)
   kind = devices[0].device_kind
   peak = _PEAK.value
   if peak is None and gpu:
@@ -190,7 +194,7 @@ def main(_):
       shape = tuple(int(s) for s in text.split("x"))
       case = {"preset": name, "params": decoder.num_params(decoder.abstract(cfg)),
               "matmul_params": flops.matmul_params(cfg),
-              **run_case(cfg, shape, devices, rows, length, peak_flops)}
+              **run_case(cfg, shape, devices, rows, length, microbatches, peak_flops)}
       results.append(case)
       rate = (f"{case['tokens_per_s']:.0f} tokens/s ({case['step_s']:.2f} s/step)"
               if case["timed"] else "not timed: " + case["not_timed_because"])
@@ -200,7 +204,7 @@ def main(_):
             flush=True)
   report = {
       "benchmark": "bench_train_step",
-      "step": {"rows": rows, "length": length, "microbatches": _MICRO.value,
+      "step": {"rows": rows, "length": length, "microbatches": microbatches,
                "logprob_chunk_size": _CHUNK.value, "repeats": _REPEATS.value,
                "loss": "policy loss, SPEC defaults (token ratio, clip 0.2, seq_mean_token_mean)",
                "optimizer": "clip 1.0 + AdamW, float32 state"},

@@ -24,7 +24,9 @@ from tirjax.loss.stats import Mean
 
 @dataclasses.dataclass(frozen=True)
 class SFTOptions:
-  """Attributes:
+  """Options of the SFT loss.
+
+  Attributes:
     aggregation: one of `tirjax.loss.AGGREGATIONS` ("token_mean": every target token weighs
       the same; "seq_mean_token_mean": every demonstration weighs the same).
     norm_constant: the divisor of "seq_mean_token_sum_norm" (required by it, unused by the

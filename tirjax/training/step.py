@@ -1,6 +1,6 @@
 """Jitted train steps: gradient accumulation over micro-batches, clipping, AdamW, metrics.
 
-    sh = sharding.ShardingOptions(mesh=config.mesh, rules=config.rules)
+    sh = dataclass_from_config(sharding.ShardingOptions, config.sharding)   # mesh + rules
     mesh = sharding.make_mesh(sh)
     model = decoder.init(model_cfg, rules=sh.rules)
     graphdef, params = split_model(model)
@@ -54,7 +54,9 @@ LossFn = Callable[[nnx.Module, Any], tuple[Mean, Any, dict]]
 
 @dataclasses.dataclass(frozen=True)
 class StepOptions:
-  """Attributes:
+  """How a step computes: micro-batching, log-prob chunking, temperature, entropy.
+
+  Attributes:
     num_microbatches: sequential micro-batches per step; must divide the batch's rows (for
       balanced devices, rows / num_microbatches should be a multiple of the batch shards).
     logprob_chunk_size: positions whose `[chunk, vocab]` logits are materialised at a time.
