@@ -16,9 +16,15 @@ import pytest
 from flax import nnx
 
 from tirjax import checkpoint as ck
-from tirjax.models import config, decoder, sharding
+from tirjax import sharding
+from tirjax.models import config, decoder
 
 MESH_SHAPES = {"fsdp8": (1, 8, 1), "data2_tensor4": (2, 1, 4), "tensor2": (1, 1, 2)}
+
+
+def make_mesh(shape, devices=None):
+  axes = tuple(zip(("data", "fsdp", "tensor"), shape))
+  return sharding.make_mesh(sharding.ShardingOptions(mesh=axes), devices=devices)
 
 
 def make_state(step, mesh=None, seed=0):
@@ -37,7 +43,7 @@ def make_state(step, mesh=None, seed=0):
 def target_like(state, mesh=None):
   """An abstract TrainState: with `mesh`, params and optimizer moments placed by the rules;
   without, everything on the first device."""
-  rules = config.tiny().axis_rules
+  rules = sharding.DEFAULT_RULES
 
   def abstract(tree):
     if mesh is None:
@@ -100,8 +106,8 @@ def test_raw_key_data_rng(tmp_path, states):
                                                  ("data2_tensor4", None),
                                                  (None, "tensor2")])
 def test_restore_onto_another_mesh(tmp_path, save_on, restore_on):
-  save_mesh = save_on and sharding.make_mesh(MESH_SHAPES[save_on])
-  restore_mesh = restore_on and sharding.make_mesh(
+  save_mesh = save_on and make_mesh(MESH_SHAPES[save_on])
+  restore_mesh = restore_on and make_mesh(
       MESH_SHAPES[restore_on], devices=jax.devices()[:int(np.prod(MESH_SHAPES[restore_on]))])
   state = make_state(5, save_mesh)
   with ck.Checkpointer(str(tmp_path), "run-mesh") as c:

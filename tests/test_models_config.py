@@ -7,7 +7,7 @@ from flax import nnx
 from jax.sharding import PartitionSpec as P
 
 from tirjax.models import config, decoder, hf_config
-from tirjax.models.sharding import logical_to_spec
+from tirjax.sharding import DEFAULT_RULES, logical_to_spec
 
 
 def param_counts(cfg):
@@ -89,7 +89,6 @@ def test_tiny_takes_a_vocabulary_size():
     (dict(param_dtype="float16"), "param_dtype"),
     (dict(vocab_size=0), "vocab_size"),
     (dict(rms_norm_eps=0.0), "rms_norm_eps"),
-    (dict(axis_rules=(("embed",),)), "axis_rules"),
 ])
 def test_invalid_config_names_the_option(change, match):
   with pytest.raises(ValueError, match=match):
@@ -113,7 +112,7 @@ def test_every_parameter_carries_logical_axis_names():
 
 
 def test_logical_to_spec_rules():
-  rules = config.DEFAULT_AXIS_RULES
+  rules = DEFAULT_RULES
   mesh = {"data": 2, "fsdp": 2, "tensor": 2}
   assert logical_to_spec(("vocab", "embed"), rules, mesh) == P("tensor", "fsdp")
   # batch takes data and fsdp, so an activation's embed stays replicated.

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tirjax.models import config, decoder, sharding
+from tirjax import sharding
+from tirjax.models import config, decoder
 
 L = 16
 
@@ -67,7 +68,8 @@ def test_sharded_forward_equals_single_device(model):
   tokens = jnp.asarray(np.random.default_rng(2).integers(0, 300, size=(4, L)), jnp.int32)
   valid = jnp.arange(L)[None] < jnp.array([[L], [5], [11], [1]])
   want = np.asarray(forward(model, tokens, valid))
-  mesh = sharding.make_mesh((2, 2, 2))
+  mesh = sharding.make_mesh(sharding.ShardingOptions(mesh=(("data", 2), ("fsdp", 2),
+                                                           ("tensor", 2))))
   sharded = nnx.merge(*nnx.split(model))
   sharding.shard_model(sharded, mesh)
   assert sharded.lm_head[...].sharding.spec == jax.sharding.PartitionSpec("tensor", "fsdp")
@@ -77,6 +79,22 @@ def test_sharded_forward_equals_single_device(model):
     got = forward(sharded, tokens, valid)
   assert got.sharding.spec[0] == ("data", "fsdp")  # batch constrained onto the data axes
   np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_activations_follow_the_rules_given_at_construction(model):
+  """The rules passed to the Decoder (the config's ShardingOptions.rules) decide the
+  activation shardings; the parameters are the same."""
+  rules = (("batch", "data"), ("embed", "fsdp"), ("vocab", "tensor"))
+  custom = nnx.merge(nnx.graphdef(decoder.abstract(model.config, rules=rules)),
+                     nnx.state(model))
+  tokens = jnp.asarray(np.random.default_rng(5).integers(0, 300, size=(4, L)), jnp.int32)
+  mesh = sharding.make_mesh(sharding.ShardingOptions(mesh=(("data", 2), ("fsdp", 2),
+                                                           ("tensor", 2)), rules=rules))
+  sharding.shard_model(custom, mesh)
+  with jax.set_mesh(mesh):
+    got = forward(custom, tokens, None)
+  assert got.sharding.spec[0] == "data"
+  np.testing.assert_allclose(got, forward(model, tokens, None), atol=1e-5)
 
 
 def test_explicit_mesh_is_rejected(model):

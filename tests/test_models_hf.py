@@ -15,7 +15,8 @@ import transformers
 from flax import nnx
 from safetensors.numpy import load_file, save_file
 
-from tirjax.models import config, decoder, hf_config, sharding
+from tirjax import sharding
+from tirjax.models import config, decoder, hf_config
 from tirjax.models.hf_io import CheckpointMismatch, export_hf, load_hf
 
 V, L = 128, 24
@@ -179,7 +180,8 @@ def test_bfloat16_load_and_export(checkpoints, batch, tmp_path):
 
 def test_load_onto_a_mesh(checkpoints, batch):
   path, torch_model = checkpoints["qwen3_untied"]
-  mesh = sharding.make_mesh((2, 2, 2))
+  mesh = sharding.make_mesh(sharding.ShardingOptions(mesh=(("data", 2), ("fsdp", 2),
+                                                           ("tensor", 2))))
   model = load_hf(path, mesh=mesh)
   assert model.embed[...].sharding.spec == jax.sharding.PartitionSpec("tensor", "fsdp")
   q = model.layers.attn.q_proj[...]

@@ -66,6 +66,7 @@ def test_mesh_size_mismatch_is_clear(axes, n, match):
     (dict(mesh=(("data", 2), ("data", 4))), "distinct"),
     (dict(rules=(("embed", "model"),)), "mesh axis 'model'"),
     (dict(rules=((3, "data"),)), "rules"),
+    (dict(rules=(("embed",),)), "each rule is"),
 ])
 def test_options_validation(kwargs, match):
   with pytest.raises(ValueError, match=match):

@@ -1,19 +1,25 @@
-"""Device mesh and shardings: parameters by logical axis names, batches over the data axes.
+"""Device mesh and shardings: arrays by logical axis names, batches over the data axes.
 
-A mesh has named axes (default `data`, `fsdp`, `tensor`) whose sizes come from the config,
-one of them possibly -1 ("the rest of the devices"). Arrays name their dimensions with
-*logical* axes (`batch`, `embed`, `mlp`, `heads`, ...); rules kept in the config map each
-logical axis to mesh axes, as `flax.linen.logical_to_mesh_axes` does:
+The one place for meshes and logical-axis rules. A mesh has named axes (default `data`,
+`fsdp`, `tensor`) whose sizes come from the config, one of them possibly -1 ("the rest of the
+devices"). Arrays name their dimensions with *logical* axes (`batch`, `embed`, `mlp`, `heads`,
+...); rules kept in the config (`ShardingOptions.rules`) map each logical axis to mesh axes,
+as `flax.linen.logical_to_mesh_axes` does:
 
     opts = ShardingOptions(mesh=(("data", -1), ("fsdp", 2), ("tensor", 1)))
     mesh = make_mesh(opts)
-    params = shard_params(params, logical_axes, mesh, opts.rules)
+    model = decoder.init(cfg, rules=opts.rules)        # activations constrained by the rules
+    shard_model(model, mesh, opts.rules)                # parameters by their logical names
     opt_state = jax.device_put(opt_state, opt_state_shardings(tx, opt_state, param_shardings))
-    batch = shard_batch(rollouts, mesh, opts.rules)   # rows over (data, fsdp)
+    batch = shard_batch(rollouts, mesh, opts.rules)     # rows over (data, fsdp)
+    with jax.set_mesh(mesh):                            # `constrain` reads the current mesh
+      ...
 
-`logical_axes` is a pytree of tuples of logical names (one per dimension, None = replicated)
-matching the params; `nnx.get_partition_spec(state)` of a Flax NNX state whose variables carry
-`sharding=` metadata is accepted as is, so nothing here depends on the model code.
+Two ways to name the logical axes of parameters: a pytree of tuples of logical names
+(`param_shardings`, `shard_params`; every named dimension must divide over its mesh axes, or
+it is an error naming the array), or the `out_sharding` metadata of Flax NNX variables
+(`state_shardings`, `shard_model`; a dimension its mesh axes do not divide stays replicated,
+so a tiny test model runs on any mesh).
 
 Multi-host (one process per host; cannot be exercised on one machine): call
 `jax.distributed.initialize()` first thing in every process (on TPU pods and SLURM the
@@ -30,24 +36,37 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import jax
 import numpy as np
 import optax
+from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 MeshAxes = tuple[tuple[str, int], ...]
-Rules = tuple[tuple[str, Any], ...]
+RuleAxes = Union[None, str, tuple[str, ...]]
+Rules = tuple[tuple[str, RuleAxes], ...]
 
 DEFAULT_MESH: MeshAxes = (("data", -1), ("fsdp", 1), ("tensor", 1))
+# Logical names used by the decoder (`tirjax.models`) and the batch:
+#   batch, length            activations only
+#   vocab, embed, mlp        embedding rows, model width, SwiGLU width
+#   heads, kv_heads, head_dim  attention
+#   layers                   the stacked (scanned) layer axis of every layer parameter
+# A mesh axis already taken by an earlier dimension of the same array is skipped, so `embed`
+# shards parameters over fsdp while activations, whose batch dimension already took fsdp,
+# keep their width replicated.
 DEFAULT_RULES: Rules = (
     ("batch", ("data", "fsdp")),
+    ("length", None),
+    ("vocab", "tensor"),
     ("embed", "fsdp"),
     ("mlp", "tensor"),
     ("heads", "tensor"),
     ("kv_heads", "tensor"),
-    ("vocab", "tensor"),
+    ("head_dim", None),
+    ("layers", None),
 )
 BATCH_AXIS = "batch"
 
@@ -57,14 +76,17 @@ class ShardingOptions:
   """Mesh axes `((name, size), ...)` (size -1: the rest of the devices) and logical rules.
 
   A rule `(logical, mesh_axes)` maps a logical axis name to a mesh axis, a tuple of mesh axes,
-  or None (replicated). A logical name may have several rules: the first whose mesh axes are
-  not yet used by the same array wins. Logical names without a rule are replicated.
+  or None (replicated). A logical name may have several rules: the first that still has a
+  usable mesh axis wins (see `logical_to_spec`). Logical names without a rule are replicated.
   """
 
   mesh: MeshAxes = DEFAULT_MESH
   rules: Rules = DEFAULT_RULES
 
   def __post_init__(self):
+    for rule in self.rules:
+      if not (isinstance(rule, (list, tuple)) and len(rule) == 2):
+        raise ValueError(f"rules: each rule is (logical_name, mesh_axes), got {rule!r}")
     # Configs give lists; store tuples so the options stay hashable.
     mesh = tuple((name, size) for name, size in self.mesh)
     rules = tuple((name, tuple(ax) if isinstance(ax, (list, tuple)) else ax)
@@ -114,7 +136,8 @@ def make_mesh(opts: ShardingOptions = ShardingOptions(),
   """The mesh of `opts.mesh` over `devices` (default: all devices, of all processes).
 
   With all devices, the device order follows the physical topology (`jax.make_mesh`); a
-  subset is laid out in the order given. Axes are `AxisType.Auto` (GSPMD propagation).
+  subset is laid out in the order given. Axes are `AxisType.Auto` (GSPMD propagation; the
+  decoder's activation constraints are written for Auto axes).
   """
   all_devices = devices is None
   devices = list(jax.devices() if all_devices else devices)
@@ -126,25 +149,46 @@ def make_mesh(opts: ShardingOptions = ShardingOptions(),
   return Mesh(np.asarray(devices, dtype=object).reshape(shape), names, axis_types=types)
 
 
-def logical_to_spec(logical_axes: Sequence[Optional[str]], rules: Rules = DEFAULT_RULES
-                    ) -> PartitionSpec:
-  """Partition spec of an array whose dimensions have these logical names.
+def logical_to_spec(names: Sequence[Optional[str]], rules: Rules = DEFAULT_RULES,
+                    mesh_axes: Optional[Mapping[str, int]] = None,
+                    shape: Optional[Sequence[int]] = None) -> PartitionSpec:
+  """Partition spec of an array whose dimensions carry these logical names.
 
-  Each dimension takes the first rule of its logical name whose mesh axes are still unused
-  by earlier dimensions (a mesh axis shards at most one dimension); otherwise it is
-  replicated. Example: `("embed", "mlp")` → `P("fsdp", "tensor")` with the default rules.
+  Each dimension tries the rules of its logical name in order. A rule's mesh axes lose those
+  an earlier dimension of the same array already took (a mesh axis shards one dimension at
+  most) and, given `mesh_axes`, those the mesh lacks; given `shape` too, a rule whose
+  remaining axes do not divide the dimension is passed over. The first rule left with axes
+  wins; with none, the dimension is replicated. Examples with `DEFAULT_RULES`:
+  `("embed", "mlp")` → `P("fsdp", "tensor")`; `("batch", "length", "embed")` →
+  `P(("data", "fsdp"), None, None)`.
+
+  Args:
+    names: one logical name (or None) per dimension.
+    rules: (logical name, mesh axis / tuple of mesh axes / None) pairs.
+    mesh_axes: mesh axis name → size; None: every axis named by the rules exists.
+    shape: the array shape (requires `mesh_axes`).
   """
+  if shape is not None and mesh_axes is None:
+    raise ValueError("logical_to_spec: `shape` needs `mesh_axes` (the sizes to divide by)")
   used: set[str] = set()
   spec = []
-  for logical in logical_axes:
-    chosen = None
-    for name, axes in rules:
-      if name == logical and logical is not None and not used & set(_as_tuple(axes)):
+  for d, name in enumerate(names):
+    chosen: tuple[str, ...] = ()
+    for logical, axes in rules:
+      if name is None or logical != name:
+        continue
+      axes = tuple(a for a in _as_tuple(axes)
+                   if a not in used and (mesh_axes is None or a in mesh_axes))
+      if axes and (shape is None or shape[d] % math.prod(mesh_axes[a] for a in axes) == 0):
         chosen = axes
         break
-    used |= set(_as_tuple(chosen))
-    spec.append(chosen)
+    used.update(chosen)
+    spec.append(None if not chosen else chosen[0] if len(chosen) == 1 else chosen)
   return PartitionSpec(*spec)
+
+
+def _mesh_axes(mesh) -> dict[str, int]:
+  return dict(zip(mesh.axis_names, mesh.axis_sizes))
 
 
 def _is_axes(x) -> bool:
@@ -159,7 +203,8 @@ def param_shardings(logical_axes: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES)
   a scalar or an unannotated array) or `PartitionSpec`s of logical names, as returned by
   `nnx.get_partition_spec`.
   """
-  return jax.tree.map(lambda ax: NamedSharding(mesh, logical_to_spec(tuple(ax), rules)),
+  axes = _mesh_axes(mesh)
+  return jax.tree.map(lambda ax: NamedSharding(mesh, logical_to_spec(tuple(ax), rules, axes)),
                       logical_axes, is_leaf=_is_axes)
 
 
@@ -181,6 +226,45 @@ def shard_params(params: Any, logical_axes: Any, mesh: Mesh, rules: Rules = DEFA
   shardings = param_shardings(logical_axes, mesh, rules)
   jax.tree_util.tree_map_with_path(_check_divisible, params, shardings)
   return jax.device_put(params, shardings)
+
+
+def _names(v: nnx.Variable, ndim: int) -> tuple:
+  names = v.get_metadata().get("out_sharding") or ()
+  return tuple(names) + (None,) * (ndim - len(names))
+
+
+def state_shardings(state: nnx.State, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> nnx.State:
+  """A `NamedSharding` for every Variable of an `nnx.State` (abstract or concrete), from its
+  `out_sharding` logical names; dimensions their mesh axes do not divide stay replicated."""
+  axes = _mesh_axes(mesh)
+
+  def one(v):
+    shape = v.get_value().shape
+    return v.replace(NamedSharding(
+        mesh, logical_to_spec(_names(v, len(shape)), rules, axes, shape)))
+
+  return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+def shard_model(model: nnx.Module, mesh: Mesh, rules: Optional[Rules] = None) -> nnx.Module:
+  """Places `model`'s variables on `mesh` (rules default to the model's `rules`)."""
+  rules = model.rules if rules is None else rules
+  state = nnx.state(model)
+  nnx.update(model, jax.device_put(state, state_shardings(state, mesh, rules)))
+  return model
+
+
+def constrain(x: jax.Array, names: Sequence[Optional[str]], rules: Rules) -> jax.Array:
+  """`with_sharding_constraint` by logical names under the current mesh (`jax.set_mesh`);
+  the identity without one. Dimensions their mesh axes do not divide stay replicated."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return x
+  if not mesh.are_all_axes_auto:
+    raise ValueError(f"constrain: the model is annotated for meshes with Auto axes, got axis "
+                     f"types {mesh.axis_types}; build the mesh with sharding.make_mesh")
+  return jax.lax.with_sharding_constraint(
+      x, logical_to_spec(names, rules, _mesh_axes(mesh), x.shape))
 
 
 def opt_state_shardings(tx: optax.GradientTransformation, opt_state: Any,

@@ -3,7 +3,7 @@
   config      ModelConfig, presets (`preset("qwen3_0p6b")`, `tiny(vocab_size=...)`)
   decoder     Decoder (forward, hidden states), init / abstract
   kv_cache    KVCache, prefill / decode_step: cached decoding (the JAX sampler's model side)
-  sharding    logical axis names → mesh partition specs
+  (logical axis names → mesh partition specs: `tirjax.sharding`)
   hf_io       load_hf / export_hf (safetensors, streamed; per-family tables in hf_mapping)
   logprobs    token_logprobs: chunked log-probs and entropy with a chunked backward pass
 """

@@ -16,36 +16,16 @@ Presets copy the published `config.json` of each checkpoint on the Hugging Face 
   llama3_8b   https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json
               (Llama 3.1: the 8B config with rope_type "llama3"; Meta-Llama-3-8B has none)
 
-Logical axis names carried by parameters and activations, mapped onto mesh axes
-(`data`, `fsdp`, `tensor`) by `axis_rules` (see `tirjax.models.sharding`):
-
-  batch, length            activations only
-  vocab, embed, mlp        embedding rows, model width, SwiGLU width
-  heads, kv_heads, head_dim  attention
-  layers                   the stacked (scanned) layer axis of every layer parameter
+Parameters and activations carry logical axis names (`vocab`, `embed`, `mlp`, `heads`,
+`kv_heads`, `head_dim`, `layers`; activations also `batch`, `length`), mapped onto mesh axes
+by the rules of `tirjax.sharding` (`DEFAULT_RULES`, or the config's `ShardingOptions.rules`),
+which the `Decoder` is given at construction.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Union
-
-MeshAxes = Union[None, str, tuple[str, ...]]
-
-# First matching rule wins; a mesh axis already used by an earlier dimension of the same array
-# is skipped, so `embed` shards parameters over fsdp while activations, whose batch dimension
-# already took fsdp, keep their width replicated.
-DEFAULT_AXIS_RULES: tuple[tuple[str, MeshAxes], ...] = (
-    ("batch", ("data", "fsdp")),
-    ("length", None),
-    ("vocab", "tensor"),
-    ("embed", "fsdp"),
-    ("mlp", "tensor"),
-    ("heads", "tensor"),
-    ("kv_heads", "tensor"),
-    ("head_dim", None),
-    ("layers", None),
-)
+from typing import Optional
 
 FAMILIES = ("qwen3", "qwen2", "llama")
 DTYPES = ("float32", "bfloat16")
@@ -92,7 +72,6 @@ class ModelConfig:
   dtype: str = "float32"  # activations; logits and softmax statistics are always float32
   remat: bool = False  # recompute each layer in the backward pass (jax.checkpoint)
   init_std: float = 0.02  # normal init of projections and embeddings (HF initializer_range)
-  axis_rules: tuple[tuple[str, MeshAxes], ...] = DEFAULT_AXIS_RULES
 
   def __post_init__(self):
     if self.family not in FAMILIES:
@@ -115,9 +94,6 @@ class ModelConfig:
     for name in ("param_dtype", "dtype"):
       if getattr(self, name) not in DTYPES:
         raise ValueError(f"{name}: must be one of {DTYPES}, got {getattr(self, name)!r}")
-    for rule in self.axis_rules:
-      if not (isinstance(rule, tuple) and len(rule) == 2 and isinstance(rule[0], str)):
-        raise ValueError(f"axis_rules: each rule is (logical_name, mesh_axes), got {rule!r}")
 
   @property
   def qk_norm(self) -> bool:

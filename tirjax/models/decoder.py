@@ -8,6 +8,11 @@ meaningless, whatever the padding ids.
 The `num_layers` decoder layers are created with `nnx.vmap` (every layer parameter gains a
 leading "layers" axis) and applied with `jax.lax.scan`, so compile time does not grow with
 depth.
+
+Activations are constrained by logical names with the `rules` given at construction (the
+config's `ShardingOptions.rules`; see `tirjax.sharding`), a no-op unless a mesh is set with
+`jax.set_mesh`. The rules are static attributes of the module, so a jitted function of the
+model recompiles when they change.
 """
 
 from __future__ import annotations
@@ -20,20 +25,21 @@ from flax import nnx
 
 from tirjax.models.config import ModelConfig
 from tirjax.models.layers import DecoderLayer, RMSNorm, normal, rope_tables
-from tirjax.models.sharding import constrain
+from tirjax.sharding import DEFAULT_RULES, Rules, constrain
 
 
 class Decoder(nnx.Module):
   """Embedding → scanned `DecoderLayer`s → final RMSNorm → (tied or untied) unembedding."""
 
-  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs, rules: Rules = DEFAULT_RULES):
     self.config = cfg = config
+    self.rules = rules
     self.embed = normal(rngs, cfg, (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"))
 
     @nnx.split_rngs(splits=cfg.num_layers)
     @nnx.vmap(in_axes=0, out_axes=0, transform_metadata={nnx.PARTITION_NAME: "layers"})
     def make_layers(rngs):
-      return DecoderLayer(cfg, rngs=rngs)
+      return DecoderLayer(cfg, rules, rngs=rngs)
 
     self.layers = make_layers(rngs)
     self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), cfg.param_dtype)
@@ -73,27 +79,27 @@ class Decoder(nnx.Module):
     # Padding ids may be anything (e.g. -1); they must not reach the lookup as NaN rows.
     tokens = jnp.where(token_valid, tokens, 0)
     x = jnp.take(self.embed[...], tokens, axis=0, mode="clip").astype(self.config.dtype)
-    return constrain(x, ("batch", "length", "embed"), self.config.axis_rules)
+    return constrain(x, ("batch", "length", "embed"), self.rules)
 
   def logits(self, hidden: jax.Array) -> jax.Array:
     """float32 logits `[B, L, vocab]` of hidden states `[B, L, hidden_size]`."""
     w = self.unembedding.astype(hidden.dtype)
     out = jnp.einsum("bld,vd->blv", hidden, w, preferred_element_type=jnp.float32)
-    return constrain(out, ("batch", "length", "vocab"), self.config.axis_rules)
+    return constrain(out, ("batch", "length", "vocab"), self.rules)
 
   def __call__(self, tokens: jax.Array, token_valid: Optional[jax.Array] = None) -> jax.Array:
     """float32 logits `[B, L, vocab]`. For log-probs of long batches use `token_logprobs`."""
     return self.logits(self.hidden(tokens, token_valid))
 
 
-def init(config: ModelConfig, seed: int = 0) -> Decoder:
+def init(config: ModelConfig, seed: int = 0, *, rules: Rules = DEFAULT_RULES) -> Decoder:
   """A randomly initialised model (HF-style init: normal(init_std), norms 1, biases 0)."""
-  return Decoder(config, rngs=nnx.Rngs(params=seed))
+  return Decoder(config, rngs=nnx.Rngs(params=seed), rules=rules)
 
 
-def abstract(config: ModelConfig) -> Decoder:
+def abstract(config: ModelConfig, *, rules: Rules = DEFAULT_RULES) -> Decoder:
   """The model with `jax.ShapeDtypeStruct` leaves: shapes and metadata, no memory."""
-  return nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(params=0)))
+  return nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(params=0), rules=rules))
 
 
 def num_params(model: Decoder) -> int:

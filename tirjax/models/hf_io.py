@@ -30,7 +30,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from tirjax.models import decoder, hf_config, hf_mapping
-from tirjax.models.sharding import state_shardings
+from tirjax.sharding import DEFAULT_RULES, Rules, state_shardings
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -89,12 +89,13 @@ def _check(path, weight_map, handles, cfg, variables) -> None:
 
 
 def load_hf(path: str, *, mesh: Optional[jax.sharding.Mesh] = None,
-            **changes) -> decoder.Decoder:
+            rules: Rules = DEFAULT_RULES, **changes) -> decoder.Decoder:
   """A `Decoder` with the weights of the Hugging Face checkpoint directory `path`.
 
   The family comes from config.json's `model_type`. `changes` override config fields, e.g.
-  `param_dtype="float32"` (tensors are cast while loading) or `remat=True`. With `mesh`,
-  parameters are placed by the config's axis rules.
+  `param_dtype="float32"` (tensors are cast while loading) or `remat=True`. The model
+  constrains its activations by `rules` (`tirjax.sharding`); with `mesh`, parameters are
+  placed by them too.
 
   Raises:
     hf_config.UnsupportedConfig: for a model_type or feature the decoder does not implement.
@@ -103,10 +104,10 @@ def load_hf(path: str, *, mesh: Optional[jax.sharding.Mesh] = None,
   """
   cfg = hf_config.config_from_hf(hf_config.read(path),
                                  where=os.path.join(path, "config.json"), **changes)
-  graphdef, state = nnx.split(decoder.abstract(cfg))
+  graphdef, state = nnx.split(decoder.abstract(cfg, rules=rules))
   variables = dict(nnx.to_flat_state(state))
   shardings = (None if mesh is None else
-               dict(nnx.to_flat_state(state_shardings(state, mesh, cfg.axis_rules))))
+               dict(nnx.to_flat_state(state_shardings(state, mesh, rules))))
   weight_map = _weight_map(path)
   with contextlib.ExitStack() as stack:
     handles = {f: stack.enter_context(safe_open(f, "np"))

@@ -29,7 +29,7 @@ from flax import nnx
 
 from tirjax.models.decoder import Decoder
 from tirjax.models.layers import rope_tables
-from tirjax.models.sharding import constrain
+from tirjax.sharding import constrain
 
 _CACHE_AXES = ("layers", "batch", "length", "kv_heads", "head_dim")
 
@@ -87,8 +87,8 @@ def prefill(model: Decoder, tokens: jax.Array, lengths: jax.Array, size: int
   last = jnp.take_along_axis(x, (lengths - 1)[:, None, None], axis=1)
   logits = model.logits(model.final_norm(last))[:, 0]
   pad = ((0, 0), (0, 0), (0, size - p), (0, 0), (0, 0))
-  k = constrain(jnp.pad(k, pad), _CACHE_AXES, cfg.axis_rules)
-  v = constrain(jnp.pad(v, pad), _CACHE_AXES, cfg.axis_rules)
+  k = constrain(jnp.pad(k, pad), _CACHE_AXES, model.rules)
+  v = constrain(jnp.pad(v, pad), _CACHE_AXES, model.rules)
   return logits, KVCache(k, v, lengths)
 
 

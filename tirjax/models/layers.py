@@ -16,7 +16,7 @@ import numpy as np
 from flax import nnx
 
 from tirjax.models.config import ModelConfig
-from tirjax.models.sharding import constrain
+from tirjax.sharding import Rules, constrain
 
 # Masked attention scores; finite so that a row without any valid key gives a uniform
 # distribution instead of NaN.
@@ -24,7 +24,7 @@ _MASKED = -1e30
 
 
 def param(value, names) -> nnx.Param:
-  """A parameter annotated with logical axis names (resolved later by `sharding`)."""
+  """A parameter annotated with logical axis names (resolved later by `tirjax.sharding`)."""
   return nnx.Param(value, out_sharding=tuple(names), eager_sharding=False)
 
 
@@ -84,9 +84,10 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 class Attention(nnx.Module):
   """Causal grouped-query attention: query head h reads kv head h // (heads / kv_heads)."""
 
-  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, rules: Rules, *, rngs: nnx.Rngs):
     d, h, kv, hd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     self.cfg = cfg
+    self.rules = rules
     self.q_proj = normal(rngs, cfg, (d, h, hd), ("embed", "heads", "head_dim"))
     self.k_proj = normal(rngs, cfg, (d, kv, hd), ("embed", "kv_heads", "head_dim"))
     self.v_proj = normal(rngs, cfg, (d, kv, hd), ("embed", "kv_heads", "head_dim"))
@@ -103,7 +104,7 @@ class Attention(nnx.Module):
     y = jnp.einsum("bld,dnh->blnh", x, kernel[...].astype(x.dtype))
     if self.cfg.qkv_bias:
       y = y + getattr(self, bias_name)[...].astype(x.dtype)
-    return constrain(y, names, self.cfg.axis_rules)
+    return constrain(y, names, self.rules)
 
   def qkv(self, x, cos, sin):
     """Queries `[B, L, heads, head_dim]`, keys and values `[B, L, kv_heads, head_dim]` of
@@ -127,7 +128,7 @@ class Attention(nnx.Module):
     scores = jnp.where(mask[:, None, None], scores / math.sqrt(cfg.head_dim), _MASKED)
     probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
     out = jnp.einsum("bkgqs,bskh->bqkgh", probs, v).reshape(b, l, cfg.num_heads, cfg.head_dim)
-    out = constrain(out, ("batch", "length", "heads", "head_dim"), cfg.axis_rules)
+    out = constrain(out, ("batch", "length", "heads", "head_dim"), self.rules)
     return jnp.einsum("blnh,nhd->bld", out, self.o_proj[...].astype(q.dtype))
 
   def __call__(self, x, cos, sin, mask):
@@ -138,9 +139,9 @@ class Attention(nnx.Module):
 class MLP(nnx.Module):
   """SwiGLU: down(silu(gate·x) ⊙ up·x) (Shazeer 2020)."""
 
-  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, rules: Rules, *, rngs: nnx.Rngs):
     d, f = cfg.hidden_size, cfg.intermediate_size
-    self.rules = cfg.axis_rules
+    self.rules = rules
     self.gate_proj = normal(rngs, cfg, (d, f), ("embed", "mlp"))
     self.up_proj = normal(rngs, cfg, (d, f), ("embed", "mlp"))
     self.down_proj = normal(rngs, cfg, (f, d), ("mlp", "embed"))
@@ -155,13 +156,13 @@ class MLP(nnx.Module):
 class DecoderLayer(nnx.Module):
   """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
-  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, rules: Rules, *, rngs: nnx.Rngs):
     self.input_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), cfg.param_dtype)
-    self.attn = Attention(cfg, rngs=rngs)
+    self.attn = Attention(cfg, rules, rngs=rngs)
     self.post_attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",),
                                   cfg.param_dtype)
-    self.mlp = MLP(cfg, rngs=rngs)
-    self.rules = cfg.axis_rules
+    self.mlp = MLP(cfg, rules, rngs=rngs)
+    self.rules = rules
 
   def qkv(self, x, cos, sin):
     """The attention's q, k, v of the block input x (see `Attention.qkv`)."""

@@ -1,0 +1,231 @@
+"""Benchmark: tokens per second and peak memory of the policy train step, per model and mesh.
+
+  python -m experiments.bench_train_step --json=benchmarks/results/bench_train_step_cpu.json
+  python -m experiments.bench_train_step --gpu \
+      --json=benchmarks/results/bench_train_step_gpu.json
+
+CPU mode (default): 8 simulated CPU devices, meshes (data, fsdp, tensor) = (1,1,1), (8,1,1),
+(2,2,2), (2,4,1), for the `tiny` preset and `qwen3_97m`, a scaled-down Qwen3 (Qwen3's
+vocabulary and layer layout; width 512, SwiGLU 1536, 5 layers, 8 query / 4 key-value heads of
+128, tied embedding: 97.5M parameters, 77.8M of them the embedding). One step = forward,
+backward and AdamW update of the whole batch (micro-batched), as `training.policy_step` runs
+it.
+
+GPU mode (`--gpu`): a Qwen3-1.7B-sized model (`qwen3_1p7b`, float32 master weights, bfloat16
+compute, remat) on all GPUs (default mesh: every GPU on fsdp), and model FLOPs utilisation
+against the chips' peak (`--peak_tflops`, per chip; default from the device kind).
+
+Per case: compile time; step time (median of `--repeats` after one warm-up) and tokens per
+second; per-device memory from XLA's compiled memory analysis (arguments + outputs + temporaries
+− aliased (donated) bytes; CPU has no allocator statistics); model FLOPs per step
+(`tirjax.training.flops`: 6·N + attention, PaLM's convention) and achieved model FLOP/s; MFU
+where a peak is known. Simulated devices share the host's memory: a case whose devices together
+would need more than `--host_memory_budget_gib` is compiled and analysed but not run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import time
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+from tirjax import loss, sharding, training  # noqa: E402
+from tirjax.models import config, decoder  # noqa: E402
+from tirjax.training import flops  # noqa: E402
+
+_JSON = flags.DEFINE_string("json", None, "write results here")
+_GPU = flags.DEFINE_bool("gpu", False, "GPU mode: qwen3_1p7b on all GPUs, with MFU")
+_PRESETS = flags.DEFINE_list("presets", None, "model presets (default: tiny,qwen3_97m on CPU; "
+                             "qwen3_1p7b on GPU)")
+_MESHES = flags.DEFINE_list("meshes", None, "DxFxT meshes (default: 1x1x1,8x1x1,2x2x2,2x4x1 on "
+                            "CPU; 1xNx1 over the N GPUs)")
+_ROWS = flags.DEFINE_integer("rows", None, "rows per step (default 16 CPU, 32 GPU)")
+_LENGTH = flags.DEFINE_integer("length", None, "tokens per row (default 128 CPU, 2048 GPU)")
+_MICRO = flags.DEFINE_integer("microbatches", None, "micro-batches per step (default 2 CPU, "
+                               "8 GPU)")
+_CHUNK = flags.DEFINE_integer("chunk_size", 256, "log-prob chunk (positions per logits block)")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "timed steps per case (after one warm-up)")
+_PEAK = flags.DEFINE_float("peak_tflops", None, "peak dense TFLOP/s per chip for MFU (GPU "
+                           "default: from the device kind, bfloat16)")
+_BUDGET = flags.DEFINE_float("host_memory_budget_gib", 8.0, "CPU: run a case only if its "
+                             "simulated devices together need at most this much memory")
+
+# Dense bfloat16 peak per chip (vendor data sheets, SXM parts).
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "B200": 2250.0}
+
+
+def model_config(name: str) -> config.ModelConfig:
+  if name == "qwen3_97m":
+    return config.ModelConfig(
+        family="qwen3", vocab_size=151936, hidden_size=512, intermediate_size=1536,
+        num_layers=5, num_heads=8, num_kv_heads=4, head_dim=128, rope_theta=1e6,
+        rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=40960)
+  if name == "qwen3_1p7b" and _GPU.value:
+    return config.preset(name, param_dtype="float32", dtype="bfloat16", remat=True)
+  return config.preset(name)
+
+
+def policy_batch(rows: int, length: int, vocab: int, seed: int = 0) -> training.PolicyBatch:
+  """Full rows: a quarter prompt, the rest generated; random advantages and old log-probs."""
+  rng = np.random.default_rng(seed)
+  valid = np.ones((rows, length), bool)
+  loss_mask = valid & (np.arange(length)[None] >= length // 4)
+  return training.PolicyBatch(
+      tokens=rng.integers(0, vocab, (rows, length)).astype(np.int32), token_valid=valid,
+      loss_mask=loss_mask,
+      old_logprobs=(-np.log(vocab) + rng.normal(0, 0.3, (rows, length))).astype(np.float32),
+      advantages=np.where(loss_mask, rng.normal(0, 1, (rows, length)), 0).astype(np.float32),
+      row_mask=np.ones(rows, bool))
+
+
+def abstract(tree, shardings):
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                      tree, shardings)
+
+
+def memory(compiled, num_devices: int) -> dict:
+  m = compiled.memory_analysis()
+  out = {"argument_bytes": m.argument_size_in_bytes, "output_bytes": m.output_size_in_bytes,
+         "temp_bytes": m.temp_size_in_bytes, "alias_bytes": m.alias_size_in_bytes,
+         "generated_code_bytes": m.generated_code_size_in_bytes}
+  out["peak_bytes_per_device"] = (out["argument_bytes"] + out["output_bytes"] + out["temp_bytes"]
+                                  - out["alias_bytes"])
+  out["peak_bytes_all_devices"] = out["peak_bytes_per_device"] * num_devices
+  return out
+
+
+def run_case(cfg, mesh_shape, devices, rows, length, microbatches, peak_flops_per_chip
+             ) -> dict:
+  opts = sharding.ShardingOptions(mesh=tuple(zip(("data", "fsdp", "tensor"), mesh_shape)))
+  n = int(np.prod(mesh_shape))
+  mesh = sharding.make_mesh(opts, devices=devices[:n])
+  graphdef, abstract_params = training.split_model(decoder.abstract(cfg, rules=opts.rules))
+  tx = training.make_optimizer(training.OptimizerOptions(learning_rate=1e-5))
+  place = training.placement(abstract_params, tx, mesh, opts.rules)
+  step = training.policy_step(graphdef, tx, place, loss.LossOptions(),
+                              training.StepOptions(num_microbatches=microbatches,
+                                                   logprob_chunk_size=_CHUNK.value))
+  batch = policy_batch(rows, length, cfg.vocab_size)
+  abstract_opt = abstract(jax.eval_shape(tx.init, abstract_params), place.opt_state)
+  t = time.perf_counter()
+  with jax.set_mesh(mesh):
+    compiled = step.jitted.lower(abstract(abstract_params, place.params), abstract_opt,
+                                 abstract(batch, jax.tree.map(lambda _: place.batch, batch))
+                                 ).compile()
+  out = {"mesh": list(mesh_shape), "devices": n, "compile_s": time.perf_counter() - t,
+         "memory": memory(compiled, n)}
+  step_flops = flops.train_step_flops(cfg, rows, length)
+  out["model_flops_per_step"] = step_flops
+  if (jax.default_backend() == "cpu"
+      and out["memory"]["peak_bytes_all_devices"] > _BUDGET.value * 2**30):
+    out["timed"] = False
+    out["not_timed_because"] = (
+        f"the {n} simulated devices together need "
+        f"{out['memory']['peak_bytes_all_devices'] / 2**30:.1f} GiB (> "
+        f"{_BUDGET.value} GiB budget on a shared machine)")
+    return out
+
+  params = jax.jit(lambda: training.split_model(decoder.init(cfg, 0, rules=opts.rules))[1],
+                   out_shardings=place.params)()
+  opt_state = jax.jit(tx.init, out_shardings=place.opt_state)(params)
+  batch = jax.device_put(batch, place.batch)
+  times = []
+  for i in range(_REPEATS.value + 1):
+    t = time.perf_counter()
+    params, opt_state, metrics = compiled(params, opt_state, batch)
+    jax.block_until_ready((params, metrics))
+    if i:
+      times.append(time.perf_counter() - t)
+  median = statistics.median(times)
+  out.update(timed=True, step_s=median, times_s=times, tokens_per_step=rows * length,
+             tokens_per_s=rows * length / median,
+             model_tflops_per_s=step_flops / median / 1e12,
+             loss=float(metrics["loss"]), grad_norm=float(metrics["grad_norm"]))
+  if peak_flops_per_chip:
+    out["mfu"] = flops.mfu(step_flops, median, peak_flops_per_chip * n)
+  del params, opt_state
+  return out
+
+
+def cpu_model() -> str:
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor()
+
+
+def host_memory_gib() -> float:
+  with open("/proc/meminfo") as f:
+    return int(f.readline().split()[1]) / 2**20
+
+
+def main(_):
+  gpu = _GPU.value
+  devices = jax.devices("gpu") if gpu else jax.devices("cpu")
+  presets = _PRESETS.value or (["qwen3_1p7b"] if gpu else ["tiny", "qwen3_97m"])
+  meshes = _MESHES.value or ([f"1x{len(devices)}x1"] if gpu else
+                             ["1x1x1", "8x1x1", "2x2x2", "2x4x1"])
+  rows = _ROWS.value or (32 if gpu else 16)
+  length = _LENGTH.value or (2048 if gpu else 128)
+  microbatches = _MICRO.value or (8 if gpu else 2)
+  kind = devices[0].device_kind
+  peak = _PEAK.value
+  if peak is None and gpu:
+    peak = next((v for k, v in PEAK_TFLOPS.items() if k in kind), None)
+  peak_flops = peak * 1e12 if peak else None
+  load_before = os.getloadavg()
+  results = []
+  for name in presets:
+    cfg = model_config(name)
+    for text in meshes:
+      shape = tuple(int(s) for s in text.split("x"))
+      case = {"preset": name, "params": decoder.num_params(decoder.abstract(cfg)),
+              "matmul_params": flops.matmul_params(cfg),
+              **run_case(cfg, shape, devices, rows, length, microbatches, peak_flops)}
+      results.append(case)
+      rate = (f"{case['tokens_per_s']:.0f} tokens/s ({case['step_s']:.2f} s/step)"
+              if case["timed"] else "not timed: " + case["not_timed_because"])
+      print(f"{name} mesh {text}: {rate}; peak memory "
+            f"{case['memory']['peak_bytes_per_device'] / 2**20:.0f} MiB/device; compile "
+            f"{case['compile_s']:.1f} s" + (f"; MFU {case['mfu']:.3f}" if "mfu" in case else ""),
+            flush=True)
+  report = {
+      "benchmark": "bench_train_step",
+      "step": {"rows": rows, "length": length, "microbatches": microbatches,
+               "logprob_chunk_size": _CHUNK.value, "repeats": _REPEATS.value,
+               "loss": "policy loss, SPEC defaults (token ratio, clip 0.2, seq_mean_token_mean)",
+               "optimizer": "clip 1.0 + AdamW, float32 state"},
+      "model_configs": {name: dataclasses.asdict(model_config(name)) for name in presets},
+      "flops_convention": "6·N + 12·layers·heads·head_dim·length per token (PaLM App. B); "
+                          "N excludes an untied input embedding",
+      "peak_tflops_per_chip": peak,
+      "results": results,
+      "machine": {"backend": jax.default_backend(), "device_kind": kind,
+                  "devices": len(devices), "cpu": cpu_model(), "cores": os.cpu_count(),
+                  "host_memory_gib": round(host_memory_gib(), 1), "jax": jax.__version__,
+                  "python": platform.python_version(),
+                  "simulated_cpu_devices": not gpu,
+                  # Other processes on the machine (1/5/15-minute load averages).
+                  "load_average_start": load_before, "load_average_end": os.getloadavg()},
+  }
+  if _JSON.value:
+    os.makedirs(os.path.dirname(os.path.abspath(_JSON.value)), exist_ok=True)
+    with open(_JSON.value, "w") as f:
+      json.dump(report, f, indent=2)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,66 @@
+"""The frozen reference policy of the KL term (SPEC §5): its log-probs, once per batch.
+
+    reference = (ReferencePolicy(graphdef, ref_params, place, step_opts)
+                 if loss_opts.kl_coef > 0 else None)
+    rollouts = with_reference_logprobs(rollouts, reference, loss_opts)   # before policy_batch
+
+With β = 0 (PORTool) nothing is computed and no reference copy of the weights is needed.
+The log-probs use the policy step's chunking, micro-batching and temperature, so that
+`ref − logp` compares the same distributions.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+from flax import nnx
+
+from tirjax.loss.policy import LossOptions
+from tirjax.models.logprobs import token_logprobs
+from tirjax.rollouts import Rollouts
+from tirjax.training.batches import merge_microbatches, split_microbatches
+from tirjax.training.step import Placement, StepOptions, placed_copy
+
+
+class ReferencePolicy:
+  """Log-probs `[B, L]` of token batches under fixed parameters.
+
+  Holds its own copy of `params` (placed like the policy's), since the policy step donates
+  the policy's arrays. `jitted(params, tokens, token_valid)` is the compiled function.
+  """
+
+  def __init__(self, graphdef: nnx.GraphDef, params: nnx.State, place: Placement,
+               opts: StepOptions = StepOptions()):
+    self.placement = place
+    self.params = placed_copy(params, place.params)
+
+    def logprobs(params, tokens, token_valid):
+      model = nnx.merge(graphdef, params)
+
+      def one(mb):
+        return token_logprobs(model, mb[0], mb[1], chunk_size=opts.logprob_chunk_size,
+                              temperature=opts.temperature)[0]
+
+      mbs = split_microbatches((tokens, token_valid), opts.num_microbatches)
+      return merge_microbatches(jax.lax.map(one, mbs))
+
+    self.jitted = jax.jit(logprobs, in_shardings=(place.params, place.batch, place.batch),
+                          out_shardings=place.batch)
+
+  def logprobs(self, tokens: jax.Array, token_valid: jax.Array) -> jax.Array:
+    tokens, token_valid = jax.device_put((tokens, token_valid), self.placement.batch)
+    with jax.set_mesh(self.placement.mesh):
+      return self.jitted(self.params, tokens, token_valid)
+
+
+def with_reference_logprobs(rollouts: Rollouts, reference: Optional[ReferencePolicy],
+                            loss_opts: LossOptions) -> Rollouts:
+  """`rollouts` with `ref_logprobs` filled when the KL weight β > 0; unchanged (and nothing
+  computed) when β = 0."""
+  if loss_opts.kl_coef == 0:
+    return rollouts
+  if reference is None:
+    raise ValueError(f"reference: a ReferencePolicy is required when kl_coef > 0 "
+                     f"(kl_coef={loss_opts.kl_coef})")
+  return rollouts.replace(ref_logprobs=reference.logprobs(rollouts.tokens, rollouts.token_valid))
