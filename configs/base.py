@@ -116,8 +116,8 @@ def _cpu_scale(c: ml_collections.ConfigDict) -> None:
   c.optim.weight_decay = 0.0
   c.sft.steps = 300
   c.sft.optim.learning_rate = 3e-3
-  c.rollout.max_new_tokens = 96
-  c.rollout.shapes.max_tokens = 768
+  c.rollout.max_new_tokens = 64
+  c.rollout.shapes.max_tokens = 512
   c.rollout.shapes.max_params = 4
   c.model.logprob_chunk = 256
 

@@ -17,7 +17,7 @@ import time
 
 import jax
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 from flax import nnx
 from ml_collections import config_flags
 
@@ -45,6 +45,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
   config, workdir = FLAGS.config, FLAGS.workdir
   run(config, workdir)
 

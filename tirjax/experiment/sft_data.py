@@ -22,10 +22,14 @@ class SFTData:
 
   @classmethod
   def from_sequences(cls, seqs: Sequence[tuple[Sequence[int], Sequence[int]]], max_tokens: int,
-                     seed: int = 0) -> "SFTData":
+                     seed: int = 0, multiple: int = 64) -> "SFTData":
+    """Pads to the longest demonstration rounded up to `multiple`, at most `max_tokens`
+    (attention is quadratic in the padded length); longer demonstrations are skipped."""
     keep = [(ids, mask) for ids, mask in seqs if len(ids) <= max_tokens]
     if not keep:
       raise ValueError(f"sft: no demonstration fits in {max_tokens} tokens")
+    longest = max(len(ids) for ids, _ in keep)
+    max_tokens = min(max_tokens, -(-longest // multiple) * multiple)
     n = len(keep)
     tokens = np.zeros((n, max_tokens), np.int32)
     valid = np.zeros((n, max_tokens), bool)

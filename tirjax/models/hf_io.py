@@ -174,7 +174,9 @@ def _check_destination(out_dir: str, overwrite: bool) -> None:
 def _write(model, tmp: str, source_dir: Optional[str], dtype: str, max_shard_bytes: int):
   base = None
   if source_dir is not None:
-    base = hf_config.read(source_dir)
+    # A tokenizer-only source (e.g. toolworld's) has no config.json to carry keys over from.
+    if os.path.exists(os.path.join(source_dir, "config.json")):
+      base = hf_config.read(source_dir)
     for file in sorted(os.listdir(source_dir)):
       src = os.path.join(source_dir, file)
       if (os.path.isfile(src) and file != "config.json" and not file.endswith(INDEX)
