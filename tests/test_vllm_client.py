@@ -18,7 +18,7 @@ import pytest
 from tirjax.sampling import handover, tiny_hf
 from tirjax.sampling.interface import Sample, SamplingParams
 from tirjax.sampling.vllm import SamplerError, VLLMOptions, VLLMSampler
-from tirjax.sampling.vllm_server import RequestRejected, ServerOptions
+from tirjax.sampling.vllm_server import RequestRejected, ServerOptions, VLLMServer
 
 
 def vllm_choice(index, tokens, logprobs, finish="length", top=None):
@@ -53,6 +53,7 @@ class FakeServer:
     self.rpc = rpc
     self.stays_healthy = stays_healthy
     self.health = 200
+    self.metrics = ""  # the Prometheus text of GET /metrics
     self.requests = []
     fake = self
 
@@ -69,7 +70,14 @@ class FakeServer:
         self.wfile.write(data)
 
       def do_GET(self):
-        self.reply(fake.health, {}) if self.path == "/health" else self.reply(404, {})
+        if self.path == "/metrics":
+          data = fake.metrics.encode()
+          self.send_response(200)
+          self.send_header("Content-Length", str(len(data)))
+          self.end_headers()
+          self.wfile.write(data)
+        else:
+          self.reply(fake.health, {}) if self.path == "/health" else self.reply(404, {})
 
       def do_POST(self):
         payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -314,6 +322,62 @@ def test_failed_reload_blocks_sampling_until_a_good_one(tmp_path):
     assert sampler.generate([[1]], SamplingParams())[0][0].policy_version == 1
   finally:
     server.close()
+
+
+def test_a_prompt_that_vllm_changed_is_an_error():
+  def completion(payload):  # as a server that prepends a BOS token would answer
+    status, body = echo_completion(payload)
+    for c in body["choices"]:
+      c["prompt_token_ids"] = [0] + payload["prompt"]
+    return status, body
+  server = FakeServer(completion)
+  try:
+    with pytest.raises(SamplerError, match=r"ran prompt ids \[0, 3, 4\].*2 ids sent \[3, 4\]"):
+      VLLMSampler(VLLMOptions(url=server.url)).generate([[3, 4]], SamplingParams())
+  finally:
+    server.close()
+
+
+def missing_extension(payload):
+  if payload.get("method") == "refresh_tied_weights":
+    return 500, {"error": {"message": "Call to collective_rpc method failed: 'CPUWorker' object "
+                                      "has no attribute 'refresh_tied_weights'"}}
+  return 200, {"results": [None]}
+
+
+def test_an_attached_server_without_the_worker_extension_still_reloads(tmp_path):
+  (tmp_path / "model.safetensors").write_bytes(b"")
+  server = FakeServer(rpc=missing_extension, stays_healthy=True)
+  try:
+    sampler = VLLMSampler(VLLMOptions(url=server.url))
+    assert sampler.load_weights(str(tmp_path)).policy_version == 1
+    assert [p.get("method") for path, p in server.requests] == [
+        "reload_weights", "refresh_tied_weights", None]  # then /reset_prefix_cache
+    owned = owned_sampler(server.url, echo_completion)  # launched servers have it: an error
+    with pytest.raises(SamplerError, match="no attribute 'refresh_tied_weights'"):
+      owned.load_weights(str(tmp_path))
+  finally:
+    server.close()
+
+
+def test_prefix_cache_counters_are_read_from_the_metrics(fake):
+  fake.metrics = (
+      "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of tokens.\n"
+      "# TYPE vllm:prefix_cache_hits_total counter\n"
+      'vllm:prefix_cache_hits_total{engine="0",model_name="policy"} 640.0\n'
+      'vllm:prefix_cache_queries_total{engine="0",model_name="policy"} 800.0\n'
+      'vllm:prefix_cache_queries_total{engine="1",model_name="policy"} 10.0\n'
+      'vllm:cache_config_info{block_size="128",kv_cache_dtype_skip_layers="[]"} 1.0\n')
+  sampler = VLLMSampler(VLLMOptions(url=fake.url))
+  assert sampler.prefix_cache() == {"queries": 810.0, "hits": 640.0}
+
+
+@pytest.mark.parametrize("enabled, flag", [(True, "--enable-prefix-caching"),
+                                           (False, "--no-enable-prefix-caching")])
+def test_the_server_command_sets_prefix_caching(tmp_path, enabled, flag):
+  server = VLLMServer(ServerOptions(model=str(tmp_path), enable_prefix_caching=enabled))
+  command = server.command(8000)
+  assert flag in command and command.count("--enable-prefix-caching") == enabled
 
 
 def test_load_weights_rejects_a_directory_without_safetensors(fake, tmp_path):

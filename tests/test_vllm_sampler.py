@@ -53,7 +53,7 @@ def models(tmp_path_factory):
   return Models(dirs=dirs, torch=torch_models)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # its server is gone before test_vllm_toolworld.py starts one
 def sampler(models):
   s = VLLMSampler(VLLMOptions(server=support.server_options(models.dirs["a"])))
   yield s

@@ -15,10 +15,13 @@ calls, get independent samples.
 New weights (`load_weights`) are an HF safetensors directory that the server loads in place
 with `reload_weights(weights_path=…)` through `POST /collective_rpc` (the server runs with
 `VLLM_SERVER_DEV_MODE=1`), after which the prefix cache is reset and, given a teacher, the
-log-probs of a probe batch are checked against it (`handover.py`). A server launched here also
-re-processes tied weights after the reload (`vllm_worker/tirjax_worker_ext.py`: on CPU, vLLM
-would keep the old LM head of a model with tied embeddings); a server only attached to lacks
-that fix, and the check is what catches a stale head there.
+log-probs of a probe batch are checked against it (`handover.py`). Tied weights are then
+re-processed (`vllm_worker/tirjax_worker_ext.py`: on CPU, vLLM would keep the old LM head of a
+model with tied embeddings). Servers launched by `VLLMServer` carry that worker extension; a
+server launched otherwise lacks it, which is tolerated: the check is what catches a stale head.
+
+vLLM's CPU attention does not support the `tiny` preset's head size (16; an engine error at the
+first request): runs with vLLM use the tiny model with `TINY_HEAD_DIM` = 32.
 
 Failures: a health check precedes every batch. When the server is down, does not answer in
 time (`request_timeout_s`), or answers HTTP 5xx and then fails its health check, a server this
@@ -41,11 +44,17 @@ from typing import Callable, Optional, Sequence, TypeVar
 from tirjax.sampling import handover
 from tirjax.sampling.interface import Sample, SamplingParams
 from tirjax.sampling.vllm_server import (RequestRejected, ServerError, ServerOptions,
-                                         ServerUnavailable, VLLMServer, healthy, request_json)
+                                         ServerUnavailable, VLLMServer, healthy, metrics,
+                                         request_json)
 
 _T = TypeVar("_T")
 _log = logging.getLogger(__name__)
 _TOKEN_PREFIX = "token_id:"
+_REFRESH = "refresh_tied_weights"
+
+# vLLM 0.32's CPU attention supports head sizes 32, 64, 80, …, 512
+# (`CPUAttentionBackend.get_supported_head_sizes`), not the `tiny` preset's 16.
+TINY_HEAD_DIM = 32  # the `tiny` preset's head size when vLLM serves it
 
 
 class SamplerError(RuntimeError):
@@ -189,6 +198,10 @@ class VLLMSampler:
     choices = sorted(answer["choices"], key=lambda c: c["index"])
     if len(choices) != params.n:
       raise SamplerError(f"vLLM returned {len(choices)} choices, {params.n} requested")
+    for c in choices:  # token-in: vLLM must have run the ids as sent (no BOS, no re-encoding)
+      if c.get("prompt_token_ids") is not None and list(c["prompt_token_ids"]) != prompt:
+        raise SamplerError(f"vLLM ran prompt ids {c['prompt_token_ids'][:20]}..., not the "
+                           f"{len(prompt)} ids sent {prompt[:20]}...")
     return [_sample(c, params, version) for c in choices]
 
   def _generate_once(self, prompts: list[list[int]], params: SamplingParams,
@@ -249,12 +262,26 @@ class VLLMSampler:
                           timeout=timeout)
     if not isinstance(answer, dict) or "results" not in answer:
       raise SamplerError(f"reload_weights: unexpected answer {answer!r}")
-    if self._server is not None:  # launched with tirjax's worker extension
-      request_json(f"{self.url}/collective_rpc", {"method": "refresh_tied_weights"},
-                   timeout=timeout)
+    self._refresh_tied_weights(timeout)
     t1 = time.monotonic()
     request_json(f"{self.url}/reset_prefix_cache", {}, timeout=timeout)
     return t1 - t0, time.monotonic() - t1
+
+  def _refresh_tied_weights(self, timeout: float) -> None:
+    try:
+      request_json(f"{self.url}/collective_rpc", {"method": _REFRESH}, timeout=timeout)
+    except ServerError as e:
+      if self._server is not None or f"no attribute '{_REFRESH}'" not in str(e):
+        raise
+      _log.warning("vLLM server at %s lacks tirjax's worker extension: tied weights are not "
+                   "re-processed after a reload (the hand-over check catches a stale LM head)",
+                   self.url)
+
+  def prefix_cache(self) -> dict[str, float]:
+    """The server's prefix-cache counters since it started: `queries` and `hits` (tokens)."""
+    m = metrics(self.url, self.options.health_timeout_s)
+    return {"queries": m.get("vllm:prefix_cache_queries_total", 0.0),
+            "hits": m.get("vllm:prefix_cache_hits_total", 0.0)}
 
   def load_weights(self, path: str, version: Optional[int] = None,
                    teacher_logprobs: Optional[handover.TeacherLogprobs] = None

@@ -67,6 +67,8 @@ class ServerOptions:
     python: interpreter of the environment that has vLLM installed.
     host, port: where to listen; port 0 picks a free port.
     dtype, max_model_len, enforce_eager: vLLM's options of those names.
+    enable_prefix_caching: reuse the KV cache of shared prompt prefixes (tree rollouts and
+      multi-turn episodes resend whole prefixes every step); vLLM's CPU backend supports it.
     kv_cache_memory_bytes: KV cache size. On CPU, vLLM otherwise reserves the fraction
       `gpu_memory_utilization` of host memory (0.92 by default): give one of the two.
     gpu_memory_utilization: fraction of accelerator (on CPU: host) memory vLLM may use.
@@ -84,6 +86,7 @@ class ServerOptions:
   dtype: str = "float32"
   max_model_len: int = 4096
   enforce_eager: bool = True
+  enable_prefix_caching: bool = True
   kv_cache_memory_bytes: Optional[int] = 64 * 2**20
   gpu_memory_utilization: Optional[float] = None
   startup_timeout_s: float = 300.0
@@ -144,6 +147,24 @@ def healthy(url: str, timeout: float = 5.0) -> bool:
   except (ServerUnavailable, RequestRejected):
     return False
   return True
+
+
+def metrics(url: str, timeout: float = 10.0) -> dict[str, float]:
+  """The server's Prometheus counters and gauges (`GET /metrics`), summed over label sets,
+  e.g. `vllm:prefix_cache_hits_total` and `vllm:prefix_cache_queries_total` (in tokens)."""
+  req = urllib.request.Request(f"{url}/metrics")
+  try:
+    with _NO_PROXY.open(req, timeout=timeout) as resp:
+      text = resp.read().decode()
+  except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError) as e:
+    raise ServerUnavailable(f"{url}/metrics: {getattr(e, 'reason', e)}") from e
+  out: dict[str, float] = {}
+  for line in text.splitlines():
+    if line and not line.startswith("#"):
+      name, value = line.rsplit(" ", 1)
+      name = name.split("{", 1)[0]
+      out[name] = out.get(name, 0.0) + float(value)
+  return out
 
 
 def free_port(host: str) -> int:
@@ -210,6 +231,8 @@ class VLLMServer:
             "--worker-extension-cls", WORKER_EXTENSION]
     if o.enforce_eager:
       args.append("--enforce-eager")
+    args.append("--enable-prefix-caching" if o.enable_prefix_caching
+                else "--no-enable-prefix-caching")
     if o.kv_cache_memory_bytes is not None:
       args += ["--kv-cache-memory-bytes", str(o.kv_cache_memory_bytes)]
     if o.gpu_memory_utilization is not None:
