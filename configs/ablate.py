@@ -16,10 +16,11 @@ Produces `<workdir>/<label>/seed<k>/`, an `experiments.train` run directory per 
 of each seed that the RL cells start from (one per answer protocol: two for `grid=all`); and
 `<workdir>/report/` (report.md: eval accuracy, steps, unanswerable rate, formatting reward,
 training reward and unlearning rates as mean ± 95% CI over seeds, paired by seed against
-`grpo`; learning curves). `grid=all` is 23 cells × 3 seeds + 6 warm starts; on the tiny model
-a cell is CPU-hours (300 SFT steps per warm start, 100 RL steps of 8 queries per cell).
-`grid=smoke` (grpo and portool, 2 seeds, 2 steps each, 4 eval tasks) finishes in about two
-minutes on 2 CPU cores and checks the pipeline, not the methods (its accuracies are ~0).
+`grpo`; learning curves). `grid=all` is 23 cells × 3 seeds + 6 warm starts. Measured on a
+shared 2-core CPU with the tiny model: a warm start (300 SFT steps at ~1.6 s) about 10 min, an
+RL cell (100 steps of 64 rows at ~27 s, 5 evaluations of 64 tasks at ~27 s) about 50 min, so
+`grid=all` about 60 CPU-hours. `grid=smoke` (grpo and portool, 2 seeds, 2 steps each, 4 eval
+tasks) takes 2-3 minutes there and checks the pipeline, not the methods (accuracies ~0).
 
 Expected result (the papers' claims on 1.7B-7B models and SPEC §4.1; not yet measured at the
 tiny scale): PORTool above GRPO in eval accuracy, with fewer tool-call steps and a lower
@@ -66,7 +67,8 @@ def get_config(arg=None):
 
   c = ml_collections.ConfigDict()
   c.preset = ",".join(f"{k}={v}" for k, v in cell_presets.items())
-  c.configs = ml_collections.ConfigDict()  # e.g. {"portool": "configs/my_portool.py:model=tiny"}
+  # Per estimator, another config file: "path.py" or "path.py:arg" ("" = configs/<name>.py).
+  c.configs = ml_collections.ConfigDict({name: "" for name in ESTIMATORS})
   c.overrides = ml_collections.ConfigDict(dict(train=dict(progress_bar=False)))
   if smoke:
     for section, values in SMOKE.items():

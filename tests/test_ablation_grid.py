@@ -297,3 +297,25 @@ def test_ctrl_c_interrupts_the_runs_which_record_it(tmp_path):
   assert harness.returncode != 0 and "KeyboardInterrupt" in err
   with open(status) as f:
     assert json.load(f) == {"state": "failed", "step": 0, "error": "KeyboardInterrupt"}
+
+
+def test_an_estimator_can_take_another_config_file_and_argument(tmp_path):
+  path = tmp_path / "my_portool.py"
+  path.write_text("from configs import portool\n\n\ndef get_config(arg=None):\n"
+                  "  c = portool.get_config(arg)\n  c.advantage.options.gamma = 0.5\n  return c\n")
+  grid = smoke()
+  with grid.unlocked():
+    grid.configs.portool = f"{path}:model=tiny,steps=4"
+  jobs = ablation.plan(grid, str(tmp_path / "grid"))
+  portool, grpo = (ablation.build_config(j.recipe) for j in jobs[2:0:-1])
+  assert (portool.advantage.options.gamma, portool.train.steps) == (0.5, 4)
+  assert (grpo.train.steps, portool.env.eval_tasks) == (2, 4)  # the grid's preset and overrides
+
+
+def test_a_run_whose_warm_start_is_not_in_the_jobs_is_not_run(tmp_path, capsys):
+  workdir = str(tmp_path / "grid")
+  jobs = ablation.plan(smoke(cells=("grpo",), seeds=(0,)), workdir)[1:]
+  results = ablation.run_grid(jobs, workdir, lambda job: ["false"], compilation_cache=False)
+  assert [(r.state, r.error) for r in results] == [
+      ("blocked", f"warm start {jobs[0].needs} is not in the grid")]
+  assert "not run: its warm start" in capsys.readouterr().out

@@ -9,7 +9,7 @@ as JSON where they parse (0, 0.5, true) and as strings otherwise.
 Grid config entries:
   preset     the preset argument of every estimator's config file ("model=tiny,env=toolworld")
   configs    {estimator: "path.py" or "path.py:arg"}: another config file (and argument) for an
-             estimator; the default is configs/<estimator>.py with `preset`
+             estimator; the default ("" or absent) is configs/<estimator>.py with `preset`
   overrides  nested config values set in every run (e.g. overrides.train.steps = 100)
   cells      the cell labels
   seeds      the seeds; every cell runs once per seed (config key `seed`)

@@ -109,7 +109,7 @@ def run_grid(jobs: Sequence[Job], workdir: str, command: Callable[[Job], list[st
   """Runs the jobs that need it, `parallel` processes at a time; prints a line per job.
 
   Args:
-    jobs: `grid.plan(...)`, warm starts before the runs that need them.
+    jobs: `grid.plan(...)`; a job waits for the one it `needs`, which must be among them.
     workdir: the grid's directory.
     command: the argv of the process that runs one job (in its directory).
     parallel: processes at a time (>= 1).
@@ -166,6 +166,12 @@ def _schedule(jobs, todo, command, parallel, env, out) -> list[Result]:
         running[i] = (_start(job, command, env), time.monotonic())
         _line(out, i, n, job, "started" + (f" (was {before})" if before else "") +
               f", log {os.path.join(job.workdir, 'train.log')}")
+      if pending and not running:  # nothing could start: their warm starts are not in `jobs`
+        for i in pending:
+          error = f"warm start {jobs[i].needs} is not in the grid"
+          results[i] = Result(jobs[i], "blocked", error=error)
+          _line(out, i, n, jobs[i], f"not run: its {error}")
+        pending = []
       time.sleep(POLL_S if running else 0)
       for i, (proc, t0) in list(running.items()):
         if proc.poll() is None:
