@@ -242,8 +242,9 @@ def test_a_run_killed_without_status_is_failed_and_one_grid_runs_at_a_time(tmp_p
 
 
 def test_run_processes_share_a_compilation_cache_and_split_gpu_memory(tmp_path, monkeypatch):
-  monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
-  monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+  for name in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+               "XLA_PYTHON_CLIENT_MEM_FRACTION"):
+    monkeypatch.delenv(name, raising=False)
   env = runner.child_env(str(tmp_path), parallel=3, compilation_cache=True)
   assert env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "jax_cache")
   assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
