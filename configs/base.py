@@ -51,7 +51,7 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
 
   env = presets.get("env", "toolworld")
   c.env = ml_collections.ConfigDict(dict(
-      name=env, data_path=DATA[env], train_tasks=100_000, eval_tasks=64,
+      name=env, data_path=DATA[env], train_tasks=2000, eval_tasks=64,
       # toolworld only: the query mix
       hop_weights=(0.25, 0.35, 0.25, 0.15), p_parallel=0.5, p_down=0.1,
   ))

@@ -28,6 +28,7 @@ from tirjax.experiment.evaluation import evaluate
 from tirjax.experiment.progress import Progress, summary_table
 from tirjax.experiment.rl_metrics import rl_metrics
 from tirjax.experiment.sft_data import SFTData, demonstrations
+from tirjax.experiment import tasks as tasks_lib
 from tirjax.experiment.tasks import TaskSource, load_tokenizer, tokenizer_dir
 from tirjax.models.hf_io import export_hf
 from tirjax.rollout import rollout
@@ -78,9 +79,13 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
   # -- Mesh -----------------------------------------------------------------------------------
   mesh = sharding.make_mesh(exp.sharding)
   rules = exp.sharding.rules
+  batch_axes = sharding.batch_spec(rules)[0] or ()
+  shards = int(np.prod([mesh.shape[a] for a in (batch_axes if isinstance(batch_axes, tuple)
+                                                 else (batch_axes,))]))
+  exp = resolve.fit_to_mesh(exp, shards, config.sft.batch_size if config.sft.steps else shards)
 
   # -- Data and environment -------------------------------------------------------------------
-  cache = os.path.join(workdir, "tokenizer")
+  cache = os.path.join(tasks_lib.cache_dir(), f"toolworld_tokenizer_seed{config.seed}")
   tokenizer = load_tokenizer(config.model, config.env.name, cache, seed=config.seed)
   source = TaskSource(config.env, seed=config.seed)
   train_tasks = source.tasks("train", config.env.train_tasks)
@@ -118,7 +123,8 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
     writer.truncate_after({"sft": 0, "rl": 0, "eval": -1})
   del model, params  # the train state owns the (donated) parameter buffers from here on
   sampler = components.make_sampler(config, graphdef, state, workdir,
-                                    tokenizer_dir(config.model, cache, seed=config.seed))
+                                    tokenizer_dir(config.model, cache, seed=config.seed),
+                                    exp.rollout)
 
   # -- Supervised warm-start ------------------------------------------------------------------
   if phase == "sft":

@@ -8,6 +8,12 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
                       "--xla_backend_optimization_level=0")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# A persistent compilation cache shared by the xdist workers and the trainer subprocesses of
+# one checkout: identical programs (the same tiny model's sampler and steps, met by many
+# tests and configs) compile once.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      os.path.join(os.path.dirname(os.path.dirname(__file__)), ".jax_cache"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
 import hypothesis  # noqa: E402
 

@@ -3,6 +3,7 @@
 The run attaches to the session's toolworld server (`sampler.vllm_url`; same architecture: the
 `tiny` model over the toolworld vocabulary with vLLM's head size) and hands its own weights
 over before every sampling phase, each hand-over checked against its teacher-forced log-probs.
+Settings are the trainer tests' short ones (`test_train_runs.short_config`).
 """
 
 import json
@@ -11,8 +12,8 @@ import os
 
 import pytest
 
-from configs import grpo
-from experiments import train
+from experiments.train import run
+from tests.test_train_runs import read_metrics, short_config
 from tests.vllm_toolworld import TOL
 
 pytest_plugins = ["tests.vllm_toolworld_fixtures"]
@@ -20,23 +21,11 @@ pytestmark = pytest.mark.xdist_group("vllm")
 
 
 def test_two_rl_steps_with_vllm_finish_with_finite_metrics(toolworld, tmp_path):
-  # Two rows per batch: the devices (8 in tests) go to the tensor axis, not the batch axes.
-  config = grpo.get_config("model=tiny,sampler=vllm,steps=2,mesh=1x1x-1")
-  config.sampler.vllm_url = toolworld.sampler.url
-  config.sft.steps = 0
-  config.env.eval_tasks = 4
-  config.train.queries_per_step = 1
-  config.train.progress_bar = False
-  config.rollout.n = 2
-  config.rollout.max_steps = 2
-  config.rollout.shapes.max_steps = 2
-  config.rollout.max_new_tokens = 32
-  workdir = str(tmp_path / "run")
-  summary = train.run(config, workdir)
+  config = short_config("grpo", **{"sampler.kind": "vllm",
+                                   "sampler.vllm_url": toolworld.sampler.url})
+  summary = run(config, str(tmp_path))
   assert summary["policy_version"] == 2 and summary["rl_steps"] == 2
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    records = [json.loads(line) for line in f]
-  rl = [r for r in records if r["phase"] == "rl"]
+  rl = [r for r in read_metrics(tmp_path) if r["phase"] == "rl"]
   assert [r["step"] for r in rl] == [1, 2]
   for r in rl:
     numbers = {k: v for k, v in r.items() if isinstance(v, (int, float))}
@@ -45,6 +34,6 @@ def test_two_rl_steps_with_vllm_finish_with_finite_metrics(toolworld, tmp_path):
     assert 0 <= r["sampler/logprob_gap_max"] < TOL
     assert r["rollout/sampled_tokens"] > 0
   # Hand-overs alternate between two export folders.
-  assert sorted(os.listdir(os.path.join(workdir, "vllm_weights"))) == ["slot0", "slot1"]
-  with open(os.path.join(workdir, "status.json")) as f:
+  assert sorted(os.listdir(tmp_path / "vllm_weights")) == ["slot0", "slot1"]
+  with open(tmp_path / "status.json") as f:
     assert json.load(f)["state"] == "finished"

@@ -82,8 +82,11 @@ class ShardingOptions:
 
   mesh: MeshAxes = DEFAULT_MESH
   rules: Rules = DEFAULT_RULES
+  num_devices: int = 0  # 0: every device; n: the first n devices (e.g. a test or a debug run)
 
   def __post_init__(self):
+    if not (isinstance(self.num_devices, int) and self.num_devices >= 0):
+      raise ValueError(f"num_devices: must be an int >= 0, got {self.num_devices!r}")
     for rule in self.rules:
       if not (isinstance(rule, (list, tuple)) and len(rule) == 2):
         raise ValueError(f"rules: each rule is (logical_name, mesh_axes), got {rule!r}")
@@ -139,6 +142,10 @@ def make_mesh(opts: ShardingOptions = ShardingOptions(),
   subset is laid out in the order given. Axes are `AxisType.Auto` (GSPMD propagation; the
   decoder's activation constraints are written for Auto axes).
   """
+  if devices is None and opts.num_devices:
+    if opts.num_devices > jax.device_count():
+      raise ValueError(f"num_devices: {opts.num_devices} requested, {jax.device_count()} exist")
+    devices = jax.devices()[:opts.num_devices]
   all_devices = devices is None
   devices = list(jax.devices() if all_devices else devices)
   shape = mesh_shape(opts.mesh, len(devices))

@@ -35,6 +35,7 @@ def necessary_steps(r: Rollouts) -> jax.Array:
   return tree_lib.parent_is_fork(r, tree) & (c_parent >= 1.0) & (c_step == c_parent)
 
 
+@jax.jit
 def unlearning_rate(r: Rollouts, step_adv: jax.Array) -> dict[str, jax.Array]:
   """Fraction of necessary steps that receive a negative advantage.
 

@@ -19,7 +19,7 @@ from tirjax.models import config as model_config
 from tirjax.models.decoder import init
 from tirjax.models.hf_io import export_hf, load_hf
 from tirjax.rollout.judging import rule_judge
-from tirjax.sampling.jax_sampler import JaxSampler
+from tirjax.sampling.jax_sampler import JaxSampler, JaxSamplerOptions, bucket
 from tirjax.sampling.teacher import DecoderTeacher
 from tirjax.sampling.vllm import TINY_HEAD_DIM
 
@@ -182,9 +182,17 @@ class VLLMPolicySampler:
     self._sampler.close()
 
 
-def make_sampler(config, graphdef, state: TrainState, workdir: str, tokenizer_source: str):
+def make_sampler(config, graphdef, state: TrainState, workdir: str, tokenizer_source: str,
+                 rollout_options):
   """The configured sampler, holding the current policy (version `state.policy_version`)."""
   params = sampler_params(state)
   if config.sampler.kind == "jax":
-    return JaxSampler(nnx.merge(graphdef, params), policy_version=state.policy_version)
+    # Buckets as large as a batch's rows and context: a run compiles one or two executables
+    # (tree candidates can double the rows) instead of one per prompt length met.
+    shapes = rollout_options.shapes
+    options = JaxSamplerOptions(
+        min_batch=bucket(shapes.num_rows, 1), max_batch=bucket(max(256, 2 * shapes.num_rows), 1),
+        min_prompt_len=bucket(shapes.max_tokens - rollout_options.max_new_tokens, 1),
+        min_new_tokens=bucket(rollout_options.max_new_tokens, 1))
+    return JaxSampler(nnx.merge(graphdef, params), options, policy_version=state.policy_version)
   return VLLMPolicySampler(config, graphdef, params, tokenizer_source, workdir)

@@ -96,6 +96,13 @@ def resolve(c) -> Experiment:
         f"must be one of {SAMPLERS}, got {c.sampler.kind!r}")
   _need(c.sampler.eval_temperature >= 0, "sampler.eval_temperature", "must be >= 0")
 
+  for key in ("train.steps", "sft.steps"):
+    _int_at_least(c, key, 0)
+  for key in ("train.queries_per_step", "train.micro_batches", "train.eval_every",
+              "train.checkpoint_every", "train.keep_checkpoints", "train.log_every",
+              "sft.batch_size", "sft.num_demos"):
+    _int_at_least(c, key, 1)
+  _int_at_least(c, "train.dynamic_sampling_tries", 0)
   rollout = _section(RolloutOptions, c.rollout, "rollout")
   try:
     estimator = advantages.get(c.advantage.name)
@@ -108,13 +115,6 @@ def resolve(c) -> Experiment:
   sft_loss = _section(SFTOptions, c.sft.loss, "sft.loss")
   shard = _section(sharding.ShardingOptions, c.sharding, "sharding")
 
-  for key in ("train.steps", "sft.steps"):
-    _int_at_least(c, key, 0)
-  for key in ("train.queries_per_step", "train.micro_batches", "train.eval_every",
-              "train.checkpoint_every", "train.keep_checkpoints", "train.log_every",
-              "sft.batch_size", "sft.num_demos"):
-    _int_at_least(c, key, 1)
-  _int_at_least(c, "train.dynamic_sampling_tries", 0)
   rows = c.train.queries_per_step * rollout.rows_per_query
   _need(rollout.shapes.num_rows >= rows, "rollout.shapes.num_rows",
         f"{rollout.shapes.num_rows} rows cannot hold train.queries_per_step="
@@ -140,3 +140,16 @@ def resolve(c) -> Experiment:
   return Experiment(estimator=estimator, advantage=advantage, rollout=rollout, loss=loss,
                     optim=optim, step=step, sft_optim=sft_optim, sft_loss=sft_loss,
                     sft_step=sft_step, demos=demos, sharding=shard)
+
+
+def fit_to_mesh(exp: Experiment, batch_shards: int, sft_batch_size: int) -> Experiment:
+  """Rounds the rollout rows up to a multiple of the devices that split the batch (the extra
+  rows are padding); the SFT batch must divide already."""
+  per_step = batch_shards * exp.step.num_microbatches
+  _need(sft_batch_size % per_step == 0, "sft.batch_size",
+        f"{sft_batch_size} must be a multiple of the batch shards ({batch_shards}) × "
+        f"train.micro_batches ({exp.step.num_microbatches})")
+  rows = exp.rollout.shapes.num_rows
+  rows = -(-rows // per_step) * per_step
+  shapes = dataclasses.replace(exp.rollout.shapes, num_rows=rows)
+  return dataclasses.replace(exp, rollout=dataclasses.replace(exp.rollout, shapes=shapes))

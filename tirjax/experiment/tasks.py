@@ -67,6 +67,13 @@ class TaskSource:
       self._sandbox.close()
 
 
+def cache_dir() -> str:
+  """Where built artefacts (toolworld's tokenizer) are cached: $TIRJAX_CACHE or
+  ~/.cache/tirjax. A build records its inputs, so a cached one is reused only when equal."""
+  return os.environ.get("TIRJAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                         "tirjax")
+
+
 def load_tokenizer(model_cfg, env_name: str, cache_dir: str, seed: int = 0):
   """The policy's tokenizer: the checkpoint's own, or toolworld's BPE for the tiny model."""
   from transformers import AutoTokenizer

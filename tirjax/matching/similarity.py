@@ -32,6 +32,7 @@ def pair_stats(enc: CallEncoding) -> dict:
               n_pred=n_pred, n_gt=n_gt)
 
 
+@jax.jit
 def call_similarity(enc: CallEncoding, call_valid: jax.Array, gt_valid: jax.Array) -> jax.Array:
   """`call_sim` [B, T, K, C] from encoded calls; 0 where either side is padding."""
   s = pair_stats(enc)

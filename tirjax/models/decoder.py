@@ -93,8 +93,11 @@ class Decoder(nnx.Module):
 
 
 def init(config: ModelConfig, seed: int = 0, *, rules: Rules = DEFAULT_RULES) -> Decoder:
-  """A randomly initialised model (HF-style init: normal(init_std), norms 1, biases 0)."""
-  return Decoder(config, rngs=nnx.Rngs(params=seed), rules=rules)
+  """A randomly initialised model (HF-style init: normal(init_std), norms 1, biases 0).
+
+  Initialised inside one jitted function: run eagerly, every initialiser would compile
+  separately."""
+  return nnx.jit(lambda: Decoder(config, rngs=nnx.Rngs(params=seed), rules=rules))()
 
 
 def abstract(config: ModelConfig, *, rules: Rules = DEFAULT_RULES) -> Decoder:

@@ -25,9 +25,10 @@ Temperature, top-p, `max_new_tokens`, the stop ids and the seed are traced value
 bucket is compiled once, ahead of time (`jit(...).lower(...).compile()`); `compiled_buckets`
 lists them.
 
-Randomness: the key of call c with `params.seed = s` is fold_in(key(s), c) (c counts this
-sampler's calls, `call_count`), folded again with the chunk index and the step index. So a
-seed and a call count reproduce a batch, and successive calls with one seed differ.
+Randomness: a call with `params.seed = s` uses key(s), folded with the chunk index and the
+step index: a pure function of the seed, so a seed reproduces a batch (also after a restart
+of the trainer, which makes resumed runs identical to uninterrupted ones). Callers that want
+fresh samples pass fresh seeds, as the rollout modes do (one drawn per call).
 
 Reported per token: log p under the raw model (temperature 1, no top-p: the trainer's
 `token_logprobs` of the same weights), the entropy of that distribution (ARPO), and with
@@ -177,7 +178,6 @@ class JaxSampler:
     self.graphdef, self._state = nnx.split(model)
     self.vocab_size = model.config.vocab_size
     self.policy_version = int(policy_version)
-    self.call_count = 0
     self._compiled: dict[Bucket, object] = {}
 
   @property
@@ -222,8 +222,7 @@ class JaxSampler:
     if params.top_logprobs > o.max_top_logprobs:
       raise ValueError(f"top_logprobs: {params.top_logprobs} exceeds "
                        f"options.max_top_logprobs={o.max_top_logprobs}")
-    key = jax.random.fold_in(jax.random.key(params.seed), self.call_count)
-    self.call_count += 1
+    key = jax.random.key(params.seed)
     rows = [i for i in range(len(prompts)) for _ in range(params.n)]  # row → prompt
     samples = []
     for c, start in enumerate(range(0, len(rows), o.max_batch)):

@@ -1,0 +1,83 @@
+"""Ablation grid: the estimators and their SPEC §4 options × seeds, one trainer run per cell.
+
+    python -m experiments.ablate --config=configs/ablate.py --workdir=runs/ablate
+    python -m experiments.ablate --config=configs/ablate.py:grid=portool,seeds=5 \\
+        --workdir=runs/portool --parallel=2
+    python -m experiments.ablate --config=configs/ablate.py:grid=smoke --workdir=/tmp/ablate_smoke
+
+Argument (comma-separated presets): `grid=all|estimators|portool|hidifftir|smoke` (default all),
+`seeds=N` (seeds 0..N-1; default 3, smoke 2), and the estimator configs' presets `model`, `env`,
+`sampler`, `mesh`, `steps` (configs/base.py), given to every cell's config. Each cell runs its
+estimator's own config file (paper defaults: PORTool's tree rollouts, HiDiffTIR's `<answer>`
+protocol, ...) with the grid's overrides; see `tirjax.ablation.grid` for the format.
+
+Produces `<workdir>/<label>/seed<k>/`, an `experiments.train` run directory per cell and seed
+(label e.g. `portool/fork_scale=none`); `<workdir>/sft-<hash>/seed<k>/`, the SFT warm start
+of each seed that the RL cells start from (one per answer protocol: two for `grid=all`); and
+`<workdir>/report/` (report.md: eval accuracy, steps, unanswerable rate, formatting reward,
+training reward and unlearning rates as mean ± 95% CI over seeds, paired by seed against
+`grpo`; learning curves). `grid=all` is 23 cells × 3 seeds + 6 warm starts. Measured on a
+shared 2-core CPU with the tiny model: a warm start (300 SFT steps at ~1.6 s) about 10 min, an
+RL cell (100 steps of 64 rows at ~27 s, 5 evaluations of 64 tasks at ~27 s) about 50 min, so
+`grid=all` about 60 CPU-hours. `grid=smoke` (grpo and portool, 2 seeds, 2 steps each, 4 eval
+tasks) takes 2-3 minutes there and checks the pipeline, not the methods (accuracies ~0).
+
+Expected result (the papers' claims on 1.7B-7B models and SPEC §4.1; not yet measured at the
+tiny scale): PORTool above GRPO in eval accuracy, with fewer tool-call steps and a lower
+unanswerable rate (PORTool §4); PORTool's unlearning rate far below GRPO's, rising sharply
+with `shared_step_trj=own`; HiDiffTIR above GRPO, and each of its ablations
+(`trajectory_difficulty=false`, `turn_difficulty=false`) below full HiDiffTIR (its Table 2).
+"""
+
+import ml_collections
+
+from configs import base
+from tirjax.config import parse_preset_arg
+
+ESTIMATORS = ("grpo", "grpo_fm", "dr_grpo", "rloo", "dapo", "arpo", "toolrl", "ftrl",
+              "matchtir_km", "matchtir_ot", "hidifftir", "portool")
+PORTOOL = ("grpo", "portool", "portool/tree_aggregation=max", "portool/tree_aggregation=mean",
+           "portool/fork_scale=none", "portool/shared_step_trj=own", "portool/omega1=0",
+           "portool/rollout.mode=independent")
+HIDIFFTIR = ("grpo", "hidifftir", "hidifftir/success_rate=smoothed",
+             "hidifftir/trajectory_difficulty=false", "hidifftir/turn_difficulty=false",
+             "hidifftir/answer_turn=none", "matchtir_km", "matchtir_km/matching=greedy")
+GRIDS = {"all": tuple(dict.fromkeys(ESTIMATORS + PORTOOL + HIDIFFTIR)), "estimators": ESTIMATORS,
+         "portool": PORTOOL, "hidifftir": HIDIFFTIR, "smoke": ("grpo", "portool")}
+# The smoke grid: every stage (SFT warm start, tree and independent rollouts, updates, eval,
+# export, report) on the smallest sizes.
+SMOKE = dict(env=dict(train_tasks=16, eval_tasks=4),
+             sft=dict(steps=2, batch_size=4, num_demos=8),
+             train=dict(queries_per_step=1),
+             rollout=dict(n=2, max_steps=2, max_new_tokens=24))
+CELL_PRESETS = tuple(k for k in base.PRESET_KEYS if k != "rollout")  # rollout modes are cells'
+
+
+def get_config(arg=None):
+  presets = parse_preset_arg(arg, {"grid": tuple(GRIDS), "seeds": None,
+                                   **{k: base.PRESET_KEYS[k] for k in CELL_PRESETS}})
+  grid = presets.get("grid", "all")
+  smoke = grid == "smoke"
+  seeds = presets.get("seeds", "2" if smoke else "3")
+  if not seeds.isdigit() or int(seeds) < 1:
+    raise ValueError(f"config argument seeds={seeds}: expected an integer >= 1")
+  cell_presets = {k: presets[k] for k in CELL_PRESETS if k in presets}
+  if smoke:
+    cell_presets.setdefault("steps", "2")
+
+  c = ml_collections.ConfigDict()
+  c.preset = ",".join(f"{k}={v}" for k, v in cell_presets.items())
+  # Per estimator, another config file: "path.py" or "path.py:arg" ("" = configs/<name>.py).
+  c.configs = ml_collections.ConfigDict({name: "" for name in ESTIMATORS})
+  c.overrides = ml_collections.ConfigDict(dict(train=dict(progress_bar=False)))
+  if smoke:
+    for section, values in SMOKE.items():
+      c.overrides[section] = ml_collections.ConfigDict({**c.overrides.get(section, {}), **values})
+  c.cells = GRIDS[grid]
+  c.seeds = tuple(range(int(seeds)))
+  c.warm_start = True
+  c.compilation_cache = True
+  c.report = ml_collections.ConfigDict(dict(baseline="grpo", last_rl=5,
+                                            title=f"tirjax ablation: grid={grid}"))
+  c.lock()
+  return c

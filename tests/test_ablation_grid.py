@@ -1,0 +1,322 @@
+"""Ablation grids without training: labels, checks before any compute, warm-start groups,
+run-directory preparation (skip / resume decisions) and the scheduler, with a stand-in
+command in place of the trainer."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from configs import ablate as ablate_config
+from configs import cell as cell_config
+from tirjax import ablation, rundir
+from tirjax.ablation import runner
+
+
+def smoke(**changes):
+  """The smoke grid of configs/ablate.py with some entries replaced."""
+  grid = ablate_config.get_config("grid=smoke")
+  with grid.unlocked():
+    for key, value in changes.items():
+      grid[key] = value
+  return grid
+
+
+def test_labels_read_options_and_dotted_keys():
+  sections = {"rollout", "loss", "advantage"}
+  name, options, overrides = ablation.parse_label(
+      "portool/fork_scale=none,omega1=0,rollout.mode=independent,zscore.ddof=0,loss.x=0.5",
+      sections)
+  assert name == "portool"
+  assert options == {"fork_scale": "none", "omega1": 0, "rollout.mode": "independent",
+                     "zscore.ddof": 0, "loss.x": 0.5}
+  assert overrides == [("advantage.options.fork_scale", "none"), ("advantage.options.omega1", 0),
+                       ("rollout.mode", "independent"), ("advantage.options.zscore.ddof", 0),
+                       ("loss.x", 0.5)]
+  assert ablation.parse_label("grpo", sections) == ("grpo", {}, [])
+  assert ablation.parse_label("hidifftir/turn_difficulty=false", sections)[1] == {
+      "turn_difficulty": False}
+  with pytest.raises(ablation.GridError, match="key=value"):
+    ablation.parse_label("portool/fork_scale", sections)
+  with pytest.raises(ablation.GridError, match="'omega1' is given twice"):
+    ablation.parse_label("portool/omega1=0,omega1=1", sections)
+
+
+def test_default_grid_plans_every_cell_with_its_options(tmp_path):
+  workdir = str(tmp_path / "grid")
+  jobs = ablation.plan(ablate_config.get_config(), workdir)
+  assert not os.path.exists(workdir)  # planning writes nothing
+  cells = ablate_config.GRIDS["all"]
+  warm = sorted({j.label for j in jobs if j.estimator == "sft"})
+  assert len(warm) == 2  # response_gen and answer_tag cells cannot share SFT demonstrations
+  assert len(jobs) == 3 * (len(cells) + len(warm))
+  assert [j.label for j in jobs if j.seed == 1 and j.estimator != "sft"] == list(cells)
+  configs = {(j.label, j.seed): ablation.build_config(j.recipe) for j in jobs}
+  c = configs[("portool/fork_scale=none", 2)]
+  assert (c.advantage.name, c.advantage.options.fork_scale, c.seed) == ("portool", "none", 2)
+  assert c.advantage.options.tree_aggregation == "adaptive"
+  assert configs[("portool/rollout.mode=independent", 0)].rollout.mode == "independent"
+  assert configs[("portool", 0)].rollout.mode == "tree"
+  assert configs[("hidifftir/trajectory_difficulty=false", 0)].advantage.options \
+      .trajectory_difficulty is False
+  assert configs[("matchtir_km/matching=greedy", 0)].advantage.options.matching == "greedy"
+  for job in jobs:
+    c = configs[(job.label, job.seed)]
+    assert c.train.progress_bar is False
+    if job.estimator == "sft":
+      assert (c.train.steps, c.sft.steps, c.train.export_final) == (0, 300, True)
+      continue
+    warm_label = os.path.relpath(job.needs, workdir).split(os.sep)[0]
+    assert job.needs == os.path.join(workdir, warm_label, f"seed{job.seed}")
+    assert c.model.hf_checkpoint == os.path.join(os.path.abspath(job.needs), "hf_export")
+    assert (c.sft.steps, c.train.steps) == (0, 100)
+    assert c.rollout.answer_protocol == configs[(warm_label, job.seed)].rollout.answer_protocol
+
+
+def test_grid_config_is_locked_and_checks_its_argument():
+  grid = ablate_config.get_config("grid=portool,seeds=5,model=tiny,steps=7")
+  assert grid.seeds == (0, 1, 2, 3, 4) and grid.preset == "model=tiny,steps=7"
+  assert grid.cells == ablate_config.PORTOOL
+  with pytest.raises(AttributeError):
+    grid.cellz = ("grpo",)
+  with pytest.raises(ValueError, match="seeds=0"):
+    ablate_config.get_config("seeds=0")
+  with pytest.raises(ValueError, match="unknown preset key 'rollout'"):
+    ablate_config.get_config("rollout=tree")
+
+
+@pytest.mark.parametrize("changes, match", [
+    (dict(cells=("grpo", "nosuch/alpha=1")), r"cells\[1\] 'nosuch/alpha=1': unknown estimator "
+     "'nosuch'"),
+    (dict(cells=("portool/no_such_option=1",)), r"cells\[0\] 'portool/no_such_option=1': unknown "
+     r"config key 'advantage.options.no_such_option'"),
+    (dict(cells=("grpo", "grpo/rollout.nn=3")), r"cells\[1\] 'grpo/rollout.nn=3': unknown config "
+     "key 'rollout.nn'"),
+    (dict(cells=("portool/fork_scale=sideways",)), r"cells\[0\] 'portool/fork_scale=sideways': "
+     "advantage.options: fork_scale"),
+    (dict(cells=("portool/omega1=abc",)), r"cells\[0\] 'portool/omega1=abc': "
+     r"advantage.options.omega1='abc'"),
+    (dict(cells=("grpo", "portool", "grpo")), r"cells\[2\] 'grpo': the same label as cells\[0\]"),
+    (dict(cells=("grpo/seed=3",)), r"cells\[0\] 'grpo/seed=3': seeds are set by the grid"),
+    (dict(cells=("portool/x=../../etc",)), r"cells\[0\] 'portool/x=../../etc': the label"),
+    (dict(cells=()), "cells: the grid has no cells"),
+    (dict(seeds=(0, 0)), r"seeds: \[0, 0\] repeats"),
+    (dict(seeds=(-1,)), "seeds: need"),
+])
+def test_bad_grid_entries_fail_before_anything_is_written(tmp_path, changes, match):
+  workdir = str(tmp_path / "grid")
+  with pytest.raises(ablation.GridError, match=match):
+    ablation.plan(smoke(**changes), workdir)
+  assert not os.path.exists(workdir)
+
+
+def test_bad_shared_overrides_and_config_files_name_their_entry(tmp_path):
+  grid = smoke()
+  with grid.unlocked():
+    grid.overrides.train.stepz = 3
+  with pytest.raises(ablation.GridError, match=r"overrides.train.stepz \(in cells\[0\] 'grpo'\)"):
+    ablation.plan(grid, str(tmp_path))
+  grid = smoke()
+  with grid.unlocked():
+    grid.configs.portool = "configs/grpo.py"
+  with pytest.raises(ablation.GridError, match=r"cells\[1\] 'portool': config file .*grpo.py "
+                     "builds estimator 'grpo'"):
+    ablation.plan(grid, str(tmp_path))
+  grid = smoke()
+  with grid.unlocked():
+    grid.configs.nosuch = "configs/grpo.py"
+  with pytest.raises(ablation.GridError, match="configs.nosuch: unknown estimator"):
+    ablation.plan(grid, str(tmp_path))
+
+
+def test_a_cell_that_changes_sft_gets_its_own_warm_start_and_one_with_none_skips_it(tmp_path):
+  jobs = ablation.plan(smoke(cells=("grpo", "portool", "grpo/sft.num_demos=4",
+                                    "portool/sft.steps=0"), seeds=(3,)), str(tmp_path))
+  warm = [j.label for j in jobs if j.estimator == "sft"]
+  assert len(warm) == 2
+  needs = {j.label: j.needs for j in jobs if j.estimator != "sft"}
+  assert needs["grpo"] == needs["portool"] != needs["grpo/sft.num_demos=4"]
+  assert needs["portool/sft.steps=0"] is None
+  c = ablation.build_config([j for j in jobs if j.label == "portool/sft.steps=0"][0].recipe)
+  assert (c.model.hf_checkpoint, c.sft.steps, c.seed) == ("", 0, 3)
+  without = ablation.plan(smoke(warm_start=False), str(tmp_path))
+  assert [j.label for j in without] == ["grpo", "portool", "grpo", "portool"]
+  assert ablation.build_config(without[0].recipe).sft.steps == 2
+
+
+def test_the_cell_config_file_rebuilds_a_prepared_run(tmp_path):
+  jobs = ablation.plan(smoke(), str(tmp_path))
+  assert all(ablation.prepare(jobs))
+  job = jobs[2]
+  with open(os.path.join(job.workdir, "cell.json")) as f:
+    cell = json.load(f)
+  assert {k: cell[k] for k in ("label", "estimator", "options", "seed")} == {
+      "label": "portool", "estimator": "portool", "options": {}, "seed": 0}
+  assert ablation.Recipe.from_json(cell["recipe"]) == job.recipe
+  assert cell_config.get_config(job.workdir).to_dict() == \
+      ablation.build_config(job.recipe).to_dict()
+  with open(os.path.join(job.workdir, "config.json")) as f:
+    assert rundir.flatten(json.load(f))["advantage.name"] == "portool"
+  with pytest.raises(ValueError, match="run directory"):
+    cell_config.get_config(None)
+
+
+def test_prepare_skips_finished_runs_unless_their_steps_changed(tmp_path):
+  jobs = ablation.plan(smoke(), str(tmp_path))
+  assert ablation.prepare(jobs) == [True] * 6
+  for job, state in zip(jobs, ["finished", "finished", "failed", "running", "finished",
+                               "finished"]):
+    rundir.write_status(job.workdir, state, 2)
+  assert ablation.prepare(jobs) == [False, False, True, True, False, False]
+  more = ablation.plan(smoke(preset="steps=5"), str(tmp_path))
+  assert ablation.prepare(more) == [False, True, True, True, True, True]  # warm starts: 0 steps
+  other = ablation.plan(smoke(cells=("grpo", "portool/fork_scale=none")), str(tmp_path))
+  assert ablation.prepare(other)[2]  # a new cell: a new directory
+  changed = ablation.plan(smoke(cells=("grpo/loss.clip_low=0.1", "portool")), str(tmp_path))
+  changed = [j if j.label != "grpo/loss.clip_low=0.1" else
+             dataclasses.replace(j, workdir=str(tmp_path / "grpo" / f"seed{j.seed}"))
+             for j in changed]
+  with pytest.raises(ablation.GridError, match=r"grpo/loss.clip_low=0.1 seed0: .*loss.clip_low: "
+                     "0.2 -> 0.1"):
+    ablation.prepare(changed)
+
+
+STAND_IN = """
+import json, os, sys, time
+d = sys.argv[1]
+fail = os.sep + 'sft-' in d and d.endswith('seed0')
+with open(os.path.join(d, 'status.json'), 'w') as f:
+  json.dump({'state': 'failed' if fail else 'finished', 'step': 0, 'error': 'boom' if fail
+             else None}, f)
+time.sleep(0.3)
+sys.exit(3 if fail else 0)
+"""
+
+
+@pytest.mark.parametrize("parallel", [1, 3])
+def test_runs_wait_for_their_warm_start_and_skip_a_failed_one(tmp_path, capsys, parallel):
+  workdir = str(tmp_path / "grid")
+  jobs = ablation.plan(smoke(), workdir)
+  started = []
+
+  def command(job):
+    started.append(job.name)
+    return [sys.executable, "-c", STAND_IN, job.workdir]
+
+  results = ablation.run_grid(jobs, workdir, command, parallel=parallel, compilation_cache=False)
+  assert [(r.job.name, r.state) for r in results] == [
+      (jobs[0].name, "failed"), ("grpo seed0", "blocked"), ("portool seed0", "blocked"),
+      (jobs[3].name, "finished"), ("grpo seed1", "finished"), ("portool seed1", "finished")]
+  assert results[0].error == "boom"
+  assert sorted(started) == sorted(jobs[i].name for i in (0, 3, 4, 5))
+  assert started.index("grpo seed1") > started.index(jobs[3].name)
+  assert not os.path.exists(os.path.join(jobs[1].workdir, "train.log"))
+  out = capsys.readouterr().out
+  assert f"6 runs (2 warm starts), 0 finished earlier, 6 to run, {parallel} at a time" in out
+  assert f"[2/6] grpo seed0: not run: its warm start {jobs[0].workdir} did not finish" in out
+  assert f"[1/6] {jobs[0].name}: failed in" in out and ": boom (see" in out
+  rerun = ablation.run_grid(jobs, workdir, command, parallel=parallel, compilation_cache=False)
+  assert [r.state for r in rerun] == ["failed", "blocked", "blocked", "skipped", "skipped",
+                                      "skipped"]
+  assert "(was failed)" in capsys.readouterr().out
+
+
+def test_a_run_killed_without_status_is_failed_and_one_grid_runs_at_a_time(tmp_path):
+  workdir = str(tmp_path / "grid")
+  jobs = ablation.plan(smoke(cells=("grpo",), seeds=(0,)), workdir)[1:]
+  jobs = [dataclasses.replace(j, needs=None) for j in jobs]
+  results = ablation.run_grid(jobs, workdir, lambda job: [sys.executable, "-c", "exit(9)"],
+                              compilation_cache=False)
+  assert results[0].state == "failed" and results[0].error == "exit code 9, status None"
+  lock = runner._Lock(workdir)
+  try:
+    with pytest.raises(ablation.GridError, match="another experiments.ablate"):
+      ablation.run_grid(jobs, workdir, lambda job: ["true"])
+  finally:
+    lock.close()
+
+
+def test_run_processes_share_a_compilation_cache_and_split_gpu_memory(tmp_path, monkeypatch):
+  for name in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+               "XLA_PYTHON_CLIENT_MEM_FRACTION"):
+    monkeypatch.delenv(name, raising=False)
+  env = runner.child_env(str(tmp_path), parallel=3, compilation_cache=True)
+  assert env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "jax_cache")
+  assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+  assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.300"
+  env = runner.child_env(str(tmp_path), parallel=1, compilation_cache=False)
+  assert "JAX_COMPILATION_CACHE_DIR" not in env and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in env
+  monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/elsewhere")
+  assert runner.child_env(str(tmp_path), 1, True)["JAX_COMPILATION_CACHE_DIR"] == "/elsewhere"
+
+
+HARNESS = """
+import sys
+from configs import ablate
+from tirjax import ablation
+grid = ablate.get_config("grid=smoke")
+with grid.unlocked():
+  grid.cells, grid.seeds, grid.warm_start = ("grpo",), (0,), False
+jobs = ablation.plan(grid, sys.argv[1])
+ablation.run_grid(jobs, sys.argv[1], lambda job: [sys.executable, "-c", sys.argv[2], job.workdir],
+                  compilation_cache=False)
+"""
+SLOW_RUN = """
+import json, os, sys, time
+def status(state, error=None):
+  with open(os.path.join(sys.argv[1], 'status.json'), 'w') as f:
+    json.dump({'state': state, 'step': 0, 'error': error}, f)
+status('running')
+try:
+  time.sleep(120)
+except KeyboardInterrupt:
+  status('failed', 'KeyboardInterrupt')
+  sys.exit(1)
+"""
+
+
+def test_ctrl_c_interrupts_the_runs_which_record_it(tmp_path):
+  workdir = str(tmp_path / "grid")
+  status = os.path.join(workdir, "grpo", "seed0", "status.json")
+  harness = subprocess.Popen([sys.executable, "-c", HARNESS, workdir, SLOW_RUN],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.monotonic() + 120
+    while runner.run_state(os.path.dirname(status)) != "running":
+      assert harness.poll() is None and time.monotonic() < deadline, harness.communicate()
+      time.sleep(0.1)
+    harness.send_signal(signal.SIGINT)
+    _, err = harness.communicate(timeout=60)
+  finally:
+    if harness.poll() is None:
+      harness.kill()
+  assert harness.returncode != 0 and "KeyboardInterrupt" in err
+  with open(status) as f:
+    assert json.load(f) == {"state": "failed", "step": 0, "error": "KeyboardInterrupt"}
+
+
+def test_an_estimator_can_take_another_config_file_and_argument(tmp_path):
+  path = tmp_path / "my_portool.py"
+  path.write_text("from configs import portool\n\n\ndef get_config(arg=None):\n"
+                  "  c = portool.get_config(arg)\n  c.advantage.options.gamma = 0.5\n  return c\n")
+  grid = smoke()
+  with grid.unlocked():
+    grid.configs.portool = f"{path}:model=tiny,steps=4"
+  jobs = ablation.plan(grid, str(tmp_path / "grid"))
+  portool, grpo = (ablation.build_config(j.recipe) for j in jobs[2:0:-1])
+  assert (portool.advantage.options.gamma, portool.train.steps) == (0.5, 4)
+  assert (grpo.train.steps, portool.env.eval_tasks) == (2, 4)  # the grid's preset and overrides
+
+
+def test_a_run_whose_warm_start_is_not_in_the_jobs_is_not_run(tmp_path, capsys):
+  workdir = str(tmp_path / "grid")
+  jobs = ablation.plan(smoke(cells=("grpo",), seeds=(0,)), workdir)[1:]
+  results = ablation.run_grid(jobs, workdir, lambda job: ["false"], compilation_cache=False)
+  assert [(r.state, r.error) for r in results] == [
+      ("blocked", f"warm start {jobs[0].needs} is not in the grid")]
+  assert "not run: its warm start" in capsys.readouterr().out

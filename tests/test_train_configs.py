@@ -1,0 +1,97 @@
+"""Experiment configs: every estimator's config loads, is locked, and is checked before compute."""
+
+import importlib
+import pathlib
+
+import pytest
+
+from tirjax import advantages
+from tirjax.experiment import resolve
+
+CONFIGS = sorted(p.stem for p in pathlib.Path("configs").glob("*.py")
+                 if p.stem not in ("__init__", "base", "ablate"))
+
+
+def load(name, arg="model=tiny"):
+  return importlib.import_module(f"configs.{name}").get_config(arg)
+
+
+def test_one_config_per_registered_estimator():
+  assert set(CONFIGS) == set(advantages.names())
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_config_resolves(name):
+  c = load(name)
+  exp = resolve.resolve(c)
+  assert exp.estimator.name == c.advantage.name == name
+  assert c.rollout.shapes.num_rows >= c.train.queries_per_step * exp.rollout.rows_per_query
+
+
+def test_paper_defaults():
+  portool = resolve.resolve(load("portool"))
+  assert portool.rollout.mode == "tree" and portool.rollout.n == 8
+  assert portool.rollout.tree.branch_factor == 2 and portool.rollout.max_steps == 6
+  assert portool.loss.kl_coef == 0 and portool.advantage.gamma == 0.95
+  hidiff = resolve.resolve(load("hidifftir"))
+  assert hidiff.rollout.n == 16 and hidiff.rollout.max_steps == 10
+  assert hidiff.loss.kl_coef == 0.001 and hidiff.loss.kl_estimator == "k3"
+  assert hidiff.loss.entropy_coef == 0.001 and hidiff.advantage.alpha == 0.7
+  dapo = resolve.resolve(load("dapo"))
+  assert (dapo.loss.clip_low, dapo.loss.clip_high, dapo.loss.aggregation) == (
+      0.2, 0.28, "token_mean")
+  arpo = resolve.resolve(load("arpo"))
+  assert arpo.rollout.mode == "arpo" and arpo.rollout.arpo.total_rollouts == 16
+
+
+def test_rows_follow_queries_per_step():
+  c = load("grpo")
+  c.train.queries_per_step = 3
+  assert c.rollout.shapes.num_rows == 3 * c.rollout.n
+
+
+def test_mistyped_key_fails_naming_it():
+  c = load("portool")
+  with pytest.raises(AttributeError, match="fork_scal"):
+    c.advantage.options.fork_scal = "none"
+  with pytest.raises(ValueError, match="unknown preset key 'modle'"):
+    load("portool", "modle=tiny")
+  with pytest.raises(ValueError, match="model=giant"):
+    load("portool", "model=giant")
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("advantage.options.fork_scale", "sometimes", r"advantage\.options: fork_scale"),
+    ("loss.clip_low", 1.5, r"loss: clip_low"),
+    ("rollout.temperature", -1.0, r"rollout: temperature: must be >= 0"),
+    ("train.queries_per_step", 0, r"train\.queries_per_step"),
+    ("optim.learning_rate", -1.0, r"optim: learning_rate"),
+    ("env.name", "atlantis", r"env\.name"),
+    ("sampler.kind", "magic", r"sampler\.kind"),
+])
+def test_out_of_range_value_fails_naming_the_key(key, value, message):
+  c = load("portool")
+  section, _, leaf = key.rpartition(".")
+  node = c
+  for part in section.split("."):
+    node = node[part]
+  node[leaf] = value
+  with pytest.raises(resolve.ConfigError, match=message):
+    resolve.resolve(c)
+
+
+def test_real_presets_need_a_checkpoint():
+  with pytest.raises(resolve.ConfigError, match="model.hf_checkpoint"):
+    resolve.resolve(load("grpo", "model=qwen3_0p6b"))
+  with pytest.raises(resolve.ConfigError, match="sft.steps"):
+    c = load("grpo", "env=toolhop")
+    c.sft.steps = 5
+    c.model.hf_checkpoint = "."
+    resolve.resolve(c)
+
+
+def test_mesh_preset():
+  c = load("grpo", "model=tiny,mesh=-1x2x1")
+  assert tuple(map(tuple, c.sharding.mesh)) == (("data", -1), ("fsdp", 2), ("tensor", 1))
+  with pytest.raises(ValueError, match="mesh=2x2"):
+    load("grpo", "mesh=2x2")

@@ -1,0 +1,107 @@
+"""The trainer end to end: a two-step smoke run of every config, and resume after SIGKILL."""
+
+import importlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from experiments.train import run
+from tests.test_train_configs import CONFIGS
+
+# Short settings: no SFT, one query per step, two steps of at most 16 tokens, tiny evaluation.
+SHORT = {
+    "sft.steps": 0, "env.eval_tasks": 2, "train.queries_per_step": 1, "train.eval_every": 2,
+    "train.checkpoint_every": 1, "train.progress_bar": False, "train.dynamic_sampling_tries": 1,
+    "rollout.n": 2, "rollout.max_steps": 2, "rollout.max_new_tokens": 16,
+    "rollout.shapes.max_steps": 2, "rollout.shapes.max_tokens": 256,
+    "rollout.arpo.initial_rollouts": 2, "rollout.arpo.total_rollouts": 3,
+    "sharding.num_devices": 1,
+}
+
+
+def short_config(name, steps=2, **extra):
+  c = importlib.import_module(f"configs.{name}").get_config(f"model=tiny,steps={steps}")
+  for key, value in {**SHORT, **extra}.items():
+    node = c
+    *path, leaf = key.split(".")
+    for part in path:
+      node = node[part]
+    node[leaf] = value
+  return c
+
+
+def read_metrics(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_two_step_smoke_run(name, tmp_path):
+  extra = {"sft.steps": 2, "sft.batch_size": 2} if name == "hidifftir" else {}
+  summary = run(short_config(name, **extra), str(tmp_path))
+  status = json.load(open(tmp_path / "status.json"))
+  assert status["state"] == "finished"
+  records = read_metrics(tmp_path)
+  rl = [r for r in records if r["phase"] == "rl"]
+  assert [r["step"] for r in rl] == [1, 2]
+  for r in records:
+    for k, v in r.items():
+      if isinstance(v, float):
+        assert math.isfinite(v), (k, v)
+  assert "loss/loss" in rl[0] and "unlearning/rate" in rl[0] and "reward/mean" in rl[0]
+  assert os.listdir(tmp_path / "checkpoints")
+  assert (tmp_path / "hf_export" / "config.json").exists()
+  assert set(summary) >= {"after_sft", "after_rl"}
+  assert 0 <= summary["after_rl"]["eval/accuracy"] <= 1
+  if name == "hidifftir":
+    assert [r["step"] for r in records if r["phase"] == "sft"] == [1, 2]
+    assert (tmp_path / "reference").exists()  # the KL reference, kept for restarts
+
+
+def _command(workdir, steps):
+  args = [sys.executable, "-m", "experiments.train",
+          f"--config=configs/grpo.py:model=tiny,steps={steps}", f"--workdir={workdir}"]
+  args += [f"--config.{k}={v}" for k, v in SHORT.items() if not k.startswith("rollout.arpo")]
+  return args
+
+
+def _final_params(workdir):
+  return load_file(os.path.join(workdir, "hf_export", "model.safetensors"))
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_equals_an_uninterrupted_run(tmp_path):
+  steps = 4
+  env = {**os.environ, "PYTHONPATH": os.getcwd()}
+  full, killed = tmp_path / "full", tmp_path / "killed"
+  subprocess.run(_command(full, steps), check=True, env=env, capture_output=True)
+  # Kill at a step chosen at random (seeded), once its checkpoint exists.
+  kill_after = int(np.random.default_rng(0).integers(1, steps))
+  proc = subprocess.Popen(_command(killed, steps), env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+  deadline = time.time() + 600
+  while time.time() < deadline:
+    done = [r["step"] for r in (read_metrics(killed) if (killed / "metrics.jsonl").exists()
+                                else []) if r["phase"] == "rl"]
+    if done and max(done) >= kill_after:
+      break
+    assert proc.poll() is None, "the run ended before it could be killed"
+    time.sleep(0.2)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert json.load(open(killed / "status.json"))["state"] == "running"  # killed, not finished
+  subprocess.run(_command(killed, steps), check=True, env=env, capture_output=True)
+  a, b = _final_params(full), _final_params(killed)
+  assert a.keys() == b.keys()
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  rl = [r["step"] for r in read_metrics(killed) if r["phase"] == "rl"]
+  assert rl == list(range(1, steps + 1))  # steps redone after the kill are logged once
