@@ -2,7 +2,8 @@
 throughput and hand-over time next to the JAX sampler's.
 
   python -m experiments.bench_sampler --json=benchmarks/results/bench_sampler_cpu.json
-  python -m experiments.bench_sampler --sections=vllm --json=<the same file>
+  python -m experiments.bench_sampler --sections=vllm --repeats=9 \
+      --json=benchmarks/results/bench_sampler_vllm_cpu.json
 
 Sections (`--sections`, each written under its name into the JSON file, other sections of an
 existing file kept):
