@@ -9,7 +9,7 @@ from tirjax import advantages
 from tirjax.experiment import resolve
 
 CONFIGS = sorted(p.stem for p in pathlib.Path("configs").glob("*.py")
-                 if p.stem not in ("__init__", "base", "ablate"))
+                 if p.stem not in ("__init__", "base", "ablate", "cell"))
 
 
 def load(name, arg="model=tiny"):
