@@ -140,7 +140,8 @@ def test_loss_mask_covers_exactly_the_assistant_turns(which, request, demos):
         runs.append(current)
         current = []
     runs += [current] if current else []
-    contents = [m["content"] for m in d.messages if m["role"] == "assistant"]
+    contents = [m["content"] for m in d.messages
+                if m["role"] == "assistant" and m.get("train", True)]
     assert [tok.decode(r) for r in runs] == [c + "<|im_end|>" for c in contents]
     assert all(r[-1] == end for r in runs)
     # Everything unmasked is template, system, user and tool text.

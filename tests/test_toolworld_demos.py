@@ -117,6 +117,8 @@ def test_recover_demos_show_an_error_then_the_right_call(tasks, demos):
     assert len(retry) == 1 and retry[0]["name"] == error["name"]
     assert "result" in entries[s + 1][0]
     assert STEP.fullmatch(demo.messages[2 + 2 * (s + 1)]["content"]).group(1).startswith("Retry.")
+    trained = [m.get("train", True) for m in demo.messages if m["role"] == "assistant"]
+    assert trained == [k != s for k in range(len(trained))]  # the failed step is context only
     assert answer == task.answer
     recovered += 1
   assert recovered > 40
@@ -179,8 +181,10 @@ def test_demo_tokens_and_loss_mask(tokenizer, demos):
     assert set(mask) == {0, 1} and len(mask) == len(ids)
     masked = tokenizer.decode([i for i, m in zip(ids, mask) if m])
     assert masked == "".join(m["content"] + "<|im_end|>" for m in demo.messages
-                             if m["role"] == "assistant")
+                             if m["role"] == "assistant" and m.get("train", True))
+    trained_turns = sum(m["role"] == "assistant" and m.get("train", True) for m in demo.messages)
     starts = [k for k in range(len(ids)) if mask[k] and not mask[k - 1]]
+    assert len(starts) == trained_turns
     for k in starts:  # each assistant run starts right after "<|im_start|>assistant\n"
       assert tokenizer.decode(ids[:k]).endswith("<|im_start|>assistant\n")
     ends = [k for k in range(len(ids)) if mask[k] and (k + 1 == len(ids) or not mask[k + 1])]

@@ -225,7 +225,8 @@ def encode_conversation(tokenizer, messages: Sequence[Mapping[str, str]],
   """Token ids of `render_conversation(messages, tools)` and the SFT loss mask.
 
   Built piece by piece as an episode builds them: the mask is 1 on each assistant turn's content
-  and its `<|im_end|>`, 0 on everything else (system, user, tool turns, role headers, newlines).
+  and its `<|im_end|>`, 0 on everything else (system, user, tool turns, role headers, newlines)
+  and on assistant turns marked `"train": False` (context to learn from, not to imitate).
   """
   ids: list[int] = []
   mask: list[int] = []
@@ -238,7 +239,7 @@ def encode_conversation(tokenizer, messages: Sequence[Mapping[str, str]],
     glue = encode(tokenizer, prefix[len(rendered):])
     own = encode(tokenizer, m["content"]) + [end]
     ids += glue + own
-    mask += [0] * len(glue) + [1] * len(own)
+    mask += [0] * len(glue) + [int(m.get("train", True))] * len(own)
     rendered = prefix + m["content"] + IM_END
   rest = encode(tokenizer, render_conversation(messages, tools)[len(rendered):])
   return ids + rest, mask + [0] * len(rest)

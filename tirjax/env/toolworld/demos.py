@@ -8,6 +8,8 @@ Imperfect demos (kinds):
 
 * "recover": one call of a step is made with a wrong argument (a misspelt name, an incompatible
   unit, a badly formatted date); the error comes back, and the next step repeats the right call.
+  The failed step is context, not a target: it is out of the SFT loss (`"train": False`), so
+  the policy learns to recover from the error without learning to make it.
 * "detour": one extra, unnecessary but harmless look-up step (an unused field of an entity the
   question names).
 """
@@ -175,9 +177,10 @@ def make_demo(task: Task, rng: random.Random, options: DemoOptions = DemoOptions
   messages = chat.prompt_messages(task.question, options.answer_protocol)
   results: dict[int, Any] = {}
 
-  def emit(think: str, calls: Sequence[dict]) -> list[dict]:
+  def emit(think: str, calls: Sequence[dict], train: bool = True) -> list[dict]:
     entries = [run_call(tools, c) for c in calls]
-    messages.append({"role": "assistant", "content": chat.format_step(think, calls)})
+    messages.append({"role": "assistant", "content": chat.format_step(think, calls),
+                     **({} if train else {"train": False})})
     messages.append({"role": "tool", "content": chat.tool_response_content(entries)})
     return entries
 
@@ -190,7 +193,7 @@ def make_demo(task: Task, rng: random.Random, options: DemoOptions = DemoOptions
     if wrong and wrong[0] == s:
       k = step.index(wrong[1])
       sent = calls[:k] + [corrupt(calls[k], rng)] + calls[k + 1:]
-      entries = emit(" ".join(describe(c) for c in sent), sent)
+      entries = emit(" ".join(describe(c) for c in sent), sent, train=False)
       entries[k] = emit(f"Retry. {describe(calls[k])}", [calls[k]])[0]
     else:
       entries = emit(" ".join(describe(c) for c in calls), calls)
