@@ -33,6 +33,15 @@ $(VLLM_VENV)/.installed: $(VLLM_REQUIREMENTS) requirements-vllm-exclude.txt
 
 vllm-env: $(VLLM_VENV)/.installed
 
+# The embedded default: the tiny model on toolworld with the built-in JAX sampler, SFT warm-start
+# then RL with HiDiffTIR; prints eval accuracy, steps, unanswerable rate and formatting reward
+# after SFT and after RL. Rerunning with the same RUN_DIR resumes (or reprints a finished run).
+RUN_CONFIG ?= configs/hidifftir.py:model=tiny
+RUN_DIR ?= runs/default
+
+run: setup
+	$(PY) -m experiments.train --config=$(RUN_CONFIG) --workdir=$(RUN_DIR)
+
 test: setup vllm-env
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 

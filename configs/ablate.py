@@ -5,8 +5,10 @@
         --workdir=runs/portool --parallel=2
     python -m experiments.ablate --config=configs/ablate.py:grid=smoke --workdir=/tmp/ablate_smoke
 
-Argument (comma-separated presets): `grid=all|estimators|portool|hidifftir|smoke` (default all),
-`seeds=N` (seeds 0..N-1; default 3, smoke 2), and the estimator configs' presets `model`, `env`,
+Argument (comma-separated presets): `grid=all|estimators|portool|hidifftir|smoke|snapshot`
+(default all),
+`seeds=N` (seeds 0..N-1; default 3, smoke 2), `warm_start=per_seed|shared|none` (one SFT per
+seed, one SFT for all seeds, or SFT inside every run; see `tirjax.ablation.grid`), and the estimator configs' presets `model`, `env`,
 `sampler`, `mesh`, `steps` (configs/base.py), given to every cell's config. Each cell runs its
 estimator's own config file (paper defaults: PORTool's tree rollouts, HiDiffTIR's `<answer>`
 protocol, ...) with the grid's overrides; see `tirjax.ablation.grid` for the format.
@@ -34,6 +36,7 @@ import ml_collections
 from configs import base
 from tirjax.config import parse_preset_arg
 
+SNAPSHOT_STEPS = 10
 ESTIMATORS = ("grpo", "grpo_fm", "dr_grpo", "rloo", "dapo", "arpo", "toolrl", "ftrl",
               "matchtir_km", "matchtir_ot", "hidifftir", "portool")
 PORTOOL = ("grpo", "portool", "portool/tree_aggregation=max", "portool/tree_aggregation=mean",
@@ -43,7 +46,13 @@ HIDIFFTIR = ("grpo", "hidifftir", "hidifftir/success_rate=smoothed",
              "hidifftir/trajectory_difficulty=false", "hidifftir/turn_difficulty=false",
              "hidifftir/answer_turn=none", "matchtir_km", "matchtir_km/matching=greedy")
 GRIDS = {"all": tuple(dict.fromkeys(ESTIMATORS + PORTOOL + HIDIFFTIR)), "estimators": ESTIMATORS,
-         "portool": PORTOOL, "hidifftir": HIDIFFTIR, "smoke": ("grpo", "portool")}
+         "portool": PORTOOL, "hidifftir": HIDIFFTIR, "smoke": ("grpo", "portool"),
+         "snapshot": ESTIMATORS}
+# The committed snapshot (benchmarks/results/ablation_toolworld.md): every estimator from one
+# shared SFT warm start per answer protocol, a short RL budget that fits a 2-core CPU in about
+# an hour; its differences are expected to be within noise at this budget.
+SNAPSHOT = dict(train=dict(steps=SNAPSHOT_STEPS, eval_every=SNAPSHOT_STEPS, eval_at_start=False,
+                           checkpoint_every=SNAPSHOT_STEPS))
 # The smoke grid: every stage (SFT warm start, tree and independent rollouts, updates, eval,
 # export, report) on the smallest sizes.
 SMOKE = dict(env=dict(train_tasks=16, eval_tasks=4),
@@ -55,6 +64,7 @@ CELL_PRESETS = tuple(k for k in base.PRESET_KEYS if k != "rollout")  # rollout m
 
 def get_config(arg=None):
   presets = parse_preset_arg(arg, {"grid": tuple(GRIDS), "seeds": None,
+                                   "warm_start": ("per_seed", "shared", "none"),
                                    **{k: base.PRESET_KEYS[k] for k in CELL_PRESETS}})
   grid = presets.get("grid", "all")
   smoke = grid == "smoke"
@@ -70,12 +80,14 @@ def get_config(arg=None):
   # Per estimator, another config file: "path.py" or "path.py:arg" ("" = configs/<name>.py).
   c.configs = ml_collections.ConfigDict({name: "" for name in ESTIMATORS})
   c.overrides = ml_collections.ConfigDict(dict(train=dict(progress_bar=False)))
-  if smoke:
-    for section, values in SMOKE.items():
+  if grid == "snapshot":
+    presets.setdefault("warm_start", "shared")
+  if smoke or grid == "snapshot":
+    for section, values in (SMOKE if smoke else SNAPSHOT).items():
       c.overrides[section] = ml_collections.ConfigDict({**c.overrides.get(section, {}), **values})
   c.cells = GRIDS[grid]
   c.seeds = tuple(range(int(seeds)))
-  c.warm_start = True
+  c.warm_start = presets.get("warm_start", "per_seed")
   c.compilation_cache = True
   c.report = ml_collections.ConfigDict(dict(baseline="grpo", last_rl=5,
                                             title=f"tirjax ablation: grid={grid}"))

@@ -109,17 +109,32 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   return c
 
 
+# The tiny policy's sizes (`tirjax.models.config.tiny` with these changes). Measured on 2 CPU
+# cores: d=128 with head size 32 reaches an SFT loss of 0.84 in 300 steps (192 s) where the
+# d=64 / head size 16 default needs ~470 steps (~245 s); 4 layers were slower per second.
+TINY_SIZES = dict(hidden_size=128, intermediate_size=256, num_layers=2, num_heads=4,
+                  num_kv_heads=2, head_dim=32)
+
+
 def _cpu_scale(c: ml_collections.ConfigDict) -> None:
   """The tiny model on short toolworld episodes: sizes and learning rates for a 2-core CPU."""
+  c.model.tiny = ml_collections.ConfigDict(TINY_SIZES)
+  c.model.logprob_chunk = 256
   c.env.eval_tasks = 64
+  c.sft.steps = 700
+  c.sft.optim.learning_rate = 1e-2
+  c.sft.optim.warmup_steps = 20
+  c.sft.optim.schedule = "cosine"
+  c.sft.optim.decay_steps = c.sft.get_ref("steps")
+  c.sft.optim.final_lr_fraction = 0.05
   c.optim.learning_rate = 1e-4
   c.optim.weight_decay = 0.0
-  c.sft.steps = 300
-  c.sft.optim.learning_rate = 3e-3
+  c.train.queries_per_step = 2
+  c.rollout.max_steps = 6  # toolworld needs at most 4 tool steps and the answer
+  c.rollout.shapes.max_steps = c.rollout.get_ref("max_steps")
   c.rollout.max_new_tokens = 64
   c.rollout.shapes.max_tokens = 512
   c.rollout.shapes.max_params = 4
-  c.model.logprob_chunk = 256
 
 
 def _parse_mesh(text: str) -> tuple:

@@ -94,8 +94,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
   queries = components.QueryOrder(len(train_tasks), config.train.queries_per_step, seed=config.seed)
 
   # -- Model and optimizer --------------------------------------------------------------------
-  model = components.build_model(config.model, len(tokenizer), rules, seed=config.seed,
-                                 sampler_kind=config.sampler.kind)
+  model = components.build_model(config.model, len(tokenizer), rules, seed=config.seed)
   graphdef, params = split_model(model)
   sft_tx, rl_tx = make_optimizer(exp.sft_optim), make_optimizer(exp.optim)
   place = {"sft": placement(params, sft_tx, mesh, rules), "rl": placement(params, rl_tx, mesh, rules)}

@@ -69,7 +69,7 @@ def test_default_grid_plans_every_cell_with_its_options(tmp_path):
     c = configs[(job.label, job.seed)]
     assert c.train.progress_bar is False
     if job.estimator == "sft":
-      assert (c.train.steps, c.sft.steps, c.train.export_final) == (0, 300, True)
+      assert (c.train.steps, c.sft.steps, c.train.export_final) == (0, 700, True)
       continue
     warm_label = os.path.relpath(job.needs, workdir).split(os.sep)[0]
     assert job.needs == os.path.join(workdir, warm_label, f"seed{job.seed}")
@@ -144,9 +144,23 @@ def test_a_cell_that_changes_sft_gets_its_own_warm_start_and_one_with_none_skips
   assert needs["portool/sft.steps=0"] is None
   c = ablation.build_config([j for j in jobs if j.label == "portool/sft.steps=0"][0].recipe)
   assert (c.model.hf_checkpoint, c.sft.steps, c.seed) == ("", 0, 3)
-  without = ablation.plan(smoke(warm_start=False), str(tmp_path))
+  without = ablation.plan(smoke(warm_start="none"), str(tmp_path))
   assert [j.label for j in without] == ["grpo", "portool", "grpo", "portool"]
   assert ablation.build_config(without[0].recipe).sft.steps == 2
+
+
+def test_a_shared_warm_start_runs_sft_once_for_every_seed(tmp_path):
+  jobs = ablation.plan(smoke(warm_start="shared", seeds=(4, 1, 2)), str(tmp_path))
+  warm = [j for j in jobs if j.estimator == "sft"]
+  assert [(j.seed, j.workdir) for j in warm] == [(4, str(tmp_path / warm[0].label / "seed4"))]
+  cells = [j for j in jobs if j.estimator != "sft"]
+  assert sorted(j.seed for j in cells) == [1, 1, 2, 2, 4, 4]
+  assert {j.needs for j in cells} == {warm[0].workdir}
+  for j in cells:
+    c = ablation.build_config(j.recipe)
+    assert c.model.hf_checkpoint == os.path.join(warm[0].workdir, "hf_export") and c.seed == j.seed
+  with pytest.raises(ablation.GridError, match="warm_start: must be one of"):
+    ablation.plan(smoke(warm_start="per_cell"), str(tmp_path))
 
 
 def test_the_cell_config_file_rebuilds_a_prepared_run(tmp_path):
@@ -261,7 +275,7 @@ from configs import ablate
 from tirjax import ablation
 grid = ablate.get_config("grid=smoke")
 with grid.unlocked():
-  grid.cells, grid.seeds, grid.warm_start = ("grpo",), (0,), False
+  grid.cells, grid.seeds, grid.warm_start = ("grpo",), (0,), "none"
 jobs = ablation.plan(grid, sys.argv[1])
 ablation.run_grid(jobs, sys.argv[1], lambda job: [sys.executable, "-c", sys.argv[2], job.workdir],
                   compilation_cache=False)

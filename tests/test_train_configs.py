@@ -34,7 +34,8 @@ def test_paper_defaults():
   assert portool.rollout.tree.branch_factor == 2 and portool.rollout.max_steps == 6
   assert portool.loss.kl_coef == 0 and portool.advantage.gamma == 0.95
   hidiff = resolve.resolve(load("hidifftir"))
-  assert hidiff.rollout.n == 16 and hidiff.rollout.max_steps == 10
+  assert hidiff.rollout.n == 16 and hidiff.rollout.max_steps == 6  # tiny: short toolworld
+  assert load("hidifftir", "model=qwen3_1p7b").rollout.max_steps == 10  # the paper's
   assert hidiff.loss.kl_coef == 0.001 and hidiff.loss.kl_estimator == "k3"
   assert hidiff.loss.entropy_coef == 0.001 and hidiff.advantage.alpha == 0.7
   dapo = resolve.resolve(load("dapo"))

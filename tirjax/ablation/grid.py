@@ -13,10 +13,13 @@ Grid config entries:
   overrides  nested config values set in every run (e.g. overrides.train.steps = 100)
   cells      the cell labels
   seeds      the seeds; every cell runs once per seed (config key `seed`)
-  warm_start True: SFT runs once per seed (and per group of cells whose SFT would be the same:
+  warm_start "per_seed": SFT runs once per seed (and per group of cells whose SFT would be the same:
              same model, env, sft section and SFT-relevant rollout keys, `WARM_START_KEYS`), as
              a run with train.steps = 0 labelled "sft-<hash of those values>"; the RL cells then
-             start from its HF export (model.hf_checkpoint) with sft.steps = 0
+             start from its HF export (model.hf_checkpoint) with sft.steps = 0.
+             "shared": as "per_seed", but SFT runs at the first seed only and every seed's RL
+             starts from it (the seeds then vary RL alone, as when papers compare estimators
+             from one SFT checkpoint). "none": every run does its own SFT.
   compilation_cache  share JAX's persistent compilation cache (<workdir>/jax_cache) across runs
   report     {baseline, last_rl, title} of the final report
 
@@ -47,6 +50,7 @@ from tirjax.experiment import resolve
 WARM_START_KEYS = ("model.", "env.", "sft.", "rollout.answer_protocol", "rollout.shapes.max_tokens")
 GRID_KEYS = ("preset", "configs", "overrides", "cells", "seeds", "warm_start",
              "compilation_cache", "report")
+WARM_STARTS = ("per_seed", "shared", "none")
 REPORT_DIR = "report"
 _COMPONENT = re.compile(r"[A-Za-z0-9_.=,+\-]+")
 
@@ -235,6 +239,8 @@ def plan(grid: ml_collections.ConfigDict, workdir: str) -> list[Job]:
     shared.append((key, _json_normal(value, f"overrides.{key}")))
   if not grid.cells:
     raise GridError("cells: the grid has no cells")
+  if grid.warm_start not in WARM_STARTS:
+    raise GridError(f"warm_start: must be one of {WARM_STARTS}, got {grid.warm_start!r}")
 
   cells = []  # (label, estimator, options, recipe without seed, warm-start label or None)
   groups: dict[str, Recipe] = {}  # warm-start label -> its recipe (without seed)
@@ -265,7 +271,7 @@ def plan(grid: ml_collections.ConfigDict, workdir: str) -> list[Job]:
     _resolve(config, where)
     recipe = Recipe(path, arg, tuple(shared + own))
     warm = None
-    if grid.warm_start and config.sft.steps > 0:
+    if grid.warm_start != "none" and config.sft.steps > 0:
       warm = _signature(config)
       if warm not in groups:
         groups[warm] = Recipe(path, arg, tuple(shared) + tuple(
@@ -277,7 +283,8 @@ def plan(grid: ml_collections.ConfigDict, workdir: str) -> list[Job]:
 
   jobs = []
   for seed in seeds:
-    for warm, recipe in groups.items():
+    sft_seed = seeds[0] if grid.warm_start == "shared" else seed
+    for warm, recipe in groups.items() if seed == sft_seed else ():
       jobs.append(Job(warm, "sft", {}, seed, os.path.join(workdir, warm, f"seed{seed}"),
                       _with(recipe, ("seed", seed), ("train.steps", 0),
                             ("train.export_final", True))))
@@ -286,7 +293,7 @@ def plan(grid: ml_collections.ConfigDict, workdir: str) -> list[Job]:
         jobs.append(Job(label, name, options, seed, os.path.join(workdir, label, f"seed{seed}"),
                         _with(recipe, ("seed", seed))))
         continue
-      warm_dir = os.path.join(workdir, warm, f"seed{seed}")
+      warm_dir = os.path.join(workdir, warm, f"seed{sft_seed}")
       export = os.path.join(os.path.abspath(warm_dir), "hf_export")
       jobs.append(Job(label, name, options, seed, os.path.join(workdir, label, f"seed{seed}"),
                       _with(recipe, ("seed", seed), ("model.hf_checkpoint", export),

@@ -21,7 +21,6 @@ from tirjax.models.hf_io import export_hf, load_hf
 from tirjax.rollout.judging import rule_judge
 from tirjax.sampling.jax_sampler import JaxSampler, JaxSamplerOptions, bucket
 from tirjax.sampling.teacher import DecoderTeacher
-from tirjax.sampling.vllm import TINY_HEAD_DIM
 
 
 def run_id(config) -> str:
@@ -32,16 +31,14 @@ def run_id(config) -> str:
   return f"{config.advantage.name}-{digest}"
 
 
-def build_model(model_cfg, vocab_size: int, rules, seed: int, sampler_kind: str = "jax"):
-  """The policy: an HF checkpoint's weights, or a fresh tiny model sized to the tokenizer (with
-  head size `TINY_HEAD_DIM` when vLLM samples: its CPU attention lacks the preset's 16)."""
+def build_model(model_cfg, vocab_size: int, rules, seed: int):
+  """The policy: an HF checkpoint's weights, or a fresh tiny model sized to the tokenizer with
+  the sizes of `model.tiny`."""
   if model_cfg.hf_checkpoint:
     return load_hf(model_cfg.hf_checkpoint, rules=rules)
   cfg = model_config.preset(model_cfg.preset)
   if model_cfg.preset == "tiny":
-    cfg = model_config.tiny(vocab_size=vocab_size)
-    if sampler_kind == "vllm":
-      cfg = cfg.replace(head_dim=TINY_HEAD_DIM)
+    cfg = model_config.tiny(vocab_size=vocab_size, **model_cfg.get("tiny", {}))
   return init(cfg, seed=seed, rules=rules)
 
 

@@ -79,6 +79,13 @@ def resolve(c) -> Experiment:
           f"required for model.preset={c.model.preset!r} / env.name={c.env.name!r} (weights and "
           "tokenizer); only the tiny model on toolworld trains from scratch")
   _int_at_least(c, "model.logprob_chunk", 1)
+  if c.model.preset == "tiny" and not c.model.hf_checkpoint and "tiny" in c.model:
+    for key in c.model.tiny:
+      _int_at_least(c, f"model.tiny.{key}", 1)
+    if c.sampler.kind == "vllm":
+      _need(c.model.tiny.head_dim >= TINY_HEAD_DIM, "model.tiny.head_dim",
+            f"vLLM's CPU attention needs a head size >= {TINY_HEAD_DIM}, got "
+            f"{c.model.tiny.head_dim}")
 
   _need(c.env.name in ENVS, "env.name", f"must be one of {ENVS}, got {c.env.name!r}")
   if c.env.name in ("toolhop", "ftrl"):
@@ -111,7 +118,9 @@ def resolve(c) -> Experiment:
   advantage = _section(estimator.options, c.advantage.options, "advantage.options")
   loss = _section(LossOptions, c.loss, "loss")
   optim = _section(OptimizerOptions, c.optim, "optim")
-  sft_optim = _section(OptimizerOptions, c.sft.optim, "sft.optim")
+  # Without SFT steps the SFT optimizer never runs (a cosine over 0 steps is not an error then).
+  sft_optim = (_section(OptimizerOptions, c.sft.optim, "sft.optim") if c.sft.steps
+               else OptimizerOptions())
   sft_loss = _section(SFTOptions, c.sft.loss, "sft.loss")
   shard = _section(sharding.ShardingOptions, c.sharding, "sharding")
 
