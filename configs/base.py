@@ -104,7 +104,7 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
     c.sharding.mesh = _parse_mesh(presets["mesh"])
 
   if c.model.preset == "tiny":
-    _cpu_scale(c)
+    _cpu_scale(c, steps_given="steps" in presets)
   c.lock()
   return c
 
@@ -116,12 +116,15 @@ TINY_SIZES = dict(hidden_size=128, intermediate_size=256, num_layers=2, num_head
                   num_kv_heads=2, head_dim=32)
 
 
-def _cpu_scale(c: ml_collections.ConfigDict) -> None:
-  """The tiny model on short toolworld episodes: sizes and learning rates for a 2-core CPU."""
+def _cpu_scale(c: ml_collections.ConfigDict, steps_given: bool) -> None:
+  """The tiny model on short toolworld episodes: sizes, steps and learning rates that fit a
+  2-core CPU (`make run`: about 14 minutes there)."""
+  if not steps_given:
+    c.train.steps = 40
   c.model.tiny = ml_collections.ConfigDict(TINY_SIZES)
   c.model.logprob_chunk = 256
-  c.env.eval_tasks = 64
-  c.sft.steps = 700
+  c.env.eval_tasks = 128
+  c.sft.steps = 1200
   c.sft.optim.learning_rate = 1e-2
   c.sft.optim.warmup_steps = 20
   c.sft.optim.schedule = "cosine"
@@ -130,6 +133,7 @@ def _cpu_scale(c: ml_collections.ConfigDict) -> None:
   c.optim.learning_rate = 1e-4
   c.optim.weight_decay = 0.0
   c.train.queries_per_step = 2
+  c.train.eval_every = 20
   c.rollout.max_steps = 6  # toolworld needs at most 4 tool steps and the answer
   c.rollout.shapes.max_steps = c.rollout.get_ref("max_steps")
   c.rollout.max_new_tokens = 64

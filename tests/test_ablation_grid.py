@@ -69,7 +69,7 @@ def test_default_grid_plans_every_cell_with_its_options(tmp_path):
     c = configs[(job.label, job.seed)]
     assert c.train.progress_bar is False
     if job.estimator == "sft":
-      assert (c.train.steps, c.sft.steps, c.train.export_final) == (0, 700, True)
+      assert (c.train.steps, c.sft.steps, c.train.export_final) == (0, 1200, True)
       continue
     warm_label = os.path.relpath(job.needs, workdir).split(os.sep)[0]
     assert job.needs == os.path.join(workdir, warm_label, f"seed{job.seed}")
