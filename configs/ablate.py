@@ -18,11 +18,13 @@ Produces `<workdir>/<label>/seed<k>/`, an `experiments.train` run directory per 
 of each seed that the RL cells start from (one per answer protocol: two for `grid=all`); and
 `<workdir>/report/` (report.md: eval accuracy, steps, unanswerable rate, formatting reward,
 training reward and unlearning rates as mean ± 95% CI over seeds, paired by seed against
-`grpo`; learning curves). `grid=all` is 23 cells × 3 seeds + 6 warm starts. Measured on a
-shared 2-core CPU with the tiny model: a warm start (300 SFT steps at ~1.6 s) about 10 min, an
-RL cell (100 steps of 64 rows at ~27 s, 5 evaluations of 64 tasks at ~27 s) about 50 min, so
-`grid=all` about 60 CPU-hours. `grid=smoke` (grpo and portool, 2 seeds, 2 steps each, 4 eval
-tasks) takes 2-3 minutes there and checks the pipeline, not the methods (accuracies ~0).
+`grpo`; learning curves). `grid=all` is 23 cells × 3 seeds + 6 warm starts. Measured on the
+2-core CPU with the tiny model: a warm start (1200 SFT steps at ~0.4 s) about 8 min, an RL step
+of 32 rows about 6 s, an evaluation of 128 tasks about 20 s: an RL cell of 40 steps with 3
+evaluations about 5 min, so `grid=all` about 6 CPU-hours. `grid=snapshot` (the 12 estimators
+× 3 seeds from one shared warm start per answer protocol, `SNAPSHOT_STEPS` RL steps, one final
+evaluation) about an hour. `grid=smoke` (grpo and portool, 2 seeds, 2 steps each, 4 eval
+tasks) takes 2-3 minutes and checks the pipeline, not the methods (accuracies ~0).
 
 Expected result (the papers' claims on 1.7B-7B models and SPEC §4.1; not yet measured at the
 tiny scale): PORTool above GRPO in eval accuracy, with fewer tool-call steps and a lower
@@ -36,7 +38,7 @@ import ml_collections
 from configs import base
 from tirjax.config import parse_preset_arg
 
-SNAPSHOT_STEPS = 10
+SNAPSHOT_STEPS = 8
 ESTIMATORS = ("grpo", "grpo_fm", "dr_grpo", "rloo", "dapo", "arpo", "toolrl", "ftrl",
               "matchtir_km", "matchtir_ot", "hidifftir", "portool")
 PORTOOL = ("grpo", "portool", "portool/tree_aggregation=max", "portool/tree_aggregation=mean",

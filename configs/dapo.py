@@ -5,8 +5,10 @@
 Defaults (Yu et al. 2025): ε_low = 0.2, ε_high = 0.28, token-mean aggregation, no KL; groups
 whose rewards are all equal are filtered and the batch is refilled with more queries (up to
 `train.dynamic_sampling_tries` extra rounds); overlong shaping with L_max, L_cache scaled to the
-per-row token budget. Independent groups of n = 8, T_max = 6. Expected result: see
-benchmarks/results/ablation_toolworld.md.
+per-row token budget. Independent groups of n = 8, T_max = 6. Expected result with `model=tiny` (about 14 min on 2 CPU cores): the tiny SFT
+warm-start reaches about 0.1 greedy eval accuracy on toolworld and 40 RL steps stay within
+eval noise (measured for hidifftir: README, `make run`); the tiny scale checks the pipeline,
+not the method, whose gains the papers report on 1.7B-7B models.
 """
 
 from configs import base

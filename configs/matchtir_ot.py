@@ -4,8 +4,10 @@
 
 Defaults as HiDiffTIR trains its baselines (§4.1, App. A.5): groups of 16 independent rollouts
 at temperature 1.0, at most 10 turns, answers in `<answer>` tags; KL 0.001 (k3), entropy
-0.001, lr 1e-6 (scaled to the model by the tiny preset). Expected result: see
-benchmarks/results/ablation_toolworld.md.
+0.001, lr 1e-6 (scaled to the model by the tiny preset). Expected result with `model=tiny` (about 14 min on 2 CPU cores): the tiny SFT
+warm-start reaches about 0.1 greedy eval accuracy on toolworld and 40 RL steps stay within
+eval noise (measured for hidifftir: README, `make run`); the tiny scale checks the pipeline,
+not the method, whose gains the papers report on 1.7B-7B models.
 """
 
 from configs import base
