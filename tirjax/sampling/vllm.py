@@ -21,7 +21,8 @@ model with tied embeddings). Servers launched by `VLLMServer` carry that worker 
 server launched otherwise lacks it, which is tolerated: the check is what catches a stale head.
 
 vLLM's CPU attention does not support the `tiny` preset's head size (16; an engine error at the
-first request): runs with vLLM use the tiny model with `TINY_HEAD_DIM` = 32.
+first request): the trainer's tiny model has head size `TINY_HEAD_DIM` = 32, and the
+trainer refuses a smaller one with vLLM.
 
 Failures: a health check precedes every batch. When the server is down, does not answer in
 time (`request_timeout_s`), or answers HTTP 5xx and then fails its health check, a server this
