@@ -68,6 +68,7 @@ def test_mistyped_key_fails_naming_it():
     ("train.queries_per_step", 0, r"train\.queries_per_step"),
     ("optim.learning_rate", -1.0, r"optim: learning_rate"),
     ("env.name", "atlantis", r"env\.name"),
+    ("model.tiny.num_layers", 0, r"model\.tiny\.num_layers"),
     ("sampler.kind", "magic", r"sampler\.kind"),
 ])
 def test_out_of_range_value_fails_naming_the_key(key, value, message):
@@ -78,6 +79,14 @@ def test_out_of_range_value_fails_naming_the_key(key, value, message):
     node = node[part]
   node[leaf] = value
   with pytest.raises(resolve.ConfigError, match=message):
+    resolve.resolve(c)
+
+
+def test_vllm_refuses_a_tiny_head_size_it_cannot_serve():
+  c = load("grpo", "model=tiny,sampler=vllm")
+  resolve.resolve(c)  # head size 32 by default
+  c.model.tiny.head_dim = 16
+  with pytest.raises(resolve.ConfigError, match=r"model\.tiny\.head_dim: vLLM's CPU attention"):
     resolve.resolve(c)
 
 

@@ -17,6 +17,7 @@ from tirjax.env.toolworld.demos import DemoOptions
 from tirjax.loss import LossOptions
 from tirjax.models.config import PRESETS as MODEL_PRESETS
 from tirjax.rollout.options import RolloutOptions
+from tirjax.sampling.vllm import TINY_HEAD_DIM
 from tirjax.training.optimizer import OptimizerOptions
 from tirjax.training.sft import SFTOptions
 from tirjax.training.step import StepOptions
