@@ -305,7 +305,7 @@ def test_ctrl_c_interrupts_the_runs_which_record_it(tmp_path):
       assert harness.poll() is None and time.monotonic() < deadline, harness.communicate()
       time.sleep(0.1)
     harness.send_signal(signal.SIGINT)
-    _, err = harness.communicate(timeout=60)
+    _, err = harness.communicate(timeout=180)
   finally:
     if harness.poll() is None:
       harness.kill()

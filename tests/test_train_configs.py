@@ -93,10 +93,11 @@ def test_vllm_refuses_a_tiny_head_size_it_cannot_serve():
 def test_real_presets_need_a_checkpoint():
   with pytest.raises(resolve.ConfigError, match="model.hf_checkpoint"):
     resolve.resolve(load("grpo", "model=qwen3_0p6b"))
+  c = load("grpo", "env=toolhop")
+  c.env.data_path = __file__  # exists wherever the repository is cloned
+  c.sft.steps = 5
+  c.model.hf_checkpoint = "."
   with pytest.raises(resolve.ConfigError, match="sft.steps"):
-    c = load("grpo", "env=toolhop")
-    c.sft.steps = 5
-    c.model.hf_checkpoint = "."
     resolve.resolve(c)
 
 
