@@ -15,14 +15,23 @@ import pytest
 from experiments.train import run
 from tests.test_train_runs import read_metrics, short_config
 from tests.vllm_toolworld import TOL
+from tirjax.models import config as model_config
 
 pytest_plugins = ["tests.vllm_toolworld_fixtures"]
 pytestmark = pytest.mark.xdist_group("vllm")
 
 
+def served_sizes() -> dict:
+  """The served model's sizes (`vllm_toolworld`: `tiny()` with vLLM's head size) as
+  `model.tiny` overrides: the trainer hands its weights to that architecture."""
+  tiny = model_config.tiny()
+  return {f"model.tiny.{k}": getattr(tiny, k)
+          for k in ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads")}
+
+
 def test_two_rl_steps_with_vllm_finish_with_finite_metrics(toolworld, tmp_path):
   config = short_config("grpo", **{"sampler.kind": "vllm",
-                                   "sampler.vllm_url": toolworld.sampler.url})
+                                   "sampler.vllm_url": toolworld.sampler.url}, **served_sizes())
   summary = run(config, str(tmp_path))
   assert summary["policy_version"] == 2 and summary["rl_steps"] == 2
   rl = [r for r in read_metrics(tmp_path) if r["phase"] == "rl"]
