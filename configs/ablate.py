@@ -21,7 +21,7 @@ training reward and unlearning rates as mean ± 95% CI over seeds, paired by see
 `grpo`; learning curves). `grid=all` is 23 cells × 3 seeds + 6 warm starts. Measured on the
 2-core CPU with the tiny model: a warm start (1200 SFT steps at ~0.4 s) about 8 min, an RL step
 of 32 rows about 6 s, an evaluation of 128 tasks about 20 s: an RL cell of 40 steps with 3
-evaluations about 5 min, so `grid=all` about 6 CPU-hours. `grid=snapshot` (the 12 estimators
+evaluations about 5 min, so `grid=all` about 6 CPU-hours. `grid=snapshot` (results: benchmarks/results/ablation_toolworld/) (the 12 estimators
 × 3 seeds from one shared warm start per answer protocol, `SNAPSHOT_STEPS` RL steps, one final
 evaluation) about an hour. `grid=smoke` (grpo and portool, 2 seeds, 2 steps each, 4 eval
 tasks) takes 2-3 minutes and checks the pipeline, not the methods (accuracies ~0).
