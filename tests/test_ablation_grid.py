@@ -18,6 +18,11 @@ from tirjax import ablation, rundir
 from tirjax.ablation import runner
 
 
+def _default_sigint():
+  """pytest-xdist workers ignore SIGINT and children inherit that: restore Python's default."""
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def smoke(**changes):
   """The smoke grid of configs/ablate.py with some entries replaced."""
   grid = ablate_config.get_config("grid=smoke")
@@ -297,7 +302,7 @@ except KeyboardInterrupt:
 def test_ctrl_c_interrupts_the_runs_which_record_it(tmp_path):
   workdir = str(tmp_path / "grid")
   status = os.path.join(workdir, "grpo", "seed0", "status.json")
-  harness = subprocess.Popen([sys.executable, "-c", HARNESS, workdir, SLOW_RUN],
+  harness = subprocess.Popen(preexec_fn=_default_sigint, args=[sys.executable, "-c", HARNESS, workdir, SLOW_RUN],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   try:
     deadline = time.monotonic() + 120

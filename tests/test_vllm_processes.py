@@ -61,11 +61,16 @@ time.sleep(600)
 """
 
 
+def _default_sigint():
+  """pytest-xdist workers ignore SIGINT and children inherit that: restore Python's default."""
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def spawn(script, *args, tag=None):
   env = dict(os.environ, PYTHONPATH=support.REPO)
   if tag is not None:
     env[vllm_server.TAG_ENV] = tag
-  return subprocess.Popen([sys.executable, "-c", script, *args], env=env, cwd=support.REPO,
+  return subprocess.Popen(preexec_fn=_default_sigint, args=[sys.executable, "-c", script, *args], env=env, cwd=support.REPO,
                           stdout=subprocess.PIPE, text=True)
 
 
