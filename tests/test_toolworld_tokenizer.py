@@ -13,6 +13,7 @@ from tirjax.env import chat
 from tirjax.env.toolworld.demos import make_demos
 from tirjax.env.toolworld.tasks import make_tasks
 from tirjax.env.toolworld.tokenizer import SPECIAL_TOKENS, TAG_TOKENS, build_tokenizer
+from tirjax.env.toolworld.world import ALL_NAMES
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def tokenizer(path):
 
 
 def test_loads_with_auto_tokenizer(path, tokenizer):
-  assert len(tokenizer) == 1536
+  assert len(tokenizer) == 2816  # the default vocab_size, exactly
   assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token == "<|endoftext|>"
   assert tokenizer.bos_token is None
   assert tokenizer.encode("hi") == tokenizer.encode("hi", add_special_tokens=False)
@@ -75,15 +76,31 @@ def test_chat_template_matches_renderer(tokenizer):
 
 
 def test_build_is_cached_deterministic_and_validated(tmp_path):
-  a = build_tokenizer(tmp_path / "a", seed=3, vocab_size=600, n_demos=60)
+  a = build_tokenizer(tmp_path / "a", seed=3, vocab_size=1900, n_demos=60)
   stamp = (a / "tokenizer.json").stat().st_mtime_ns
-  assert build_tokenizer(tmp_path / "a", seed=3, vocab_size=600, n_demos=60) == a
+  assert build_tokenizer(tmp_path / "a", seed=3, vocab_size=1900, n_demos=60) == a
   assert (a / "tokenizer.json").stat().st_mtime_ns == stamp  # cached: not rewritten
-  b = build_tokenizer(tmp_path / "b", seed=3, vocab_size=600, n_demos=60)
+  b = build_tokenizer(tmp_path / "b", seed=3, vocab_size=1900, n_demos=60)
   assert (a / "tokenizer.json").read_text() == (b / "tokenizer.json").read_text()
-  build_tokenizer(tmp_path / "a", seed=3, vocab_size=700, n_demos=60)  # new inputs: rebuilt
-  assert Tokenizer.from_file(str(a / "tokenizer.json")).get_vocab_size() == 700
+  build_tokenizer(tmp_path / "a", seed=3, vocab_size=2000, n_demos=60)  # new inputs: rebuilt
+  assert Tokenizer.from_file(str(a / "tokenizer.json")).get_vocab_size() == 2000
   with pytest.raises(ValueError, match="vocab_size"):
     build_tokenizer(tmp_path / "c", vocab_size=100)
   with pytest.raises(ValueError, match="n_demos"):
     build_tokenizer(tmp_path / "c", n_demos=0)
+
+
+def test_every_pool_name_is_one_token_in_every_context(tokenizer):
+  for name in ALL_NAMES:
+    for text in (name, f"of {name}?", f'{{"name": "{name}"}}', f"{name}."):
+      pieces = [tokenizer.decode([i]) for i in tokenizer.encode(text, add_special_tokens=False)]
+      assert name in pieces, (text, pieces)
+
+
+@hypothesis.given(st.integers(0, 10**9))
+def test_digit_runs_split_in_groups_of_three_from_the_left(tokenizer, n):
+  digits = str(n)
+  pieces = [tokenizer.decode([i]) for i in tokenizer.encode(f"x {digits}.", add_special_tokens=False)]
+  groups = [digits[i:i + 3] for i in range(0, len(digits), 3)]
+  start = pieces.index(groups[0])
+  assert pieces[start:start + len(groups)] == groups

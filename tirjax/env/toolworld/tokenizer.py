@@ -10,6 +10,13 @@ fixed system prompt (the tool specs) at ~1,200 tokens; here only digits (one per
 and capitalised words (all names) are isolated, so names and numbers tokenise the same way
 everywhere while the JSON scaffolding and the fixed texts merge into long tokens.
 
+Entity names and numbers are what a policy copies (from the question and tool responses into
+calls and answers), and a 2-layer model copies one token far more reliably than a string of
+syllables or digits. So every name of the world's pools (`world.ALL_NAMES`) is one token, and
+digit runs split into groups of at most three from the left, each one token (as Llama 3's
+tokenizer does: "5199" is "519" "9"). These are added tokens, matched leftmost-longest before
+the BPE pre-tokenisation, so they tokenise the same way in every context.
+
 The directory holds `tokenizer.json`, `tokenizer_config.json` (class `PreTrainedTokenizerFast`,
 with `chat.CHAT_TEMPLATE`) and `special_tokens_map.json`, so `transformers.AutoTokenizer` (and
 vLLM) load it. A build is cached: `build.json` records its inputs, including a digest of the
@@ -31,6 +38,7 @@ from tokenizers import processors, trainers
 
 from tirjax.env import chat
 from tirjax.env.toolworld import demos, tasks
+from tirjax.env.toolworld.world import ALL_NAMES
 
 SPECIAL_TOKENS = (chat.END_OF_TEXT, chat.IM_START, chat.IM_END)
 TAG_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>",
@@ -38,6 +46,10 @@ TAG_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_respo
 # Pre-tokenisation: every digit, and every capitalised word (all names), is a piece of its own;
 # merges may span everything else (spaces, punctuation, lower-case words).
 PRETOKENIZE_REGEX = r"\p{N}|\p{Lu}\p{Ll}*"
+# Every digit group of one to three digits ("0" … "999", "00" … "099" included).
+DIGIT_GROUPS = tuple(f"{i:0{w}d}" for w in (1, 2, 3) for i in range(10 ** w))
+WORD_TOKENS = ALL_NAMES + DIGIT_GROUPS
+_NEW_IDS = len(SPECIAL_TOKENS) + len(TAG_TOKENS) + len(WORD_TOKENS) - 10  # digits are bytes
 FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 _SOURCES = ("chat.py", "toolworld/world.py", "toolworld/toolbox.py", "toolworld/queries.py",
             "toolworld/plan.py", "toolworld/tasks.py", "toolworld/demos.py",
@@ -72,15 +84,23 @@ def _train(texts: list[str], vocab_size: int) -> Tokenizer:
       pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
   tok.decoder = decoders.ByteLevel()
   tok.post_processor = processors.ByteLevel(trim_offsets=False)
-  added = re.compile("|".join(re.escape(t) for t in SPECIAL_TOKENS + TAG_TOKENS))
+  added = _added_pattern()
   trainer = trainers.BpeTrainer(
-      vocab_size=vocab_size - len(SPECIAL_TOKENS) - len(TAG_TOKENS), min_frequency=2,
+      vocab_size=vocab_size - _NEW_IDS,
+      min_frequency=2,
       show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
   tok.train_from_iterator((piece for text in texts for piece in added.split(text) if piece),
                           trainer=trainer)
+  tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in WORD_TOKENS])
   tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
   tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
   return tok
+
+
+def _added_pattern() -> re.Pattern:
+  """What the BPE trainer never sees: the added tokens (names, digits and the tag tokens)."""
+  words = sorted(SPECIAL_TOKENS + TAG_TOKENS + ALL_NAMES, key=len, reverse=True)
+  return re.compile("|".join(re.escape(t) for t in words) + r"|[0-9]")
 
 
 def _config(tok: Tokenizer) -> tuple[dict, dict]:
@@ -100,11 +120,12 @@ def _config(tok: Tokenizer) -> tuple[dict, dict]:
   return config, special_map
 
 
-def build_tokenizer(out_dir: Union[str, os.PathLike], seed: int = 0, vocab_size: int = 1536,
+def build_tokenizer(out_dir: Union[str, os.PathLike], seed: int = 0, vocab_size: int = 2816,
                     n_demos: int = 1000) -> pathlib.Path:
   """Builds (or finds cached) the toolworld tokenizer in `out_dir`; returns the directory."""
-  if vocab_size < 256 + len(SPECIAL_TOKENS) + len(TAG_TOKENS):
-    raise ValueError(f"vocab_size: must cover the 256 bytes and the added tokens, got {vocab_size}")
+  if vocab_size < 256 + _NEW_IDS:
+    raise ValueError(f"vocab_size: must cover the 256 bytes and the {_NEW_IDS} added tokens, "
+                     f"got {vocab_size}")
   if n_demos < 1:
     raise ValueError(f"n_demos: must be >= 1, got {n_demos}")
   out = pathlib.Path(out_dir)

@@ -4,6 +4,11 @@ People live in cities and work for companies; companies have a head-quarters cit
 and a staff count; cities have a population, a temperature and an elevation; every pair of cities
 has a distance. Names are made-up syllable strings, so nothing can be answered from memory.
 
+Names come from fixed pools (`NAME_POOLS`, a few hundred names drawn once with the same syllable
+rules), so that the toolworld tokenizer can give every name a single token: a tiny policy then
+copies a name as one token instead of a string of syllables (copying errors, "Fizar" for
+"Fizul", were what kept a 2-layer model from learning; issue 13).
+
 Values are drawn so that answers are unambiguous: names are unique across kinds, each numeric
 field (and each birth date, each distance) is distinct within a world with a relative gap of at
 least `GAP`, and companies have distinct head-quarters. So a wrong entity anywhere in a chain of
@@ -35,14 +40,29 @@ def _syllable(rng: random.Random) -> str:
   return rng.choice(CONSONANTS) + rng.choice(VOWELS)
 
 
-def _names(rng: random.Random, k: int, make, taken: set) -> list[str]:
+def _pool(rng: random.Random, k: int, make, taken: set) -> tuple[str, ...]:
   out = []
   while len(out) < k:
     name = make(rng).capitalize()
-    if name not in taken:
+    if not any(name.startswith(t) or t.startswith(name) for t in taken):
       taken.add(name)
       out.append(name)
-  return out
+  return tuple(out)
+
+
+def _name_pools(seed: int = 20261201) -> dict[str, tuple[str, ...]]:
+  """Unique, made-up names per kind (no name is another's prefix: each ends a token)."""
+  rng, taken = random.Random(seed), set()
+  return {"people": _pool(rng, POOL_SIZES["people"], lambda r: _syllable(r) + _syllable(r), taken),
+          "cities": _pool(rng, POOL_SIZES["cities"],
+                          lambda r: _syllable(r) + _syllable(r) + r.choice("nlr"), taken),
+          "companies": _pool(rng, POOL_SIZES["companies"],
+                             lambda r: _syllable(r) + r.choice(CONSONANTS) + "co", taken)}
+
+
+POOL_SIZES = {"people": 160, "cities": 120, "companies": 60}
+NAME_POOLS = _name_pools()
+ALL_NAMES = tuple(n for pool in NAME_POOLS.values() for n in pool)
 
 
 def _spread(rng: random.Random, lo: int, hi: int, k: int) -> list[int]:
@@ -85,11 +105,9 @@ class World:
 
 
 def make_world(rng: random.Random) -> World:
-  taken: set = set()
-  people = _names(rng, N_PEOPLE, lambda r: _syllable(r) + _syllable(r), taken)
-  cities = _names(rng, N_CITIES, lambda r: _syllable(r) + _syllable(r) + r.choice("nlr"), taken)
-  companies = _names(rng, N_COMPANIES, lambda r: _syllable(r) + r.choice(CONSONANTS) + "co",
-                     taken)
+  people = rng.sample(NAME_POOLS["people"], N_PEOPLE)
+  cities = rng.sample(NAME_POOLS["cities"], N_CITIES)
+  companies = rng.sample(NAME_POOLS["companies"], N_COMPANIES)
   city_values = {f: _spread(rng, *RANGES[f], N_CITIES) for f in CITY_FIELDS}
   company_values = {f: _spread(rng, *RANGES[f], N_COMPANIES) for f in ("revenue", "staff")}
   hqs = rng.sample(cities, N_COMPANIES)
