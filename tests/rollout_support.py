@@ -37,6 +37,19 @@ def corrupt_text(text: str, rng: np.random.Generator) -> str:
   return text.replace('"name": "', '"name": "x', 1)
 
 
+def distinct_questions(tasks: Sequence, n: int) -> list:
+  """The first `n` of `tasks` whose questions have not been seen before (names come from fixed
+  pools, so two worlds can ask the same question; a scripted policy reads only the prompt)."""
+  seen, out = set(), []
+  for t in tasks:
+    if t.question not in seen:
+      seen.add(t.question)
+      out.append(t)
+  if len(out) < n:
+    raise ValueError(f"only {len(out)} distinct questions among {len(tasks)} tasks, need {n}")
+  return out[:n]
+
+
 class ScriptedSampler:
   """Emits toolworld demo steps for the question in the prompt.
 
@@ -56,6 +69,8 @@ class ScriptedSampler:
                answer: Optional[Callable] = None):
     self.tokenizer = tokenizer
     self.by_question = {t.question: (t, d) for t, d in zip(tasks, demos)}
+    if len(self.by_question) < min(len(tasks), len(demos)):  # a prompt would not tell them apart
+      raise ValueError("ScriptedSampler: tasks must have distinct questions (see distinct_questions)")
     self.p_corrupt, self.p_early = p_corrupt, p_early
     self.entropy, self.top_k, self.protocol = entropy, top_k, protocol
     self.policy_version, self.answer = policy_version, answer

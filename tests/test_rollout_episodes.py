@@ -8,7 +8,7 @@ import pytest
 import transformers
 
 from tests.rollout_support import (RandomSampler, ScriptedSampler, TextSampler, assistant_steps,
-                                   check_bookkeeping)
+                                   check_bookkeeping, distinct_questions)
 from tirjax.env import chat, metrics
 from tirjax.env.judge import Judgement
 from tirjax.env.tools import UNABLE_TO_ANSWER
@@ -37,8 +37,8 @@ def tokenizer(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tasks():
-  return make_tasks("train", 192, seed=4,
-                    difficulty=Difficulty(hop_weights=(1, 1, 1, 1), p_down=0.25))
+  return distinct_questions(make_tasks("train", 320, seed=4, difficulty=Difficulty(
+      hop_weights=(1, 1, 1, 1), p_down=0.25)), 192)
 
 
 @pytest.fixture(scope="module")

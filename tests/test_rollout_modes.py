@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import transformers
 
-from tests.rollout_support import RandomSampler, ScriptedSampler, check_bookkeeping
+from tests.rollout_support import (RandomSampler, ScriptedSampler, check_bookkeeping,
+                                   distinct_questions)
 from tirjax import advantages
 from tirjax.env.toolworld import Difficulty, build_tokenizer, make_demos, make_tasks
 from tirjax.rollout import (ArpoOptions, RolloutOptions, Shapes, TreeOptions, rollout,
@@ -26,8 +27,8 @@ def tokenizer(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tasks():
-  return make_tasks("train", 48, seed=5,
-                    difficulty=Difficulty(hop_weights=(1, 1, 2, 2), p_down=0.2))
+  return distinct_questions(make_tasks("train", 96, seed=5, difficulty=Difficulty(
+      hop_weights=(1, 1, 2, 2), p_down=0.2)), 48)
 
 
 @pytest.fixture(scope="module")

@@ -108,15 +108,23 @@ def relabelled(model, x: int, im_end: int, boost: float):
   return nnx.merge(graphdef, state)
 
 
+def greedy_token_outside_prompt(model, prompts, stops):
+  """(x, prompt) for the first prompt whose greedy next token x is neither a stop token nor in
+  the prompt (the relabelling needs both) and has a clearly positive logit."""
+  for prompt in prompts:
+    logits = np.asarray(model(np.asarray([prompt]))[0, -1])
+    x = int(np.argmax(logits))
+    if x not in stops and x not in prompt and logits[x] > 1.0:
+      return x, prompt
+  raise AssertionError("no prompt's greedy token lies outside it")
+
+
 def test_im_end_ends_a_sample_and_is_kept(toolworld):
   """A model whose next token after a chat prompt is `<|im_end|>`, greedily and with
   probability ~0.8: the start model's greedy token x there becomes `<|im_end|>`, boosted."""
   tok = toolworld.tokenizer
   im_end, stops = chat.im_end_id(tok), chat.stop_token_ids(tok)
-  [prompt] = chat_prompts(tok, 1, seed=7)
-  logits = np.asarray(toolworld.model(np.asarray([prompt]))[0, -1])
-  x = int(np.argmax(logits))
-  assert x not in stops and x not in prompt and logits[x] > 1.0
+  x, prompt = greedy_token_outside_prompt(toolworld.model, chat_prompts(tok, 16, seed=7), stops)
   model = relabelled(toolworld.model, x, im_end, boost=1.5)
   relabel = {x: im_end, im_end: x}
   prompt = [relabel.get(t, t) for t in prompt]
