@@ -25,7 +25,8 @@ def test_kl_estimators_match_formulas(estimator):
   hand = {  # Schulman 2020 with log r = ref − logp, written out per estimator
       "k1": [p - r for p, r in PAIRS],
       "k2": [0.5 * (p - r) ** 2 for p, r in PAIRS],
-      "k3": [math.exp(max(-20, min(20, r - p))) - max(-20, min(20, r - p)) - 1 for p, r in PAIRS],
+      "k3": [min(10.0, math.exp(max(-20, min(20, r - p))) - max(-20, min(20, r - p)) - 1)
+             for p, r in PAIRS],
   }[estimator]
   np.testing.assert_allclose(got, hand, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(got, [ref.kl(p, r, estimator) for p, r in PAIRS], rtol=1e-5,
@@ -41,6 +42,38 @@ def test_kl_estimator_gradients():
   for est, want in (("k1", 1.0), ("k2", -0.6), ("k3", 1 - math.exp(0.6))):
     g = jax.grad(lambda lp: kl.kl_penalty(lp, r, est))(logp)
     assert float(g) == pytest.approx(want, rel=1e-5), est
+
+
+@pytest.mark.parametrize("clamp, value, grad", [
+    (10.0, 10.0, 0.0),  # verl's low_var_kl: clamped, no gradient
+    (0.0, math.exp(3) - 4, 1 - math.exp(3)),  # off: 16.09 with gradient -19.09
+    (20.0, math.exp(3) - 4, 1 - math.exp(3))])  # a looser clamp leaves it alone
+def test_k3_value_clamp_for_a_reference_3_nats_away(clamp, value, grad):
+  logp, r = jnp.float32(-4.0), jnp.float32(-1.0)  # ref − logp = 3
+  got, g = jax.value_and_grad(lambda lp: kl.kl_penalty(lp, r, "k3", clamp))(logp)
+  assert float(got) == pytest.approx(value, rel=1e-5)
+  assert float(g) == pytest.approx(grad, rel=1e-5, abs=1e-7)
+  assert ref.kl(-4.0, -1.0, "k3", clamp) == pytest.approx(value, rel=1e-9)
+
+
+def test_k3_clamp_reaches_the_composed_loss():
+  """A token whose reference is far away adds β·10 to the loss and nothing to its gradient."""
+  logp = jnp.array([[-4.0, -1.0]], jnp.float32)
+  ref_lp = jnp.array([[-1.0, -1.0]], jnp.float32)
+  zeros = jnp.zeros_like(logp)
+  mask, rows = jnp.ones_like(logp, bool), jnp.ones((1,), bool)
+
+  def total(lp, clamp):
+    opts = loss.LossOptions(kl_coef=1.0, kl_estimator="k3", kl_clamp=clamp,
+                            aggregation="token_mean")
+    out = loss.policy_loss(lp, lp, zeros, mask, rows, opts, ref_logprobs=ref_lp)
+    return out.loss.sum / out.loss.den
+
+  value, g = jax.value_and_grad(total)(logp, 10.0)
+  assert float(value) == pytest.approx(10.0 / 2, rel=1e-5)
+  np.testing.assert_allclose(np.asarray(g), [[0.0, 0.0]], atol=1e-7)
+  value_off = total(logp, 0.0)
+  assert float(value_off) == pytest.approx((math.exp(3) - 4) / 2, rel=1e-5)
 
 
 def test_kl_rejects_unknown_estimator():
@@ -109,6 +142,7 @@ BAD_OPTIONS = [
     ("dual_clip", dict(dual_clip=1.0)), ("dual_clip", dict(dual_clip=0.5)),
     ("ratio_level", dict(ratio_level="row")), ("kl_coef", dict(kl_coef=-1e-3)),
     ("kl_coef", dict(kl_coef=float("nan"))), ("kl_estimator", dict(kl_estimator="k4")),
+    ("kl_clamp", dict(kl_clamp=-1.0)),
     ("entropy_coef", dict(entropy_coef=-0.1)), ("aggregation", dict(aggregation="mean")),
     ("norm_constant", dict(aggregation="seq_mean_token_sum_norm")),
     ("norm_constant", dict(norm_constant=0.0)), ("clip_low", dict(clip_low="0.2")),
@@ -146,6 +180,8 @@ OPTION_SETS = [
          ent_coef=0.05, mode="seq_mean_token_sum", norm=None),
     dict(eps_low=0.05, eps_high=0.05, c=3.0, sequence=True, beta=0.0, estimator="k3",
          ent_coef=0.0, mode="seq_mean_token_mean", norm=None),
+    dict(eps_low=0.2, eps_high=0.2, c=None, sequence=False, beta=0.3, estimator="k3",
+         ent_coef=0.0, mode="token_mean", norm=None, clamp=0.0),  # k3 without its value clamp
 ]
 
 
@@ -153,7 +189,8 @@ def _options(o):
   return loss.LossOptions(clip_low=o["eps_low"], clip_high=o["eps_high"], dual_clip=o["c"],
                           ratio_level="sequence" if o["sequence"] else "token", kl_coef=o["beta"],
                           kl_estimator=o["estimator"], entropy_coef=o["ent_coef"],
-                          aggregation=o["mode"], norm_constant=o["norm"])
+                          kl_clamp=o.get("clamp", 10.0), aggregation=o["mode"],
+                          norm_constant=o["norm"])
 
 
 _jit_loss = jax.jit(loss.policy_loss, static_argnames="opts")
@@ -166,7 +203,9 @@ _floats = lambda lo, hi: hnp.arrays(np.float32, (B, L), elements=st.floats(
            st.floats(-1, 1, width=32), st.sampled_from([-25.0, -3.0, 0.0, 3.0, 25.0]))),
        adv=hnp.arrays(np.float32, (B, L), elements=st.one_of(
            st.floats(-3, 3, width=32), st.just(0.0))),
-       ref_diff=_floats(-2, 2), ent=_floats(0, 5),
+       ref_diff=hnp.arrays(np.float32, (B, L), elements=st.one_of(
+           st.floats(-2, 2, width=32), st.sampled_from([-12.0, -3.0, 3.0, 12.0]))),
+       ent=_floats(0, 5),
        lengths=hnp.arrays(np.int32, (B,), elements=st.integers(0, L)),
        row_mask=hnp.arrays(bool, (B,)))
 def test_loss_and_diagnostics_match_reference(option, old, diff, adv, ref_diff, ent, lengths,

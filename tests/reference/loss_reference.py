@@ -24,14 +24,17 @@ def pg(rho: float, a: float, eps_low: float, eps_high: float, c: float | None = 
   return -objective
 
 
-def kl(logp: float, ref: float, estimator: str) -> float:
+def kl(logp: float, ref: float, estimator: str, clamp: float = 10.0) -> float:
+  """Schulman's k1 / k2 / k3; k3 as verl's `low_var_kl`: exponent within ±20, value within
+  ±clamp (0: no value clamp)."""
   log_r = ref - logp  # r = π_ref / π_θ
   if estimator == "k1":
     return -log_r
   if estimator == "k2":
     return 0.5 * log_r * log_r
   log_r = max(-CLAMP, min(CLAMP, log_r))
-  return (math.exp(log_r) - 1.0) - log_r
+  value = (math.exp(log_r) - 1.0) - log_r
+  return max(-clamp, min(clamp, value)) if clamp > 0 else value
 
 
 def seq_ratio(logp_row, old_row, mask_row) -> float:
@@ -61,7 +64,7 @@ def aggregate(x, mask, mode: str, norm: float | None = None) -> float:
 
 def policy_loss(logp, old, adv, loss_mask, row_mask, *, eps_low=0.2, eps_high=0.2, c=None,
                 sequence=False, ref=None, beta=0.0, estimator="k3", entropy=None, ent_coef=0.0,
-                mode="token_mean", norm=None) -> dict:
+                mode="token_mean", norm=None, clamp=10.0) -> dict:
   """Per-token loss terms, then aggregated; returns {"loss", "pg", "kl", "entropy"}."""
   B, L = len(logp), len(logp[0])
   mask = [[bool(loss_mask[b][t]) and bool(row_mask[b]) for t in range(L)] for b in range(B)]
@@ -76,7 +79,7 @@ def policy_loss(logp, old, adv, loss_mask, row_mask, *, eps_low=0.2, eps_high=0.
       rho = s if sequence else ratio(logp[b][t], old[b][t])
       pg_tok[b][t] = pg(rho, adv[b][t], eps_low, eps_high, c)
       if ref is not None:
-        kl_tok[b][t] = kl(logp[b][t], ref[b][t], estimator)
+        kl_tok[b][t] = kl(logp[b][t], ref[b][t], estimator, clamp)
       if entropy is not None:
         ent_tok[b][t] = entropy[b][t]
   total = [[pg_tok[b][t] + beta * kl_tok[b][t] - ent_coef * ent_tok[b][t] for t in range(L)]

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from tirjax.loss.ratio import LOG_RATIO_CLAMP
 
 ESTIMATORS = ("k1", "k2", "k3")
+K3_CLAMP = 10.0  # verl low_var_kl: the value is clamped to [-10, 10]
 
 
 def k1(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
@@ -28,18 +29,26 @@ def k2(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
   return 0.5 * jnp.square(logp - ref_logp)
 
 
-def k3(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
-  """`k3 = exp(ref_logp − logp) − (ref_logp − logp) − 1`, with the exponent clamped to ±20.
+def k3(logp: jax.Array, ref_logp: jax.Array, clamp: float = K3_CLAMP) -> jax.Array:
+  """`k3 = clip(exp(d) − d − 1, −clamp, clamp)` with `d = clip(ref_logp − logp, ±20)`.
 
-  The clamp (as verl's `low_var_kl`) keeps `exp` finite in float32 for far-apart log-probs.
+  As verl's `low_var_kl` (`kl_penalty` in verl/trainer/ppo/core_algos.py): the exponent's clamp
+  keeps `exp` finite in float32, and the value's clamp (SPEC §5 `kl_clamp`, default 10) keeps a
+  reference far from the policy from blowing up the loss: beyond it the value is constant and
+  its gradient 0. `clamp = 0` turns the value's clamp off.
   """
   chex.assert_equal_shape([logp, ref_logp])
   d = jnp.clip(ref_logp - logp, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-  return jnp.exp(d) - d - 1.0
+  value = jnp.exp(d) - d - 1.0
+  return jnp.clip(value, -clamp, clamp) if clamp > 0 else value
 
 
-def kl_penalty(logp: jax.Array, ref_logp: jax.Array, estimator: str) -> jax.Array:
-  """The per-token estimator named `estimator` ∈ {"k1", "k2", "k3"}."""
+def kl_penalty(logp: jax.Array, ref_logp: jax.Array, estimator: str,
+               clamp: float = K3_CLAMP) -> jax.Array:
+  """The per-token estimator named `estimator` ∈ {"k1", "k2", "k3"}; `clamp` bounds k3's value
+  (verl clamps only `low_var_kl`, so k1 and k2 are left as they are)."""
   if estimator not in ESTIMATORS:
     raise ValueError(f"kl_estimator: must be one of {ESTIMATORS}, got {estimator!r}")
-  return {"k1": k1, "k2": k2, "k3": k3}[estimator](logp, ref_logp)
+  if estimator == "k3":
+    return k3(logp, ref_logp, clamp)
+  return {"k1": k1, "k2": k2}[estimator](logp, ref_logp)

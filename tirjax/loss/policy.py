@@ -48,6 +48,8 @@ class LossOptions:
       its GSPO-token form).
     kl_coef: β of the KL to the reference policy (0 for PORTool, 0.001 for HiDiffTIR).
     kl_estimator: "k1", "k2" or "k3" (see `tirjax.loss.kl`).
+    kl_clamp: k3's value is clamped to [−kl_clamp, kl_clamp] (verl's `low_var_kl`: 10);
+      0 turns the clamp off.
     entropy_coef: weight of the entropy bonus (subtracted from the loss).
     aggregation: one of `AGGREGATIONS` (see `tirjax.loss.aggregation`).
     norm_constant: the fixed divisor of `seq_mean_token_sum_norm` (e.g. the configured max
@@ -60,6 +62,7 @@ class LossOptions:
   ratio_level: str = "token"
   kl_coef: float = 0.0
   kl_estimator: str = "k3"
+  kl_clamp: float = kl_lib.K3_CLAMP
   entropy_coef: float = 0.0
   aggregation: str = "seq_mean_token_mean"
   norm_constant: Optional[float] = None
@@ -78,6 +81,8 @@ class LossOptions:
     if self.kl_estimator not in kl_lib.ESTIMATORS:
       raise ValueError(f"kl_estimator: must be one of {kl_lib.ESTIMATORS}, "
                        f"got {self.kl_estimator!r}")
+    if not (_finite(self.kl_clamp) and self.kl_clamp >= 0):
+      raise ValueError(f"kl_clamp: must be a finite number >= 0 (0 = off), got {self.kl_clamp!r}")
     if not (_finite(self.entropy_coef) and self.entropy_coef >= 0):
       raise ValueError(f"entropy_coef: must be a finite number >= 0, got {self.entropy_coef!r}")
     if self.aggregation not in AGGREGATIONS:
@@ -161,7 +166,7 @@ def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Ar
   kl = ent = ent_tok = None
   if ref_logprobs is not None:
     chex.assert_equal_shape([logprobs, ref_logprobs])
-    kl_tok = kl_lib.kl_penalty(logp, clean(ref_logprobs), opts.kl_estimator)
+    kl_tok = kl_lib.kl_penalty(logp, clean(ref_logprobs), opts.kl_estimator, opts.kl_clamp)
     kl = agg(kl_tok)
     if opts.kl_coef > 0:
       total = total + opts.kl_coef * kl_tok
