@@ -98,3 +98,21 @@ def test_rloo_is_scaled_dr_grpo(r):
 def test_invalid_options_name_the_option(make, field):
   with pytest.raises(ValueError, match=field):
     make()
+
+
+def test_dapo_dynamic_sampling_filters_on_outcomes_not_the_shaped_reward():
+  """SPEC §4.3 / DAPO Eq. 11: keep a group iff 0 < #correct < G. Rows of different lengths
+  get different overlong penalties, which must not keep an all-wrong or all-right group."""
+  from tirjax.records import GroupRecord, RowRecord, StepRecord, build_rollouts
+
+  def row(outcome, length):
+    return RowRecord(outcome=outcome, steps=[StepRecord(tokens=(1,) * length)])
+
+  groups = [GroupRecord(rows=[row(-1, 2), row(-1, 9)]),  # all wrong, shaped rewards differ
+            GroupRecord(rows=[row(1, 2), row(1, 9)]),  # all correct, shaped rewards differ
+            GroupRecord(rows=[row(0, 2), row(-1, 2)]),  # none correct (unable vs wrong)
+            GroupRecord(rows=[row(1, 2), row(-1, 9)])]  # kept
+  r = build_rollouts(groups, max_tokens=12)
+  out = advantages.get("dapo")(r, DAPOOptions(max_response_tokens=8, overlong_cache=4))
+  np.testing.assert_array_equal(out.row_mask, [False] * 6 + [True] * 2)
+  assert np.all(np.asarray(out.rows)[:6] == 0) and np.all(np.asarray(out.rows)[6:] != 0)

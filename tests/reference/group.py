@@ -67,7 +67,8 @@ def rloo(batch: dict, singleton: str = "zero") -> dict:
 
 def dapo(batch: dict, zscore=None, dynamic_sampling: bool = True, overlong_shaping: bool = True,
          max_response_tokens: int = 20480, overlong_cache: int = 4096) -> dict:
-  """GRPO on R_out + the soft overlong penalty; groups with equal rewards masked to 0."""
+  """GRPO on R_out + the soft overlong penalty; groups where every row or no row is correct
+  (R_out = +1) are masked to 0 (DAPO's Eq. 11 counts correct answers, not shaped rewards)."""
   reward = {}
   for b, out in _outcomes(batch).items():
     penalty = 0.0
@@ -82,7 +83,8 @@ def dapo(batch: dict, zscore=None, dynamic_sampling: bool = True, overlong_shapi
   adv = _grouped(batch, reward, zscore_conventions(zscore))
   if dynamic_sampling:
     for rows in groups(batch).values():
-      if max(reward[b] for b in rows) == min(reward[b] for b in rows):
+      num_correct = sum(_outcomes(batch)[b] > 0 for b in rows)
+      if num_correct in (0, len(rows)):
         for b in rows:
           adv[b] = 0.0
   return _result(batch, adv)

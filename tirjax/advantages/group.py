@@ -118,7 +118,7 @@ def rloo(r: Rollouts, opts: RLOOOptions) -> Advantages:
 @dataclasses.dataclass(frozen=True)
 class DAPOOptions:
   zscore: segments.ZScore = segments.ZScore()
-  dynamic_sampling: bool = True  # mask groups whose rewards are all equal
+  dynamic_sampling: bool = True  # mask groups whose rows are all correct or none is
   overlong_shaping: bool = True
   max_response_tokens: int = 20480  # L_max
   overlong_cache: int = 4096  # L_cache
@@ -142,11 +142,14 @@ def overlong_penalty(length, max_len: int, cache: int):
 
 @register("dapo", DAPOOptions)
 def dapo(r: Rollouts, opts: DAPOOptions) -> Advantages:
-  """DAPO: GRPO advantages; groups with zero reward variance are masked (dynamic sampling).
+  """DAPO: GRPO advantages of the shaped reward; dynamic sampling masks the groups that are
+  all correct or have no correct row.
 
-  Yu et al. 2025, "DAPO", §3.2 (dynamic sampling) and §3.4 (overlong reward shaping). The
-  trainer refills the batch; the clip-higher loss (ε_low 0.2, ε_high 0.28, token-mean) is the
-  loss side.
+  Yu et al. 2025, "DAPO", §3.2 (dynamic sampling: Eq. 11 keeps a group when
+  `0 < |{o_i correct}| < G`) and §3.4 (overlong reward shaping). The filter reads the outcomes
+  (correct: R_out = +1), never the shaped reward, so the overlong penalty cannot keep a group
+  whose answers are all right or all wrong (SPEC §4.3). The trainer refills the batch; the
+  clip-higher loss (ε_low 0.2, ε_high 0.28, token-mean) is the loss side.
   """
   reward = r.outcome
   if opts.overlong_shaping:
@@ -155,8 +158,8 @@ def dapo(r: Rollouts, opts: DAPOOptions) -> Advantages:
   ids, valid, B = r.group_id, r.row_valid, r.num_rows
   keep = valid
   if opts.dynamic_sampling:
-    spread = (segments.segment_max(reward, ids, valid, B) -
-              segments.segment_min(reward, ids, valid, B))
-    keep = valid & (segments.gather(spread, ids) > 0)
+    correct = segments.segment_sum((r.outcome > 0).astype(jnp.float32), ids, valid, B)
+    size = segments.segment_count(ids, valid, B)
+    keep = valid & segments.gather((correct > 0) & (correct < size), ids)
   adv = group_zscore(r, reward, opts.zscore)
   return broadcast_rows(r, adv, reward, keep)
