@@ -9,25 +9,78 @@ from tests.reference import unlearning as reference
 from tirjax import advantages, synthetic
 from tirjax.advantages import unlearning
 from tirjax.advantages.portool import PORToolOptions
+from tirjax.loss.aggregation import AGGREGATIONS
 from tirjax.records import GroupRecord, RowRecord, StepRecord, build_rollouts
 
 necessary_steps = jax.jit(unlearning.necessary_steps)
-unlearning_rate = jax.jit(unlearning.unlearning_rate)
+unlearning_rate = unlearning.unlearning_rate
 PORTOOL = advantages.get("portool")
 GRPO = advantages.get("grpo")
 
 
-@given(tree_batches(), st.integers(0, 2**32 - 1))
-def test_matches_reference(r, seed):
+@given(tree_batches(), st.integers(0, 2**32 - 1), st.sampled_from(AGGREGATIONS),
+       st.booleans())
+def test_matches_reference(r, seed, aggregation, masked):
   batch = as_batch(r)
   np.testing.assert_array_equal(necessary_steps(r), reference.necessary_steps(batch))
-  # Multiples of 1/8: float32 node means are exact, so the sign test cannot flip on rounding.
-  adv = np.random.default_rng(seed).integers(-8, 9, r.step_valid.shape) / 8.0
-  got, want = unlearning_rate(r, adv.astype(np.float32)), reference.unlearning_rate(batch, adv)
+  rng = np.random.default_rng(seed)
+  adv = rng.normal(size=r.step_valid.shape).astype(np.float32)
+  row_mask = rng.random(r.num_rows) < 0.7 if masked else None
+  want = reference.unlearning_rate(batch, adv.astype(np.float64), aggregation, row_mask)
+  # A net push within float32 rounding of 0 (but not exactly 0, as with no weight at all) may
+  # take either sign: leave such trees out (continuous advantages make them rare).
+  if any(0 < abs(p) < 1e-5 for p in want["pushes"].values()):
+    return
+  got = unlearning_rate(r, adv, aggregation, row_mask)
   assert int(got["num_necessary"]) == want["num_necessary"]
   assert int(got["num_negative"]) == want["num_negative"]
   np.testing.assert_allclose(got["rate"], want["rate"], rtol=1e-6)
   np.testing.assert_allclose(got["row_rate"], want["row_rate"], rtol=1e-6)
+
+
+def lengths_tree():
+  """root ─┬─ a ─┬─ a1 (10 tokens)   row 0, R_out +1: |τ| = 11
+           │     ├─ a2 (1 token)    row 1, R_out −1: |τ| = 2
+           │     └─ a3 (1 token)    row 2, R_out −1: |τ| = 2
+           └─ b                     row 3, R_out −1
+
+  GRPO: z = (1.5, −0.5, −0.5, −0.5). a is necessary; the mean of its rows' advantages is
+  +1/6, but under seq_mean_token_mean its tokens weigh 1/11 in row 0 and 1/2 in rows 1-2:
+  net push 1.5/11 − 0.5/2 − 0.5/2 < 0, so the update pushes a's token down.
+  """
+  rows = [RowRecord(steps=[StepRecord(node="a"), StepRecord(node="a1", tokens=(1,) * 10)],
+                    outcome=1)]
+  rows += [RowRecord(steps=[StepRecord(node="a"), StepRecord(node=f"a{i}")], outcome=-1)
+           for i in (2, 3)]
+  rows.append(RowRecord(steps=[StepRecord(node="b")], outcome=-1))
+  return build_rollouts([GroupRecord(rows=rows)], num_rows=SHAPE[0], max_steps=SHAPE[1],
+                        max_calls=2, max_gt_calls=2, max_tokens=20)
+
+
+def test_net_push_follows_the_loss_aggregation():
+  r = lengths_tree()
+  grpo = GRPO(r)
+  np.testing.assert_allclose(np.asarray(grpo.rows)[:4], [1.5, -0.5, -0.5, -0.5], atol=1e-5)
+  per_row = unlearning_rate(r, grpo.steps, "seq_mean_token_mean")
+  per_token = unlearning_rate(r, grpo.steps, "token_mean")
+  assert (int(per_row["num_necessary"]), int(per_row["num_negative"])) == (2, 1)
+  assert (int(per_token["num_necessary"]), int(per_token["num_negative"])) == (2, 0)
+  # Rows outside the loss weigh nothing: without rows 1-2, a's push is row 0's alone.
+  keep = np.ones(SHAPE[0], bool)
+  keep[1:3] = False
+  assert int(unlearning_rate(r, grpo.steps, "seq_mean_token_mean", keep)["num_negative"]) == 0
+
+
+@given(tree_batches())
+def test_portool_own_and_mean_push_alike_under_token_mean(r):
+  """SPEC §4.1: `shared_step_trj="own"` only moves the trajectory term between the rows of a
+  step, so when every row's tokens weigh the same the net push, and the rate, are "mean"'s."""
+  mean = PORTOOL(r)
+  own = PORTOOL(r, PORToolOptions(shared_step_trj="own"))
+  w = unlearning.step_loss_weights(r, "token_mean")
+  push = lambda a: np.asarray(jax.ops.segment_sum(
+      (w * a.steps).ravel(), np.where(r.step_valid, r.node_id, 0).ravel(), r.num_rows * r.max_steps))
+  np.testing.assert_allclose(push(own), push(mean), atol=1e-4)
 
 
 def theorem_tree():

@@ -2,18 +2,24 @@
 
 A step s with parent p is *necessary* when p is a fork, at least one correct leaf (a row with
 R_out = +1) lies below p, and every correct leaf below p passes through s: without s no
-correct answer was reached from p. An estimator "unlearns" a necessary step when it gives it
-a negative advantage. Counting correct rows through each node against those through its
-parent decides necessity with segment sums, no loop over nodes.
+correct answer was reached from p. An estimator "unlearns" a necessary step when the gradient
+pushes the step's tokens down: its *net push*, Σ over the rows k through s of (row k's loss
+weight on the step's tokens) × A(s, k), is negative. Counting correct rows through each node
+against those through its parent decides necessity with segment sums, no loop over nodes.
 """
 
 from __future__ import annotations
 
+import functools
+from typing import Optional
+
+import chex
 import jax
 import jax.numpy as jnp
 
 from tirjax import segments
 from tirjax.advantages import tree as tree_lib
+from tirjax.loss.aggregation import AGGREGATIONS
 from tirjax.rollouts import Rollouts
 
 
@@ -35,32 +41,60 @@ def necessary_steps(r: Rollouts) -> jax.Array:
   return tree_lib.parent_is_fork(r, tree) & (c_parent >= 1.0) & (c_step == c_parent)
 
 
-@jax.jit
-def unlearning_rate(r: Rollouts, step_adv: jax.Array) -> dict[str, jax.Array]:
-  """Fraction of necessary steps that receive a negative advantage.
+def step_loss_weights(r: Rollouts, aggregation: str = "seq_mean_token_mean",
+                      row_mask: Optional[jax.Array] = None) -> jax.Array:
+  """[B, T] each row's weight in the loss on the tokens of each of its steps, up to a positive
+  factor shared by all rows: `n_{k,t} · f_k`, with `n_{k,t}` the step's tokens in the loss mask
+  and `f_k = 1/|τ_k|` under `seq_mean_token_mean` (every row weighs the same), 1 under the
+  other aggregations (every token weighs the same; their divisors are common to all rows).
+  Rows outside `row_mask` (e.g. groups DAPO filtered) weigh 0.
+  """
+  if aggregation not in AGGREGATIONS:
+    raise ValueError(f"aggregation: must be one of {AGGREGATIONS}, got {aggregation!r}")
+  B, T = r.num_rows, r.max_steps
+  in_loss = r.loss_mask.astype(bool) & (r.token_step >= 0)
+  flat_ids = jnp.arange(B)[:, None] * T + jnp.clip(r.token_step, 0, T - 1)
+  counts = segments.segment_sum(in_loss.astype(jnp.float32), flat_ids, in_loss,
+                                B * T).reshape(B, T)
+  if aggregation == "seq_mean_token_mean":
+    length = jnp.sum(r.loss_mask.astype(jnp.float32), axis=1)
+    counts = counts / jnp.maximum(length, 1.0)[:, None]
+  keep = r.row_valid if row_mask is None else r.row_valid & row_mask.astype(bool)
+  return jnp.where(keep[:, None] & r.step_valid, counts, 0.0)
 
-  Each necessary node counts once. An estimator may give the rows that share a node different
-  step advantages (GRPO broadcasts each row's own; PORTool with `shared_step_trj="own"`), so
-  the node's advantage is their mean over the rows that carry it: the net direction in which
-  one update moves that step's tokens, which every such row repeats. Rate 0 when there is no
-  necessary step. `row_rate` counts instead every (row, necessary step) pair with its own
-  advantage, the reading under which "own" visibly unlearns (SPEC §4.1).
+
+@functools.partial(jax.jit, static_argnames="aggregation")
+def unlearning_rate(r: Rollouts, step_adv: jax.Array, aggregation: str = "seq_mean_token_mean",
+                    row_mask: Optional[jax.Array] = None) -> dict[str, jax.Array]:
+  """Fraction of necessary steps whose net push is negative (SPEC §4.1's headline).
+
+  Each necessary node s counts once, as unlearned when
+  `Σ_{k ∈ m(s)} w_{k,s} · A(s, k) < 0`, with `w` the rows' loss weights on the step's tokens
+  (`step_loss_weights` under `aggregation`): what one update does to the step's tokens, which
+  every row through s carries. An estimator may give those rows different step advantages
+  (GRPO broadcasts each row's own; PORTool with `shared_step_trj="own"`). Rate 0 when there is
+  no necessary step. `row_rate` counts instead every (row, necessary step) pair with a negative
+  advantage of its own, the reading under which "own" visibly unlearns.
 
   Args:
     r: the batch.
     step_adv: [B, T] step advantages of any estimator (`Advantages.steps`).
+    aggregation: the loss's aggregation mode (`LossOptions.aggregation`).
+    row_mask: [B] rows in the loss (`Advantages.row_mask`); None: every valid row.
 
   Returns:
     dict of scalars: rate (f32), num_necessary and num_negative (int32, nodes), row_rate (f32).
   """
+  chex.assert_shape(step_adv, (r.num_rows, r.max_steps))
   tree = tree_lib.rollout_tree(r)
   num_nodes = r.num_rows * r.max_steps
-  node_adv = segments.gather(segments.segment_mean(step_adv, r.node_id, r.step_valid, num_nodes),
-                             r.node_id)
+  weights = step_loss_weights(r, aggregation, row_mask)
+  push = segments.gather(segments.segment_sum(weights * step_adv, r.node_id, r.step_valid,
+                                              num_nodes), r.node_id)
   necessary = necessary_steps(r)
   counted = necessary & tree.first
   num_necessary = jnp.sum(counted, dtype=jnp.int32)
-  num_negative = jnp.sum(counted & (node_adv < 0.0), dtype=jnp.int32)
+  num_negative = jnp.sum(counted & (push < 0.0), dtype=jnp.int32)
   row_negative = jnp.sum(necessary & (step_adv < 0.0))
   return dict(rate=_ratio(num_negative, num_necessary), num_necessary=num_necessary,
               num_negative=num_negative, row_rate=_ratio(row_negative, jnp.sum(necessary)))

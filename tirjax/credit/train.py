@@ -93,7 +93,6 @@ def _update_fn(learning_rate: float, epochs: int, loss: LossOptions):
 
 
 _log_policy = jax.jit(log_policy)
-_unlearning_rate = jax.jit(unlearning.unlearning_rate)
 
 
 def run_cell(task: ChainTask, cell: Cell, seed: int, opts: TrainOptions = TrainOptions(),
@@ -142,7 +141,7 @@ def run_cell(task: ChainTask, cell: Cell, seed: int, opts: TrainOptions = TrainO
     batch = sampling.sample_batch(rng, task, log_probs, cell.rollouts, it, check_batches)
     r = batch.rollouts
     adv = estimator(r, est_opts)
-    diag = jax.device_get(_unlearning_rate(r, adv.steps))
+    diag = jax.device_get(unlearning.unlearning_rate(r, adv.steps, loss.aggregation, adv.row_mask))
     if diag["num_necessary"] > 0:
       rates.append(float(diag["rate"]))
       row_rates.append(float(diag["row_rate"]))

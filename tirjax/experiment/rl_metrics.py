@@ -15,7 +15,10 @@ from tirjax.rollouts import Rollouts
 
 
 def rl_metrics(r: Rollouts, adv: Advantages, step_metrics: Mapping[str, float],
-               episodes: Sequence, stats: Mapping[str, float], max_steps: int) -> dict:
+               episodes: Sequence, stats: Mapping[str, float], max_steps: int,
+               aggregation: str = "seq_mean_token_mean") -> dict:
+  """The step's metrics; `aggregation` is the loss's, which weighs each row's push on a step
+  in the unlearning rate (SPEC §4.1)."""
   valid = np.asarray(r.row_valid)
   outcome = np.asarray(r.outcome)[valid]
   out = {"reward/mean": float(outcome.mean()) if outcome.size else 0.0,
@@ -34,7 +37,7 @@ def rl_metrics(r: Rollouts, adv: Advantages, step_metrics: Mapping[str, float],
               "advantage/step_std": float(steps.std()) if steps.size else 0.0,
               "advantage/step_min": float(steps.min()) if steps.size else 0.0,
               "advantage/step_max": float(steps.max()) if steps.size else 0.0})
-  u = unlearning_rate(r, adv.steps)
+  u = unlearning_rate(r, adv.steps, aggregation, adv.row_mask)
   out.update({"unlearning/rate": float(u["rate"]), "unlearning/row_rate": float(u["row_rate"]),
               "unlearning/num_necessary": int(u["num_necessary"])})
   for k, v in step_metrics.items():
