@@ -62,10 +62,15 @@ def test_exact_matching_is_optimal(seed, shape, kind):
   per_row, per_col = matched_weights(w, m)
   got = np.asarray(per_row).sum(axis=1)
   np.testing.assert_allclose(np.asarray(per_col).sum(axis=1), got, rtol=1e-6)
+  r2c = np.asarray(m.row_to_col)
   for b in range(N):
     sub = valid_submatrix(w, rv, cv, b)
     want = sum(sub[i, j] for i, j in exact_matching(sub))
     assert got[b] == pytest.approx(want, abs=1e-5)
+    # SPEC §4.2's tie rule: the very matching of the reference, ties included.
+    rows, cols = np.flatnonzero(rv[b]), np.flatnonzero(cv[b])
+    assert {(i, j) for i, j in enumerate(r2c[b]) if j >= 0} == {
+        (rows[i], cols[j]) for i, j in exact_matching(sub)}
 
 
 @hypothesis.given(seed=st.integers(0, 2**31 - 1), shape=st.sampled_from(SHAPES),
@@ -79,6 +84,10 @@ def test_greedy_matching_equals_matchtir_sort(seed, shape, kind):
     rows, cols = np.flatnonzero(rv[b]), np.flatnonzero(cv[b])
     want = {(rows[i], cols[j]) for i, j in greedy_matching(valid_submatrix(w, rv, cv, b))}
     assert {(i, j) for i, j in enumerate(r2c[b]) if j >= 0} == want
+    # MatchTIR's row-major tie order gives SPEC §4.2's ground-truth-first matching.
+    want_gt_first = {(rows[i], cols[j]) for i, j in
+                     greedy_matching(valid_submatrix(w, rv, cv, b), gt_first=True)}
+    assert want_gt_first == want
 
 
 def test_greedy_and_exact_disagree():
@@ -92,9 +101,36 @@ def test_greedy_and_exact_disagree():
 
 
 def test_greedy_ties_go_to_the_first_pair_in_row_major_order():
+  """(MatchTIR's order; on every tie it picks the matching SPEC §4.2's GT-first order does.)"""
   w = np.array([[[0.5, 0.5], [0.5, 0.5], [0.5, 0.0]]], np.float32)
   m = greedy_kernel(w)
   assert np.asarray(m.row_to_col).tolist() == [[0, 1, -1]]
+
+
+@pytest.mark.parametrize("w, want", [
+    # Two equal optima: GT 0 takes predicted 0 (the earliest), so GT 1 gets predicted 1.
+    ([[1.0, 1.0], [1.0, 1.0]], [0, 1]),
+    # GT 0 may take predicted 1 or 2 at no cost to the optimum (2.0): the earliest, 1.
+    ([[0.0, 1.0], [1.0, 0.5], [1.0, 0.5]], [1, 0]),
+    # Duplicate predicted calls (steps 0 and 2) for one GT call: the earlier one.
+    ([[0.8], [0.3], [0.8]], [0]),
+    # Optimum 1.5 either as (0→GT0, 1→GT1) or (1→GT0, 0→GT1)... GT 0 gets predicted 0.
+    ([[1.0, 0.5], [0.5, 1.0]], [0, 1]),
+    # Unmatched ranks last: GT 0 matched (to 1) rather than left out for GT 1's sake.
+    ([[0.0, 0.7], [0.7, 0.0]], [1, 0]),
+    # More GT calls than predicted ones: the earliest GT call that can be matched optimally.
+    ([[0.5, 0.5, 0.5]], [0, -1, -1]),
+])
+def test_exact_ties_go_to_the_earliest_predicted_call(w, want):
+  """SPEC §4.2: among optimal matchings, each GT call in order takes the earliest predicted
+  call it can (the lexicographically smallest vector of matched positions)."""
+  w = np.array([w], np.float32)
+  m = max_weight_matching(w)
+  assert np.asarray(m.col_to_row).tolist() == [want]
+  ref_c2r = [-1] * w.shape[2]
+  for i, j in exact_matching(w[0]):
+    ref_c2r[j] = i
+  assert ref_c2r == want
 
 
 def test_degenerate_shapes():
@@ -167,3 +203,12 @@ def test_batches_spanning_several_chunks():
         (rows[i], cols[j]) for i, j in greedy_matching(sub)}
   alone = np.asarray(plan_jit(w[-3:], rv[-3:], cv[-3:]))
   np.testing.assert_allclose(np.asarray(plan_jit(w, rv, cv))[-3:], alone, atol=1e-6)
+
+
+def test_non_finite_weights_count_as_unmatched_and_return():
+  """A NaN or infinite similarity once made the search loop forever (issue 14): both
+  matchers treat it as weight 0."""
+  w = np.array([[[np.nan, 0.5], [0.7, np.inf]], [[-np.inf, np.nan], [np.nan, 0.2]]], np.float32)
+  for fn in (max_weight_matching, greedy_kernel):
+    m = fn(w)
+    assert np.asarray(m.row_to_col).tolist() == [[1, 0], [-1, 1]], fn.__name__

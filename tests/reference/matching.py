@@ -72,17 +72,50 @@ def row_gts(batch, b) -> list:
   return [c for c in range(batch["gt_valid"].shape[1]) if batch["gt_valid"][b, c]]
 
 
-def exact_matching(w: np.ndarray) -> list:
-  """Maximum-weight matching [(i, j)] of w [P, C]; pairs of weight ≤ 0 are dropped."""
+TIE_TOLERANCE = 1e-5  # two matchings whose weights differ by less are tied (SPEC §4.2)
+
+
+def max_weight(w: np.ndarray) -> float:
+  """The maximum weight of a matching of w (pairs of weight ≤ 0 count as unmatched)."""
+  w = np.maximum(w.astype(np.float64), 0.0)
   if w.size == 0:
-    return []
-  rows, cols = linear_sum_assignment(w.astype(np.float64), maximize=True)
-  return [(int(i), int(j)) for i, j in zip(rows, cols) if w[i, j] > 0]
+    return 0.0
+  rows, cols = linear_sum_assignment(w, maximize=True)
+  return float(w[rows, cols].sum())
 
 
-def greedy_matching(w: np.ndarray) -> list:
-  """MatchTIR's `hungarian_assignment`: stable sort of (score, i, j) by score, descending."""
-  pairs = [(float(w[i, j]), i, j) for i in range(w.shape[0]) for j in range(w.shape[1])]
+def exact_matching(w: np.ndarray) -> list:
+  """SPEC §4.2's maximum-weight matching [(i, j)] of w [P, C]: among the optimal matchings,
+  each ground-truth call j in order takes the earliest predicted call i it can (unmatched
+  last). By fixing: j takes the first i with w[i, j] > 0 such that w[i, j] plus the best
+  matching of what is left still reaches the optimum (scipy solves every test)."""
+  w = np.maximum(w.astype(np.float64), 0.0)
+  best = max_weight(w)
+  free_rows, out, gained = list(range(w.shape[0])), [], 0.0
+  for j in range(w.shape[1]):
+    rest = list(range(j + 1, w.shape[1]))
+    for i in free_rows:
+      if w[i, j] <= 0:
+        continue
+      others = [r for r in free_rows if r != i]
+      if gained + w[i, j] + max_weight(w[np.ix_(others, rest)]) >= best - TIE_TOLERANCE:
+        out.append((i, j))
+        gained += w[i, j]
+        free_rows = others
+        break
+  return out
+
+
+def greedy_matching(w: np.ndarray, gt_first: bool = False) -> list:
+  """MatchTIR's `hungarian_assignment`: stable sort of (score, i, j) by score, descending.
+
+  MatchTIR lists the pairs predicted call first (row-major). `gt_first` lists them by
+  ground-truth call first, SPEC §4.2's tie order (equal scores to the earliest ground-truth
+  call, then the earliest predicted one); the tests show both orders give the same matching.
+  """
+  m, n = w.shape
+  pairs = ([(float(w[i, j]), i, j) for j in range(n) for i in range(m)] if gt_first else
+           [(float(w[i, j]), i, j) for i in range(m) for j in range(n)])
   pairs.sort(reverse=True, key=lambda p: p[0])
   used_i, used_j, out = set(), set(), []
   for score, i, j in pairs:

@@ -14,8 +14,10 @@ assigned so far + 1) steps; see `_assign` for the row-based search used here. Th
 batch advances in lockstep through `lax` loops (no Python loop per problem), chunk by chunk
 (`chunks.map_chunks`).
 
-Among several optimal matchings the one returned is deterministic but otherwise unspecified
-(it need not be the one scipy returns).
+Among several optimal matchings the one returned is SPEC §4.2's: each ground-truth call, in
+order, gets the earliest predicted call it can have in an optimal matching (`ties.py`, from the
+assignment's optimal duals). So the ground-truth calls are always the assigned side (a batch
+with fewer predicted calls is padded with empty ones).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from tirjax.matching.chunks import map_chunks
+from tirjax.matching.ties import lexicographic_fix
 
 
 @flax.struct.dataclass(frozen=True)
@@ -39,9 +42,11 @@ class Matching:
 
 
 def masked_weights(weights, row_valid=None, col_valid=None) -> jax.Array:
-  """Weights [N, m, n] with padding pairs and non-positive weights set to 0."""
+  """Weights [N, m, n] with padding pairs, non-positive and non-finite weights set to 0 (a NaN
+  would make every comparison of the search false, and its loops never end)."""
   chex.assert_rank(weights, 3)
-  w = jnp.maximum(jnp.asarray(weights, jnp.float32), 0.0)
+  w = jnp.asarray(weights, jnp.float32)
+  w = jnp.where(jnp.isfinite(w), jnp.maximum(w, 0.0), 0.0)
   if row_valid is not None:
     w = jnp.where(row_valid[:, :, None], w, 0.0)
   if col_valid is not None:
@@ -65,20 +70,26 @@ def max_weight_matching(weights: jax.Array, row_valid: Optional[jax.Array] = Non
   if m == 0 or n == 0:
     return Matching(row_to_col=jnp.full((N, m), -1, jnp.int32),
                     col_to_row=jnp.full((N, n), -1, jnp.int32))
-  # The smaller side is assigned into the larger one at cost −w (every row of the smaller
-  # side gets a column; pairs of weight ≤ 0 are dropped afterwards).
-  small_axis = 1 if m <= n else 2
+  # The ground-truth calls (columns) are assigned into the predicted calls at cost −w (each
+  # gets a predicted call; pairs of weight ≤ 0 are dropped afterwards). With fewer predicted
+  # calls than ground-truth ones, empty predicted calls make up the difference.
+  if m < n:
+    weights = jnp.pad(jnp.asarray(weights), ((0, 0), (0, n - m), (0, 0)))
+    row_valid = None if row_valid is None else jnp.pad(row_valid, ((0, 0), (0, n - m)))
+  m_solved = max(m, n)
 
   def solve(w, rv, cv):
-    cost = _batch_minor(lambda w, rv, cv: -masked_weights(w, rv, cv), (w, rv, cv), small_axis)
-    col4row = _assign(cost)  # [small, chunk]
-    gain = -jnp.take_along_axis(cost, col4row[:, None, :], axis=1)[:, 0, :]
-    return jnp.where(gain > 0, col4row, -1).T  # [chunk, small]
+    cost = _batch_minor(lambda w, rv, cv: -masked_weights(w, rv, cv), (w, rv, cv), 2)
+    col4row, u, vr = _assign(cost)  # [n, chunk] each; cost [n, m, chunk]
+    cost_bm = jnp.transpose(cost, (2, 0, 1))  # [chunk, n, m]
+    v_col = jnp.zeros((cost_bm.shape[0], m_solved), jnp.float32).at[
+        jnp.arange(cost_bm.shape[0])[:, None], col4row.T].set(vr.T)
+    col4row = lexicographic_fix(cost_bm, col4row.T, u.T, v_col)  # [chunk, n]
+    gain = -jnp.take_along_axis(cost_bm, col4row[:, :, None], axis=2)[:, :, 0]
+    return jnp.where(gain > 0, col4row, -1)
 
-  col4row = map_chunks(solve, (weights, row_valid, col_valid))
-  row4col = _invert(col4row, (m, n)[2 - small_axis])
-  if small_axis == 1:
-    return Matching(row_to_col=col4row, col_to_row=row4col)
+  col4row = map_chunks(solve, (weights, row_valid, col_valid))  # [N, n]: GT → predicted
+  row4col = _invert(col4row, m_solved)[:, :m]
   return Matching(row_to_col=row4col, col_to_row=col4row)
 
 
@@ -134,7 +145,12 @@ def _assign(cost: jax.Array) -> jax.Array:
   the first edges of every path. Rows are augmented in order, so augmentation `cur`
   (unrolled: nr is small and static) touches only rows 0..cur. The batch is the minor axis
   (several times faster on CPU than batch-major for these short rows); problems whose search
-  has ended are masked, not branched on. Returns the column of each row, [nr, N].
+  has ended are masked, not branched on.
+
+  Returns:
+    (col4row, u, vr), each [nr, N]: the column of each row, the row potentials, and the
+    potential of each row's column (columns left free keep potential 0); reduced costs
+    `cost − u − v` are ≥ 0, and 0 on the assignment (the optimal duals).
   """
   nr, nc, N = cost.shape
   cols = jnp.arange(nc, dtype=jnp.int32)[:, None]
@@ -186,8 +202,10 @@ def _assign(cost: jax.Array) -> jax.Array:
     init = (jnp.full((N,), cur, jnp.int32), jnp.zeros((N,), jnp.float32),
             jnp.full((n, N), inf), jnp.full((n, N), -1, jnp.int32), jnp.zeros((n, N), bool),
             jnp.full((N,), inf), jnp.full((N,), -1, jnp.int32), jnp.zeros((N,), bool))
-    _, min_val, dist, pred, settled, _, best_row, _ = jax.lax.while_loop(
-        lambda s: jnp.any(~s[-1]), search_body, init)
+    # Each pass settles a row or ends the search: at most n + 1 passes (a bound, should a
+    # comparison never hold).
+    _, min_val, dist, pred, settled, _, best_row, _ = _bounded_while(
+        lambda s: jnp.any(~s[-1]), search_body, init, n + 1)
     # The free column reached: the first cheapest free column of `best_row`.
     row_cost = _pick(c, best_row) + taken  # [nc, N]
     sink = jnp.min(jnp.where(row_cost == _pick(t_free, best_row), cols, nc), axis=0)
@@ -213,9 +231,17 @@ def _assign(cost: jax.Array) -> jax.Array:
 
     init = (best_row, sink, jnp.zeros((N,), jnp.float32), col4row, vr, a,
             jnp.zeros((N,), bool))
-    _, _, _, col4row, vr, a, _ = jax.lax.while_loop(lambda s: jnp.any(~s[-1]), flip_body, init)
+    _, _, _, col4row, vr, a, _ = _bounded_while(lambda s: jnp.any(~s[-1]), flip_body, init,
+                                                n + 1)
     taken = jnp.where(cols == sink, inf, taken)
-  return col4row
+  return col4row, u, vr
+
+
+def _bounded_while(cond, body, init, max_steps: int):
+  """`lax.while_loop(cond, body, init)`, stopped after `max_steps` passes."""
+  _, out = jax.lax.while_loop(lambda s: (s[0] < max_steps) & cond(s[1]),
+                              lambda s: (s[0] + 1, body(s[1])), (jnp.int32(0), init))
+  return out
 
 
 def matched_weights(weights: jax.Array, matching: Matching):
