@@ -6,6 +6,8 @@ Buckets are chosen so that both modes share one executable: 16 rows, 512 prompt 
 (`shapes.max_tokens` = 512 bounds every context), 16 new tokens.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import transformers
@@ -18,6 +20,7 @@ from tirjax.models import config, decoder
 from tirjax.models.logprobs import token_logprobs
 from tirjax.rollout import RolloutOptions, Shapes, TreeOptions, rollout
 from tirjax.rollouts import validate
+from tirjax.sampling.interface import SamplingParams
 from tirjax.sampling.jax_sampler import Bucket, JaxSampler, JaxSamplerOptions
 
 # One worker builds the module's model and compiled buckets (make test: --dist loadgroup).
@@ -39,17 +42,59 @@ def model(tokenizer):
   return decoder.init(config.tiny(vocab_size=len(tokenizer)), seed=0)
 
 
+TASKS = dict(split="train", n=4, seed=3)
+
+
+def mode_options(mode):
+  return RolloutOptions(mode=mode, n=2, max_steps=3, max_new_tokens=16, seed=1,
+                        tree=TreeOptions(branch_factor=2), shapes=SHAPES)
+
+
 @pytest.fixture(scope="module")
 def batches(model, tokenizer):
   sampler = JaxSampler(model, OPTIONS, policy_version=4)
-  tasks = make_tasks("train", 4, seed=3)
   out = {}
   for mode in ("independent", "tree"):
-    opts = RolloutOptions(mode=mode, n=2, max_steps=3, max_new_tokens=16, seed=1,
-                          tree=TreeOptions(branch_factor=2), shapes=SHAPES)
-    out[mode] = rollout(sampler, tokenizer, tasks, opts)
+    out[mode] = rollout(sampler, tokenizer, make_tasks(**TASKS), mode_options(mode))
   assert sampler.compiled_buckets == (Bucket(16, 16, 512, 16, 0),)
   return out
+
+
+@pytest.mark.parametrize("mode", ["independent", "tree"])
+def test_prefix_cache_changes_nothing_but_the_work(model, tokenizer, batches, mode):
+  """Continuing the cached rows of the last call (issue 20) samples what re-prefilling every
+  context does: the same tokens, log-probs equal to float32 rounding (XLA sums the two
+  shapes in different orders, so equal bits are not promised), on ragged multi-turn rows and
+  on tree rows that share prefixes; and computes only the tokens a row has not seen."""
+  baseline = JaxSampler(model, dataclasses.replace(OPTIONS, reuse_cache=False),
+                        policy_version=4)
+  old = rollout(baseline, tokenizer, make_tasks(**TASKS), mode_options(mode))
+  new = batches[mode]
+  np.testing.assert_array_equal(new.rollouts.tokens, old.rollouts.tokens)
+  np.testing.assert_array_equal(new.rollouts.loss_mask, old.rollouts.loss_mask)
+  mask = np.asarray(new.rollouts.loss_mask)
+  gap = np.abs(np.asarray(new.rollouts.old_logprobs) - np.asarray(old.rollouts.old_logprobs))
+  assert gap[mask].max() <= 1e-5
+  valid = np.asarray(new.rollouts.row_valid)
+  lengths = np.asarray(new.rollouts.token_valid).sum(axis=1)[valid]
+  assert np.asarray(new.rollouts.num_steps)[valid].min() >= 2  # multi-turn
+  assert lengths.min() < lengths.max()  # ragged
+  # Every call after the first continues cached rows: far fewer prompt tokens computed.
+  assert new.stats["continued_rows"] > 0 and old.stats["continued_rows"] == 0
+  assert new.stats["prefill_tokens"] < 0.5 * old.stats["prefill_tokens"]
+  assert new.stats["sampled_tokens"] == old.stats["sampled_tokens"]
+
+
+def test_new_weights_drop_the_prefix_cache(model, tokenizer):
+  sampler = JaxSampler(model, OPTIONS)
+  prompt = [5, 6, 7]
+  (first,), = sampler.generate([prompt], SamplingParams(max_new_tokens=4, seed=0))
+  more = prompt + first.tokens + [8, 9]
+  sampler.generate([more], SamplingParams(max_new_tokens=4, seed=1))
+  assert sampler.counters["continued_rows"] == 1
+  sampler.update(nnx.state(model), policy_version=1)
+  sampler.generate([more], SamplingParams(max_new_tokens=4, seed=1))
+  assert sampler.counters["continued_rows"] == 1 and sampler.counters["prefilled_rows"] == 2
 
 
 @pytest.mark.parametrize("mode", ["independent", "tree"])

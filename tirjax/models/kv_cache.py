@@ -121,3 +121,56 @@ def decode_step(model: Decoder, cache: KVCache, tokens: jax.Array
                               (layer_state, jnp.arange(cfg.num_layers)))
   logits = model.logits(model.final_norm(x))[:, 0]
   return logits, KVCache(k, v, pos + 1)
+
+
+def extend(model: Decoder, cache: KVCache, tokens: jax.Array, counts: jax.Array
+           ) -> tuple[jax.Array, KVCache]:
+  """Appends up to E tokens per row to a filled cache (a prefill that continues a row).
+
+  Row b's `counts[b]` ≥ 1 tokens `tokens[b, :counts[b]]` take positions and slots
+  `lengths[b] …` and attend every slot up to their own; the padding beyond `counts[b]` writes
+  slots that later tokens overwrite before any query reads them. With an empty cache this is
+  a prefill; on a row's cache from an earlier call it computes only the new tokens (the tool
+  response of a multi-turn episode), never what the row has already seen.
+
+  Args:
+    model: the decoder.
+    cache: the rows' caches; row b needs `lengths[b] + counts[b]` ≤ S slots (padding
+      tokens past the last slot are not stored).
+    tokens: `[B, E]` ids, right-padded.
+    counts: `[B]` int in `[1, E]`.
+
+  Returns:
+    float32 logits `[B, vocab]` at each row's last new token, and the cache with
+    `lengths + counts`.
+  """
+  chex.assert_rank(tokens, 2)
+  chex.assert_shape(counts, cache.lengths.shape)
+  cfg = model.config
+  b, e = tokens.shape
+  s = cache.size
+  base = cache.lengths
+  counts = counts.astype(jnp.int32)
+  positions = base[:, None] + jnp.arange(e)[None]  # [B, E]
+  valid = jnp.arange(e)[None] < counts[:, None]
+  cos, sin = rope_tables(cfg, positions, cfg.dtype)
+  mask = jnp.arange(s)[None, None, :] <= positions[:, :, None]  # [B, E, S]
+  x = model.embed_tokens(tokens, valid)
+  graphdef, layer_state = nnx.split(model.layers)
+  rows = jnp.arange(b)[:, None]
+
+  def body(carry, xs):
+    x, k_all, v_all = carry
+    state, i = xs
+    layer = nnx.merge(graphdef, state)
+    q, k, v = layer.qkv(x, cos, sin)
+    k_all = k_all.at[i, rows, positions].set(k, mode="drop")
+    v_all = v_all.at[i, rows, positions].set(v, mode="drop")
+    x = layer.finish(x, q, k_all[i], v_all[i], mask)
+    return (x, k_all, v_all), None
+
+  (x, k, v), _ = jax.lax.scan(body, (x, cache.k, cache.v),
+                              (layer_state, jnp.arange(cfg.num_layers)))
+  last = jnp.take_along_axis(x, (counts - 1)[:, None, None], axis=1)
+  logits = model.logits(model.final_norm(last))[:, 0]
+  return logits, KVCache(k, v, base + counts)

@@ -25,6 +25,9 @@ from tirjax.rollout.options import RolloutOptions
 from tirjax.sampling.interface import Sample, Sampler, SamplingParams
 
 ACTIVE, ANSWERED, MAX_STEPS, TRUNCATED = "active", "answered", "max_steps", "truncated"
+# Per-phase counters a sampler may keep (`JaxSampler.counters`), added to the rollout's stats.
+SAMPLER_COUNTERS = ("prefill_tokens", "prefill_s", "decode_tokens", "decode_s", "continued_rows",
+                    "prefilled_rows")
 
 
 @dataclasses.dataclass(eq=False)
@@ -91,7 +94,7 @@ class EpisodeRunner:
     self._uid = 0
     self._eid = 0
     self.stats = dict(sampler_calls=0, prompts=0, sampled_tokens=0, sampler_s=0.0, env_s=0.0,
-                      replayed_steps=0)
+                      replayed_steps=0, **{k: 0 for k in SAMPLER_COUNTERS})
 
   # -- rows --------------------------------------------------------------------------------
 
@@ -143,9 +146,14 @@ class EpisodeRunner:
                             max_new_tokens=o.max_new_tokens, stop_token_ids=self.stop_ids,
                             seed=seed, top_logprobs=top_logprobs)
     prompts = [self.context(ep) for ep in episodes]
+    before = dict(getattr(self.sampler, "counters", {}))
     t0 = time.perf_counter()
     out = self.sampler.generate(prompts, params)
     self.stats["sampler_s"] += time.perf_counter() - t0
+    after = getattr(self.sampler, "counters", {})
+    for k in SAMPLER_COUNTERS:  # the sampler's own breakdown, where it keeps one
+      if k in after:
+        self.stats[k] += after[k] - before.get(k, 0)
     self.stats["sampler_calls"] += 1
     self.stats["prompts"] += len(prompts)
     if len(out) != len(prompts):

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from typing import NamedTuple, Optional, Sequence, Union
 
 import jax
@@ -47,9 +48,10 @@ import numpy as np
 from flax import nnx
 
 from tirjax.models.decoder import Decoder
-from tirjax.models.kv_cache import KVCache, decode_step, prefill
+from tirjax.models.kv_cache import KVCache, decode_step, extend, prefill
 from tirjax.sampling.choice import choose, raw_stats
 from tirjax.sampling.interface import Sample, SamplingParams
+from tirjax.sampling.prefix_cache import PrefixCache
 
 
 def bucket(size: int, minimum: int) -> int:
@@ -63,25 +65,37 @@ class JaxSamplerOptions:
 
   Attributes:
     min_batch: smallest row bucket (a power of two).
+    min_prompts: smallest bucket of distinct prompts (a power of two; None: `min_batch`). The
+      n samples of a prompt share its prefill, so a call of 4 prompts × 16 samples prefills a
+      bucket of 4 prompts, not of 64.
     max_batch: most rows per device call (a power of two); more rows run as several calls.
     min_prompt_len: smallest prompt-length bucket (a power of two).
     min_new_tokens: smallest new-token bucket (a power of two).
     max_stop_tokens: stop ids per request (a traced array of this size).
     max_top_logprobs: top log-probs computed when a request asks for any (`top_k` is static).
+    reuse_cache: keep each call's KV caches and continue the rows of the next call that
+      extend them (`prefix_cache`); False prefills every prompt whole (the old path).
+    min_suffix_len: smallest bucket of new prompt tokens on a continued row (a power of two).
   """
 
   min_batch: int = 8
+  min_prompts: Optional[int] = None
   max_batch: int = 256
   min_prompt_len: int = 64
   min_new_tokens: int = 16
   max_stop_tokens: int = 8
   max_top_logprobs: int = 20
+  reuse_cache: bool = True
+  min_suffix_len: int = 16
 
   def __post_init__(self):
-    for name in ("min_batch", "max_batch", "min_prompt_len", "min_new_tokens"):
+    for name in ("min_batch", "max_batch", "min_prompt_len", "min_new_tokens", "min_suffix_len"):
       value = getattr(self, name)
       if value < 1 or value & (value - 1):
         raise ValueError(f"{name}: must be a power of two, got {value}")
+    if self.min_prompts is not None and (self.min_prompts < 1
+                                         or self.min_prompts & (self.min_prompts - 1)):
+      raise ValueError(f"min_prompts: must be None or a power of two, got {self.min_prompts}")
     if self.max_batch < self.min_batch:
       raise ValueError(f"max_batch: must be >= min_batch={self.min_batch}, got "
                        f"{self.max_batch}")
@@ -91,11 +105,28 @@ class JaxSamplerOptions:
 
 
 class Bucket(NamedTuple):
+  """The shapes of a call that prefills its prompts (and of its decode loop)."""
+
   rows: int
   prompts: int
   prompt_len: int
   new_tokens: int
   top_k: int  # 0: no top log-probs
+
+
+class ContinueBucket(NamedTuple):
+  """The shapes of a call that continues cached rows: `suffix_len` new prompt tokens per
+  distinct prompt on top of a cache of `cache_len` slots, gathered from `stored_rows` rows of
+  `stored_len` slots."""
+
+  rows: int
+  prompts: int
+  suffix_len: int
+  cache_len: int
+  stored_rows: int
+  stored_len: int
+  new_tokens: int
+  top_k: int
 
 
 class _Loop(NamedTuple):
@@ -114,13 +145,29 @@ class _Loop(NamedTuple):
   top_logprobs: jax.Array
 
 
-def _generate(graphdef, new_tokens: int, top_k: int, state, prompts, lengths, source, live,
-              key, temperature, top_p, max_new, stop_ids) -> dict:
-  """Prefill of `[Q, P]` prompts, then the decode loop over `[B]` rows; row b extends prompt
-  `source[b]`, and is padding unless `live[b]`."""
+def _prefill(graphdef, size: int, state, prompts, lengths):
+  """Prefill of `[Q, P]` right-padded prompts into a cache of `size` slots."""
+  return prefill(nnx.merge(graphdef, state), prompts, lengths, size)
+
+
+def _continue(graphdef, size: int, state, stored_k, stored_v, src, base, suffix, counts):
+  """Rows `src` of the stored caches, their first `base` slots kept, extended by `suffix`."""
+  k, v = stored_k[:, src], stored_v[:, src]
+  have = k.shape[2]
+  if have < size:
+    pad = ((0, 0), (0, 0), (0, size - have), (0, 0), (0, 0))
+    k, v = jnp.pad(k, pad), jnp.pad(v, pad)
+  cache = KVCache(k[:, :, :size], v[:, :, :size], base.astype(jnp.int32))
+  return extend(nnx.merge(graphdef, state), cache, suffix, counts)
+
+
+def _decode(graphdef, new_tokens: int, top_k: int, state, logits, cache, source, live, key,
+            temperature, top_p, max_new, stop_ids) -> dict:
+  """The decode loop over `[B]` rows from the next-token logits and caches of `[Q]` prompts;
+  row b extends prompt `source[b]`, and is padding unless `live[b]`. Returns the outputs and
+  the rows' final caches (`k`, `v`)."""
   model = nnx.merge(graphdef, state)
   b = source.shape[0]
-  logits, cache = prefill(model, prompts, lengths, prompts.shape[1] + new_tokens)
   logits = logits[source]
   cache = KVCache(cache.k[:, source], cache.v[:, source], cache.lengths[source])
 
@@ -158,7 +205,7 @@ def _generate(graphdef, new_tokens: int, top_k: int, state, prompts, lengths, so
             top_ids=jnp.zeros((b, n, k), i32), top_logprobs=jnp.zeros((b, n, k), f32))
   s = jax.lax.while_loop(more, body, emit(s, logits))
   out = dict(tokens=s.tokens, logprobs=s.logprobs, entropies=s.entropies, count=s.count,
-             stopped=s.stopped)
+             stopped=s.stopped, k=s.cache.k, v=s.cache.v)
   if top_k:
     out.update(top_ids=s.top_ids, top_logprobs=s.top_logprobs)
   return out
@@ -168,7 +215,10 @@ class JaxSampler:
   """`Sampler` (tirjax.sampling.interface) over a `Decoder` with bucketed, compiled shapes.
 
   The sampler holds the given parameter arrays (no copy): a trainer that donates its
-  parameter buffers must hand over copies.
+  parameter buffers must hand over copies. `counters` add up, over calls: prompt tokens
+  computed (`prefill_tokens`, only the new ones on continued rows) and their seconds,
+  sampled tokens and the decode loop's seconds (each phase waited on), and rows continued
+  from the prefix cache or prefilled.
   """
 
   def __init__(self, model: Decoder, options: JaxSamplerOptions = JaxSamplerOptions(),
@@ -179,14 +229,27 @@ class JaxSampler:
     self.vocab_size = model.config.vocab_size
     self.policy_version = int(policy_version)
     self._compiled: dict[Bucket, object] = {}
+    self._continued: dict[ContinueBucket, object] = {}
+    self._decoders: dict[tuple, object] = {}  # (rows, prompts, slots, new, top_k) → decode loop
+    self._pool_rows = 0  # rows of the stored caches: the largest row bucket so far
+    self._cache = PrefixCache()
+    self.counters = dict(calls=0, prefill_tokens=0, prefill_s=0.0, decode_tokens=0,
+                         decode_s=0.0, continued_rows=0, prefilled_rows=0)
 
   @property
   def compiled_buckets(self) -> tuple[Bucket, ...]:
-    """The buckets compiled so far, in order: one executable each."""
+    """The buckets of prefilling calls compiled so far, in order: one prefill and one decode
+    executable each."""
     return tuple(self._compiled)
+
+  @property
+  def continue_buckets(self) -> tuple[ContinueBucket, ...]:
+    """The buckets of calls that continued cached rows, compiled so far."""
+    return tuple(self._continued)
 
   def update(self, model_or_state: Union[Decoder, nnx.State], policy_version: int) -> None:
     """New weights (same structure, shapes and dtypes) and their version; no recompilation.
+    The prefix cache, computed with the old weights, is dropped.
 
     A model must have the sampler's configuration (its graph is compiled in); a state is
     taken as parameters of that configuration."""
@@ -210,6 +273,7 @@ class JaxSampler:
                          f"{b.dtype}{list(b.shape)}, the sampler's is {a.dtype}{list(a.shape)}")
     self._state = jax.tree.map(lambda a, b: jax.device_put(b, a.sharding), self._state, state)
     self.policy_version = int(policy_version)
+    self._cache.clear()
 
   def generate(self, prompts: Sequence[Sequence[int]],
                params: SamplingParams) -> list[list[Sample]]:
@@ -224,11 +288,33 @@ class JaxSampler:
                        f"options.max_top_logprobs={o.max_top_logprobs}")
     key = jax.random.key(params.seed)
     rows = [i for i in range(len(prompts)) for _ in range(params.n)]  # row → prompt
-    samples = []
+    samples, kept = [], []
     for c, start in enumerate(range(0, len(rows), o.max_batch)):
-      samples += self._chunk(prompts, rows[start:start + o.max_batch], params,
-                             jax.random.fold_in(key, c))
+      chunk, cache = self._chunk(prompts, rows[start:start + o.max_batch], params,
+                                 jax.random.fold_in(key, c))
+      samples += chunk
+      kept.append(cache)
+    self.counters["calls"] += 1
+    if o.reuse_cache and kept:
+      self._keep(kept)
     return [samples[i * params.n:(i + 1) * params.n] for i in range(len(prompts))]
+
+  def _keep(self, kept) -> None:
+    """Stores the call's caches: each row under its prompt and sampled tokens but the last."""
+    size = max(k.shape[2] for k, _, _ in kept)
+    pad = lambda x: jnp.pad(x, ((0, 0), (0, 0), (0, size - x.shape[2]), (0, 0), (0, 0)))
+    ks, vs, seqs = [], [], []
+    for k, v, sequences in kept:  # whole row buckets: stored shapes stay few (no recompiles)
+      ks.append(pad(k))
+      vs.append(pad(v))
+      seqs += list(sequences) + [[]] * (k.shape[1] - len(sequences))
+    k, v = (ks[0], vs[0]) if len(ks) == 1 else (jnp.concatenate(ks, 1), jnp.concatenate(vs, 1))
+    # One pool size (the largest so far) for every store: the continuing executables are
+    # compiled for it once, whatever the rows of the last call.
+    self._pool_rows = max(self._pool_rows, k.shape[1])
+    extra = ((0, 0), (0, self._pool_rows - k.shape[1]), (0, 0), (0, 0), (0, 0))
+    k, v = jnp.pad(k, extra), jnp.pad(v, extra)
+    self._cache.store(k, v, seqs)
 
   def _check(self, prompts, params):
     for i, p in enumerate(prompts):
@@ -248,7 +334,8 @@ class JaxSampler:
     o = self.options
     rows = min(rows, o.max_batch)
     prompts = rows if prompts is None else min(prompts, rows)
-    return Bucket(rows=bucket(rows, o.min_batch), prompts=bucket(prompts, o.min_batch),
+    min_prompts = o.min_batch if o.min_prompts is None else o.min_prompts
+    return Bucket(rows=bucket(rows, o.min_batch), prompts=bucket(prompts, min_prompts),
                   prompt_len=bucket(prompt_len, o.min_prompt_len),
                   new_tokens=bucket(max_new_tokens, o.min_new_tokens),
                   top_k=o.max_top_logprobs if top_logprobs else 0)
@@ -261,41 +348,106 @@ class JaxSampler:
     self._executable(b)
     return b
 
+  def _decoder_exec(self, rows: int, prompts: int, size: int, new_tokens: int, top_k: int):
+    """The decode loop's executable, shared by prefilling and continuing calls."""
+    key = (rows, prompts, size, new_tokens, top_k)
+    if key not in self._decoders:
+      self._decoders[key] = self._compile_decoder(*key)
+    return self._decoders[key]
+
+  def _compile_decoder(self, rows: int, prompts: int, size: int, new_tokens: int, top_k: int):
+    o, i32, f32 = self.options, jnp.int32, jnp.float32
+    spec = jax.ShapeDtypeStruct
+    c = self.config
+    kv = spec((c.num_layers, prompts, size, c.num_kv_heads, c.head_dim), c.dtype)
+    cache = KVCache(kv, kv, spec((prompts,), i32))
+    fn = jax.jit(functools.partial(_decode, self.graphdef, new_tokens, top_k))
+    return fn.lower(self._state, spec((prompts, self.vocab_size), f32), cache, spec((rows,), i32),
+                    spec((rows,), bool), jax.random.key(0), spec((), f32), spec((), f32),
+                    spec((), i32), spec((o.max_stop_tokens,), i32)).compile()
+
   def _executable(self, b: Bucket):
+    """(prefill, decode) executables of a prefilling call."""
     if b not in self._compiled:
-      o = self.options
-      fn = jax.jit(functools.partial(_generate, self.graphdef, b.new_tokens, b.top_k))
-      i32, f32 = jnp.int32, jnp.float32
-      spec = jax.ShapeDtypeStruct
-      self._compiled[b] = fn.lower(
-          self._state, spec((b.prompts, b.prompt_len), i32), spec((b.prompts,), i32),
-          spec((b.rows,), i32), spec((b.rows,), bool), jax.random.key(0), spec((), f32),
-          spec((), f32), spec((), i32), spec((o.max_stop_tokens,), i32)).compile()
+      spec, i32 = jax.ShapeDtypeStruct, jnp.int32
+      size = b.prompt_len + b.new_tokens
+      pre = jax.jit(functools.partial(_prefill, self.graphdef, size)).lower(
+          self._state, spec((b.prompts, b.prompt_len), i32), spec((b.prompts,), i32)).compile()
+      self._compiled[b] = (pre, self._decoder_exec(b.rows, b.prompts, size, b.new_tokens,
+                                                   b.top_k))
     return self._compiled[b]
 
+  def _continue_exec(self, b: ContinueBucket):
+    """(extend, decode) executables of a call that continues cached rows."""
+    if b not in self._continued:
+      spec, i32, c = jax.ShapeDtypeStruct, jnp.int32, self.config
+      stored = spec((c.num_layers, b.stored_rows, b.stored_len, c.num_kv_heads, c.head_dim),
+                    c.dtype)
+      ext = jax.jit(functools.partial(_continue, self.graphdef, b.cache_len)).lower(
+          self._state, stored, stored, spec((b.prompts,), i32), spec((b.prompts,), i32),
+          spec((b.prompts, b.suffix_len), i32), spec((b.prompts,), i32)).compile()
+      self._continued[b] = (ext, self._decoder_exec(b.rows, b.prompts, b.cache_len,
+                                                    b.new_tokens, b.top_k))
+    return self._continued[b]
+
   def _chunk(self, prompts: Sequence[Sequence[int]], rows: list[int], params: SamplingParams,
-             key) -> list[Sample]:
-    """Samples of `rows` (prompt indices, at most `max_batch`) in one device call."""
+             key):
+    """Samples of `rows` (prompt indices, at most `max_batch`) in one prefill (or extend) and
+    one decode call; also returns (k, v, sequences) of the rows' caches for the next call."""
     o = self.options
     distinct = list(dict.fromkeys(rows))
     b = self.bucket_for(len(rows), max(len(prompts[p]) for p in distinct),
                         params.max_new_tokens, params.top_logprobs, len(distinct))
-    tokens = np.zeros((b.prompts, b.prompt_len), np.int32)
-    lengths = np.ones(b.prompts, np.int32)  # padding prompts: one token
-    for j, p in enumerate(distinct):
-      tokens[j, :len(prompts[p])] = prompts[p]
-      lengths[j] = len(prompts[p])
+    hits = [self._cache.find(prompts[p]) for p in distinct] if o.reuse_cache else []
+    t0 = time.perf_counter()
+    if hits and all(h is not None for h in hits):
+      suffix_len = bucket(max(len(prompts[p]) - h.length for p, h in zip(distinct, hits)),
+                          o.min_suffix_len)
+      # Continued rows rarely share a context (tree siblings do): prompts get the rows' bucket.
+      b = b._replace(prompts=b.rows)
+      cb = ContinueBucket(rows=b.rows, prompts=b.prompts, suffix_len=suffix_len,
+                          cache_len=b.prompt_len + b.new_tokens,
+                          stored_rows=self._cache.k.shape[1], stored_len=self._cache.k.shape[2],
+                          new_tokens=b.new_tokens, top_k=b.top_k)
+      ext, dec = self._continue_exec(cb)
+      src, base = np.zeros(b.prompts, np.int32), np.zeros(b.prompts, np.int32)
+      suffix, counts = np.zeros((b.prompts, suffix_len), np.int32), np.ones(b.prompts, np.int32)
+      for j, (p, h) in enumerate(zip(distinct, hits)):
+        new = prompts[p][h.length:]
+        src[j], base[j], counts[j] = h.row, h.length, len(new)
+        suffix[j, :len(new)] = new
+      logits, cache = ext(self._state, self._cache.k, self._cache.v, src, base, suffix, counts)
+      self.counters["prefill_tokens"] += int(counts[:len(distinct)].sum())
+      self.counters["continued_rows"] += len(distinct)
+    else:
+      pre, dec = self._executable(b)
+      tokens = np.zeros((b.prompts, b.prompt_len), np.int32)
+      lengths = np.ones(b.prompts, np.int32)  # padding prompts: one token
+      for j, p in enumerate(distinct):
+        tokens[j, :len(prompts[p])] = prompts[p]
+        lengths[j] = len(prompts[p])
+      logits, cache = pre(self._state, tokens, lengths)
+      self.counters["prefill_tokens"] += int(lengths[:len(distinct)].sum())
+      self.counters["prefilled_rows"] += len(distinct)
+    jax.block_until_ready(logits)
+    t1 = time.perf_counter()
     slot = {p: j for j, p in enumerate(distinct)}
     source = np.zeros(b.rows, np.int32)
     source[:len(rows)] = [slot[p] for p in rows]
     live = np.arange(b.rows) < len(rows)  # padding rows are done from the start
     stops = np.full(o.max_stop_tokens, -1, np.int32)
     stops[:len(params.stop_token_ids)] = params.stop_token_ids
-    out = self._executable(b)(
-        self._state, tokens, lengths, source, live, key, np.float32(params.temperature),
-        np.float32(params.top_p), np.int32(params.max_new_tokens), stops)
+    out = dec(self._state, logits, cache, source, live, key, np.float32(params.temperature),
+              np.float32(params.top_p), np.int32(params.max_new_tokens), stops)
+    k, v = out.pop("k"), out.pop("v")
     out = jax.device_get(out)
-    return [self._sample(out, i, params.top_logprobs) for i in range(len(rows))]
+    self.counters["prefill_s"] += t1 - t0
+    self.counters["decode_s"] += time.perf_counter() - t1
+    samples = [self._sample(out, i, params.top_logprobs) for i in range(len(rows))]
+    self.counters["decode_tokens"] += sum(len(s.tokens) for s in samples)
+    # Cached: the prompt and every sampled token but the last (never fed back).
+    sequences = [list(prompts[p]) + s.tokens[:-1] for p, s in zip(rows, samples)]
+    return samples, (k, v, sequences)
 
   def _sample(self, out: dict, i: int, top_logprobs: int) -> Sample:
     n = int(out["count"][i])
