@@ -4,7 +4,7 @@ Not run directly: each `configs/<estimator>.py` calls `make(arg, estimator=..., 
 paper's defaults. The config argument is a comma-separated list of presets:
 
   model=tiny|qwen3_0p6b|qwen3_1p7b|qwen3_4b|qwen3_8b|qwen2p5_7b|llama3_8b
-  env=toolworld|toolhop|ftrl|bfcl        sampler=jax|vllm
+  env=toolworld|toolhop|ftrl|bfcl|doors  sampler=jax|vllm
   mesh=DxFxT (data x fsdp x tensor; -1 = the remaining devices, e.g. mesh=-1x2x1)
   rollout=independent|tree|arpo          (overrides the estimator's rollout mode)
   steps=N                                (RL steps; e.g. steps=2 for a smoke run)
@@ -21,16 +21,15 @@ import ml_collections
 
 from tirjax import advantages, sharding
 from tirjax.config import config_from_dataclass, dataclass_from_config, parse_preset_arg
+from tirjax.experiment.resolve import ENVS, SAMPLERS
 from tirjax.loss import LossOptions
 from tirjax.models.config import PRESETS as MODEL_PRESETS
 from tirjax.rollout.options import MODES, RolloutOptions
 from tirjax.training.optimizer import OptimizerOptions
 from tirjax.training.sft import SFTOptions
 
-ENVS = ("toolworld", "toolhop", "ftrl", "bfcl")
-SAMPLERS = ("jax", "vllm")
 DATA = {"toolhop": "../shared/data/toolhop/toolhop100.jsonl",
-        "ftrl": "../shared/data/ftrl/ftrl_test.parquet", "bfcl": "", "toolworld": ""}
+        "ftrl": "../shared/data/ftrl/ftrl_test.parquet", "bfcl": "", "toolworld": "", "doors": ""}
 PRESET_KEYS = {"model": tuple(MODEL_PRESETS), "env": ENVS, "sampler": SAMPLERS, "mesh": None,
                "rollout": MODES, "steps": None}
 
@@ -66,6 +65,8 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
       vllm_url="",  # attach to a running server instead of launching one
       vllm_python="",  # interpreter of the vLLM environment ("" = .venv-vllm or $TIRJAX_VLLM_PYTHON)
       vllm_kv_cache_mib=64,
+      # JAX sampler: continue each row's KV cache across turns (False: re-prefill every turn)
+      reuse_cache=True,
   ))
 
   c.rollout = config_from_dataclass(dataclass_from_config(RolloutOptions, rollout, "rollout"))
@@ -81,7 +82,9 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   c.optim = config_from_dataclass(dataclass_from_config(OptimizerOptions, optim, "optim"))
 
   c.sft = ml_collections.ConfigDict(dict(
-      steps=0, batch_size=16, num_demos=2000, p_recover=0.15, p_detour=0.1, p_reorder=0.3))
+      steps=0, batch_size=16, num_demos=2000, p_recover=0.15, p_detour=0.1, p_reorder=0.3,
+      # toolworld: the demonstrations' query mix (hops 1-4); () = env.hop_weights
+      hop_weights=()))
   c.sft.optim = config_from_dataclass(OptimizerOptions(learning_rate=1e-5, warmup_steps=10))
   c.sft.loss = config_from_dataclass(SFTOptions())
 
@@ -105,6 +108,8 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
 
   if c.model.preset == "tiny":
     _cpu_scale(c, steps_given="steps" in presets)
+  if env == "doors":
+    _doors(c, steps_given="steps" in presets)
   c.lock()
   return c
 
@@ -139,6 +144,23 @@ def _cpu_scale(c: ml_collections.ConfigDict, steps_given: bool) -> None:
   c.rollout.max_new_tokens = 64
   c.rollout.shapes.max_tokens = 512
   c.rollout.shapes.max_params = 4
+
+
+def _doors(c: ml_collections.ConfigDict, steps_given: bool) -> None:
+  """The doors bandit (`tirjax.env.bandit`): one-token answers in one step, a small model, SFT
+  that teaches the format only, then RL that must find each room's door (about 2 min on CPU)."""
+  c.model.tiny = ml_collections.ConfigDict(dict(
+      hidden_size=64, intermediate_size=128, num_layers=1, num_heads=2, num_kv_heads=1,
+      head_dim=32))
+  c.env.update(train_tasks=16, eval_tasks=16)
+  c.sft.update(steps=60, batch_size=16, num_demos=256)
+  c.sft.optim.update(learning_rate=3e-3, schedule="constant", warmup_steps=0)
+  c.optim.update(learning_rate=3e-3, weight_decay=0.0)
+  c.rollout.update(answer_protocol="answer_tag", max_steps=1, max_new_tokens=4)
+  c.rollout.shapes.update(max_tokens=96, max_steps=1)
+  c.train.update(queries_per_step=4, eval_every=10, checkpoint_every=10)
+  if not steps_given:
+    c.train.steps = 30
 
 
 def _parse_mesh(text: str) -> tuple:

@@ -26,8 +26,8 @@ from tirjax.checkpoint import CheckpointOptions, Checkpointer
 from tirjax.experiment import components, refill, resolve
 from tirjax.experiment.evaluation import evaluate
 from tirjax.experiment.progress import Progress, summary_table
-from tirjax.experiment.rl_metrics import rl_metrics
-from tirjax.experiment.sft_data import SFTData, demonstrations
+from tirjax.experiment.rl_metrics import PhaseClock, rl_metrics
+from tirjax.experiment.sft_data import SFTData
 from tirjax.experiment import tasks as tasks_lib
 from tirjax.experiment.tasks import TaskSource, load_tokenizer, tokenizer_dir
 from tirjax.models.hf_io import export_hf
@@ -85,11 +85,16 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
   exp = resolve.fit_to_mesh(exp, shards, config.sft.batch_size if config.sft.steps else shards)
 
   # -- Data and environment -------------------------------------------------------------------
-  cache = os.path.join(tasks_lib.cache_dir(), f"toolworld_tokenizer_seed{config.seed}")
-  tokenizer = load_tokenizer(config.model, config.env.name, cache, seed=config.seed)
+  tok_dir = tokenizer_dir(config.model, config.env.name, tasks_lib.cache_dir(), seed=config.seed)
+  tokenizer = load_tokenizer(tok_dir)
   source = TaskSource(config.env, seed=config.seed)
   train_tasks = source.tasks("train", config.env.train_tasks)
   eval_tasks = source.tasks("eval", config.env.eval_tasks)
+  # SFT demonstrates other train-split tasks than RL asks: RL's gains are on queries whose
+  # answers SFT did not show (with the same tasks, RL only re-reads what SFT memorised).
+  demo_tasks = source.tasks("train", config.env.train_tasks + config.sft.num_demos,
+                            hop_weights=config.sft.hop_weights)[
+      config.env.train_tasks:] if config.sft.steps else []
   judge = components.make_judge(config.judge)
   queries = components.QueryOrder(len(train_tasks), config.train.queries_per_step, seed=config.seed)
 
@@ -121,14 +126,12 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
   elif resuming:
     writer.truncate_after({"sft": 0, "rl": 0, "eval": -1})
   del model, params  # the train state owns the (donated) parameter buffers from here on
-  sampler = components.make_sampler(config, graphdef, state, workdir,
-                                    tokenizer_dir(config.model, cache, seed=config.seed),
-                                    exp.rollout)
+  sampler = components.make_sampler(config, graphdef, state, workdir, tok_dir, exp.rollout)
 
   # -- Supervised warm-start ------------------------------------------------------------------
   if phase == "sft":
     data = SFTData.from_sequences(
-        demonstrations(train_tasks, tokenizer, exp.demos, config.sft.num_demos, seed=config.seed),
+        source.demonstrations(demo_tasks, tokenizer, exp.demos, config.sft.num_demos),
         exp.rollout.shapes.max_tokens, seed=config.seed)
     progress.start("sft", config.sft.steps, state.data_position["sft_step"])
     while state.data_position["sft_step"] < config.sft.steps:
@@ -166,36 +169,42 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
   last_eval = None
   while state.data_position["rl_step"] < config.train.steps:
     i = state.data_position["rl_step"]
-    t0 = time.perf_counter()
-    sampler.update(components.sampler_params(state), state.policy_version)
+    clock = PhaseClock()  # every phase waited on before its clock stops (asynchronous dispatch)
+    with clock("handover"):
+      sampler.update(components.sampler_params(state), state.policy_version)
     rng = np.random.default_rng([config.seed, i])
     tasks = [train_tasks[q] for q in queries.step(i)]
-    batch = rollout(sampler, tokenizer, tasks, exp.rollout, judge, rng)
-    rollouts, episodes, extra_rounds = batch.rollouts, batch.episodes, 0
-    if config.advantage.name == "dapo" and exp.advantage.dynamic_sampling:
-      def resample(k, i=i, rng=rng):
-        more = [train_tasks[q] for q in queries.extra(i, k, config.train.queries_per_step)]
-        return rollout(sampler, tokenizer, more, exp.rollout, judge, rng)
-      rollouts, episodes, extra_rounds = refill.dapo_refill(
-          batch, exp.estimator, exp.advantage, resample, config.train.queries_per_step,
-          config.train.dynamic_sampling_tries)
-    t1 = time.perf_counter()
-    adv = exp.estimator(rollouts, exp.advantage)
-    rollouts = with_reference_logprobs(rollouts, reference, exp.loss)
-    state, metrics = steps["rl"](state, policy_batch(rollouts, adv))
-    t2 = time.perf_counter()
+    with clock("rollout"):
+      batch = rollout(sampler, tokenizer, tasks, exp.rollout, judge, rng)
+      rollouts, episodes, extra_rounds = batch.rollouts, batch.episodes, 0
+      if exp.advantage_filters_groups:
+        def resample(k, i=i, rng=rng):
+          more = [train_tasks[q] for q in queries.extra(i, k, config.train.queries_per_step)]
+          return rollout(sampler, tokenizer, more, exp.rollout, judge, rng)
+        rollouts, episodes, extra_rounds = refill.dapo_refill(
+            batch, exp.estimator, exp.advantage, resample, config.train.queries_per_step,
+            config.train.dynamic_sampling_tries)
+    with clock("advantages"):
+      adv = jax.block_until_ready(exp.estimator(rollouts, exp.advantage))
+    with clock("reference"):
+      rollouts = jax.block_until_ready(with_reference_logprobs(rollouts, reference, exp.loss))
+    with clock("update"):
+      state, metrics = steps["rl"](state, policy_batch(rollouts, adv))
+      metrics = jax.device_get(jax.block_until_ready(metrics))
+      jax.block_until_ready(state.params)
     state = dataclasses.replace(state, policy_version=state.policy_version + 1,
                                 data_position={**state.data_position, "rl_step": i + 1})
-    stats = rl_metrics(rollouts, adv, jax.device_get(metrics), episodes, batch.stats,
-                       exp.rollout.max_steps)
-    stats.update({"time/sample_s": t1 - t0, "time/update_s": t2 - t1,
-                  "dapo/extra_rounds": extra_rounds})
+    stats = rl_metrics(rollouts, adv, metrics, episodes, batch.stats,
+                       exp.rollout.max_steps, exp.loss.aggregation)
+    stats.update(clock.metrics(batch.stats))
+    stats["dapo/extra_rounds"] = extra_rounds
     if (i + 1) % config.train.eval_every == 0 or i + 1 == config.train.steps:
-      sampler.update(components.sampler_params(state), state.policy_version)
-      last_eval = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
-                           config.sampler.eval_temperature, seed=config.seed)
+      with clock("eval"):
+        sampler.update(components.sampler_params(state), state.policy_version)
+        last_eval = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
+                             config.sampler.eval_temperature, seed=config.seed)
       writer.write("eval", i + 1, last_eval)
-      stats["time/eval_s"] = time.perf_counter() - t2
+      stats["time/eval_s"] = clock.seconds["eval"]
     if (i + 1) % config.train.log_every == 0:
       writer.write("rl", i + 1, stats)
     progress.update(i + 1, reward=stats["reward/mean"],
@@ -212,8 +221,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
   if config.train.export_final:
     out = os.path.join(workdir, "hf_export")
     model = nnx.merge(graphdef, components.sampler_params(state))
-    export_hf(model, out, source_dir=tokenizer_dir(config.model, cache, seed=config.seed),
-              overwrite=True)
+    export_hf(model, out, source_dir=tok_dir, overwrite=True)
   ckpt.close()
   sampler_close = getattr(sampler, "close", None)
   if sampler_close is not None:

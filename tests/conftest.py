@@ -21,3 +21,8 @@ hypothesis.settings.register_profile(
     "tirjax", deadline=None, max_examples=60, derandomize=True,
     suppress_health_check=[hypothesis.HealthCheck.too_slow, hypothesis.HealthCheck.data_too_large])
 hypothesis.settings.load_profile("tirjax")
+
+
+def pytest_addoption(parser):
+  parser.addoption("--inject-fault", default=None,
+                   help="tests/test_rl_learns.py: run with this pipeline fault (must then fail)")

@@ -184,12 +184,17 @@ def make_sampler(config, graphdef, state: TrainState, workdir: str, tokenizer_so
   """The configured sampler, holding the current policy (version `state.policy_version`)."""
   params = sampler_params(state)
   if config.sampler.kind == "jax":
-    # Buckets as large as a batch's rows and context: a run compiles one or two executables
-    # (tree candidates can double the rows) instead of one per prompt length met.
+    # Buckets as large as a batch's rows and context: a run compiles a handful of executables
+    # (tree candidates can double the rows) instead of one per prompt length met. Prompts get
+    # their own bucket (a step's first call prefills queries_per_step prompts, not its rows),
+    # and continued rows a suffix bucket that holds a tool response.
     shapes = rollout_options.shapes
     options = JaxSamplerOptions(
         min_batch=bucket(shapes.num_rows, 1), max_batch=bucket(max(256, 2 * shapes.num_rows), 1),
+        min_prompts=1,
         min_prompt_len=bucket(shapes.max_tokens - rollout_options.max_new_tokens, 1),
-        min_new_tokens=bucket(rollout_options.max_new_tokens, 1))
+        min_new_tokens=bucket(rollout_options.max_new_tokens, 1),
+        min_suffix_len=bucket(rollout_options.max_new_tokens, 16),
+        reuse_cache=config.sampler.reuse_cache)
     return JaxSampler(nnx.merge(graphdef, params), options, policy_version=state.policy_version)
   return VLLMPolicySampler(config, graphdef, params, tokenizer_source, workdir)

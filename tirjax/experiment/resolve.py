@@ -21,8 +21,10 @@ from tirjax.sampling.vllm import TINY_HEAD_DIM
 from tirjax.training.optimizer import OptimizerOptions
 from tirjax.training.sft import SFTOptions
 from tirjax.training.step import StepOptions
+from tirjax.env.toolworld import Difficulty
 
-ENVS = ("toolworld", "toolhop", "ftrl", "bfcl")
+ENVS = ("toolworld", "toolhop", "ftrl", "bfcl", "doors")
+DEMO_ENVS = ("toolworld", "doors")  # environments with built-in SFT demonstrations
 SAMPLERS = ("jax", "vllm")
 JUDGES = ("rule", "llm")
 
@@ -46,6 +48,11 @@ class Experiment:
   sft_step: StepOptions
   demos: DemoOptions
   sharding: sharding.ShardingOptions
+
+  @property
+  def advantage_filters_groups(self) -> bool:
+    """The estimator masks whole groups (DAPO's dynamic sampling): the trainer refills them."""
+    return bool(getattr(self.advantage, "dynamic_sampling", False))
 
 
 def _section(cls, cfg, key: str):
@@ -76,9 +83,9 @@ def resolve(c) -> Experiment:
     _need(os.path.isdir(c.model.hf_checkpoint), "model.hf_checkpoint",
           f"{c.model.hf_checkpoint!r} is not a directory")
   else:
-    _need(c.model.preset == "tiny" and c.env.name == "toolworld", "model.hf_checkpoint",
+    _need(c.model.preset == "tiny" and c.env.name in DEMO_ENVS, "model.hf_checkpoint",
           f"required for model.preset={c.model.preset!r} / env.name={c.env.name!r} (weights and "
-          "tokenizer); only the tiny model on toolworld trains from scratch")
+          f"tokenizer); only the tiny model on {' or '.join(DEMO_ENVS)} trains from scratch")
   _int_at_least(c, "model.logprob_chunk", 1)
   if c.model.preset == "tiny" and not c.model.hf_checkpoint and "tiny" in c.model:
     for key in c.model.tiny:
@@ -94,6 +101,14 @@ def resolve(c) -> Experiment:
           f"{c.env.data_path!r} does not exist (env.name={c.env.name})")
   _int_at_least(c, "env.train_tasks", 1)
   _int_at_least(c, "env.eval_tasks", 1)
+  if c.env.name == "toolworld":
+    for key, weights in (("env", c.env.hop_weights), ("sft", c.sft.hop_weights or
+                                                        c.env.hop_weights)):
+      try:
+        Difficulty(hop_weights=tuple(weights), p_parallel=c.env.p_parallel, p_down=c.env.p_down)
+      except (TypeError, ValueError) as e:
+        field = str(e).split(":")[0]
+        raise ConfigError(f"{key if field == 'hop_weights' else 'env'}.{e}") from None
 
   _need(c.judge.kind in JUDGES, "judge.kind", f"must be one of {JUDGES}, got {c.judge.kind!r}")
   if c.judge.kind == "llm":
@@ -131,8 +146,11 @@ def resolve(c) -> Experiment:
         f"{c.train.queries_per_step} × {rollout.rows_per_query} rows per query")
   _need(rollout.shapes.num_rows % c.train.micro_batches == 0, "train.micro_batches",
         f"{c.train.micro_batches} does not divide the batch rows {rollout.shapes.num_rows}")
-  _need(c.sft.steps == 0 or c.env.name == "toolworld", "sft.steps",
-        f"demonstrations exist for toolworld only; set sft.steps=0 for env.name={c.env.name!r} "
+  _need(c.env.name != "doors" or rollout.answer_protocol == "answer_tag",
+        "rollout.answer_protocol", "env doors answers in one <answer> step: needs answer_tag")
+  _need(c.sft.steps == 0 or c.env.name in DEMO_ENVS, "sft.steps",
+        f"demonstrations exist for {' and '.join(DEMO_ENVS)} only; set sft.steps=0 for "
+        f"env.name={c.env.name!r} "
         "(warm-start from an SFT checkpoint with model.hf_checkpoint)")
   _need(c.sft.batch_size % c.train.micro_batches == 0, "sft.batch_size",
         f"must be a multiple of train.micro_batches={c.train.micro_batches}")

@@ -3,7 +3,9 @@ unlearning statistics (SPEC §4.1), loss diagnostics, sampler-vs-trainer log-pro
 
 from __future__ import annotations
 
+import contextlib
 import math
+import time
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -50,3 +52,32 @@ def rl_metrics(r: Rollouts, adv: Advantages, step_metrics: Mapping[str, float],
     if isinstance(v, (int, float)):
       out[f"rollout/{k}"] = float(v)
   return out
+
+
+class PhaseClock:
+  """Wall seconds of an RL step's phases; the caller waits on each phase's device work inside
+  its block (asynchronous dispatch would otherwise bill it to the next phase)."""
+
+  def __init__(self):
+    self.seconds: dict[str, float] = {}
+
+  @contextlib.contextmanager
+  def __call__(self, phase: str):
+    t0 = time.perf_counter()
+    try:
+      yield
+    finally:
+      self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t0
+
+  def metrics(self, rollout_stats: Mapping[str, float]) -> dict:
+    """`time/<phase>_s` for the clocked phases and, inside the rollout, the sampler's prefill
+    and decode, tool execution and the judge; `tokens/prefill` and `tokens/decode`."""
+    out = {f"time/{k}_s": v for k, v in self.seconds.items()}
+    for key, name in (("prefill_s", "prefill"), ("decode_s", "decode"), ("env_s", "tools"),
+                      ("judge_s", "judge"), ("sampler_s", "sampler")):
+      if key in rollout_stats:
+        out[f"time/{name}_s"] = float(rollout_stats[key])
+    for key, name in (("prefill_tokens", "prefill"), ("decode_tokens", "decode")):
+      if key in rollout_stats:
+        out[f"tokens/{name}"] = float(rollout_stats[key])
+    return out

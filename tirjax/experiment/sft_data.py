@@ -73,8 +73,3 @@ class SFTData:
     return {"tokens": self.tokens[idx, :width], "token_valid": self.token_valid[idx, :width],
             "loss_mask": self.loss_mask[idx, :width]}
 
-
-def demonstrations(tasks, tokenizer, options, num: int, seed: int = 0):
-  """(token ids, loss mask) of `num` toolworld demonstrations (correct and imperfect ones)."""
-  from tirjax.env.toolworld.demos import demo_tokens, make_demos
-  return [demo_tokens(tokenizer, d) for d in make_demos(tasks[:num], seed=seed, options=options)]

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
+from tirjax.env import bandit
 from tirjax.env.tools import Task
 from tirjax.env.toolworld import Difficulty, build_tokenizer, make_tasks
+from tirjax.env.toolworld.demos import DemoOptions, demo_tokens, make_demos
 
 EVAL_SHARE = 5  # one task id in five goes to eval for the single-file datasets
 
@@ -32,12 +34,16 @@ class TaskSource:
     self._sandbox = None
     self._cache: dict[str, list[Task]] = {}
 
-  def tasks(self, split: str, n: int) -> list[Task]:
-    """The first `n` tasks of `split` (a fixed list: iterate over it with a data position)."""
+  def tasks(self, split: str, n: int, hop_weights: Sequence[float] = ()) -> list[Task]:
+    """The first `n` tasks of `split` (a fixed list: iterate over it with a data position);
+    toolworld's `hop_weights`, when given, replace the environment's query mix (SFT's
+    curriculum)."""
+    if self.name == "doors":
+      return bandit.make_tasks(split, n, seed=self._seed)
     if self.name == "toolworld":
       cfg = self._cfg
-      difficulty = Difficulty(hop_weights=tuple(cfg.hop_weights), p_parallel=cfg.p_parallel,
-                              p_down=cfg.p_down)
+      difficulty = Difficulty(hop_weights=tuple(hop_weights or cfg.hop_weights),
+                              p_parallel=cfg.p_parallel, p_down=cfg.p_down)
       return make_tasks(split, n, seed=self._seed, difficulty=difficulty)
     if split not in self._cache:
       every = self._load_all()
@@ -62,6 +68,16 @@ class TaskSource:
       return load_bfcl(self._sandbox, data_dir=path or None)
     raise ValueError(f"env.name: unknown environment {self.name!r}")
 
+  def demonstrations(self, tasks: Sequence[Task], tokenizer, options: DemoOptions, num: int
+                     ) -> list[tuple[list[int], list[int]]]:
+    """(token ids, loss mask) of `num` SFT demonstrations of `tasks` (toolworld and doors)."""
+    if self.name == "doors":
+      return bandit.demonstrations(tasks, tokenizer, num, seed=self._seed)
+    if self.name != "toolworld":
+      raise ValueError(f"env {self.name}: has no demonstrations (toolworld and doors have)")
+    return [demo_tokens(tokenizer, d)
+            for d in make_demos(tasks[:num], seed=self._seed, options=options)]
+
   def close(self) -> None:
     if self._sandbox is not None:
       self._sandbox.close()
@@ -74,17 +90,22 @@ def cache_dir() -> str:
                                                          "tirjax")
 
 
-def load_tokenizer(model_cfg, env_name: str, cache_dir: str, seed: int = 0):
-  """The policy's tokenizer: the checkpoint's own, or toolworld's BPE for the tiny model."""
+def load_tokenizer(directory: str):
+  """The policy's tokenizer from `tokenizer_dir`'s answer."""
   from transformers import AutoTokenizer
+  return AutoTokenizer.from_pretrained(directory)
+
+
+def tokenizer_dir(model_cfg, env_name: str, cache_dir: str, seed: int = 0) -> str:
+  """Where the policy's tokenizer files live (copied into HF exports): the checkpoint's own, or
+  toolworld's BPE (plus one token per door for doors), built in `cache_dir` if needed."""
   if model_cfg.hf_checkpoint:
-    return AutoTokenizer.from_pretrained(model_cfg.hf_checkpoint)
-  if env_name != "toolworld":
+    return model_cfg.hf_checkpoint
+  if env_name not in ("toolworld", "doors"):
     raise ValueError(f"model.hf_checkpoint: required for env={env_name} (the toolworld tokenizer "
-                     "only covers toolworld)")
-  return AutoTokenizer.from_pretrained(str(build_tokenizer(cache_dir, seed=seed)))
-
-
-def tokenizer_dir(model_cfg, cache_dir: str, seed: int = 0) -> Optional[str]:
-  """Where the tokenizer files live (copied into HF exports)."""
-  return model_cfg.hf_checkpoint or str(build_tokenizer(cache_dir, seed=seed))
+                     "only covers toolworld and doors)")
+  toolworld = build_tokenizer(os.path.join(cache_dir, f"toolworld_tokenizer_seed{seed}"), seed=seed)
+  if env_name == "doors":
+    return str(bandit.build_tokenizer(os.path.join(cache_dir, f"doors_tokenizer_seed{seed}"),
+                                      toolworld))
+  return str(toolworld)
