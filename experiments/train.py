@@ -32,7 +32,7 @@ from tirjax.experiment import tasks as tasks_lib
 from tirjax.experiment.tasks import TaskSource, load_tokenizer, tokenizer_dir
 from tirjax.models.hf_io import export_hf
 from tirjax.rollout import rollout
-from tirjax.training.batches import SFTBatch, policy_batch
+from tirjax.training.batches import SFTBatch, policy_batch, trim_tokens
 from tirjax.training.optimizer import make_optimizer
 from tirjax.training.reference import ReferencePolicy, with_reference_logprobs
 from tirjax.training.step import init_state, placement, policy_step, sft_step, split_model
@@ -128,12 +128,22 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
   del model, params  # the train state owns the (donated) parameter buffers from here on
   sampler = components.make_sampler(config, graphdef, state, workdir, tok_dir, exp.rollout)
 
+  run_clock = PhaseClock()  # this process's seconds in SFT, RL and evaluation (summary.json)
+
+  def evaluate_now() -> dict:
+    """Hands the current weights to the sampler and evaluates them (greedy by default)."""
+    with run_clock("eval"):
+      sampler.update(components.sampler_params(state), state.policy_version)
+      return evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
+                      config.sampler.eval_temperature, seed=config.seed)
+
   # -- Supervised warm-start ------------------------------------------------------------------
   if phase == "sft":
     data = SFTData.from_sequences(
         source.demonstrations(demo_tasks, tokenizer, exp.demos, config.sft.num_demos),
         exp.rollout.shapes.max_tokens, seed=config.seed)
     progress.start("sft", config.sft.steps, state.data_position["sft_step"])
+    sft_start = time.perf_counter()
     while state.data_position["sft_step"] < config.sft.steps:
       i = state.data_position["sft_step"]
       state, metrics = steps["sft"](state, SFTBatch(**data.batch(i, config.sft.batch_size)))
@@ -142,21 +152,19 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
       progress.update(i + 1, loss=rec["loss"])
       if (i + 1) % config.train.checkpoint_every == 0 and i + 1 < config.sft.steps:
         ckpt.save(state)
+    run_clock.seconds["sft"] = time.perf_counter() - sft_start
     # SFT is done: evaluate, then start RL with a fresh optimizer (one checkpoint marks it).
-    sampler.update(components.sampler_params(state), state.policy_version)
-    after_sft = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
-                         config.sampler.eval_temperature, seed=config.seed)
+    after_sft = evaluate_now()
     rundir.write_json(os.path.join(workdir, "eval_after_sft.json"), after_sft)
     writer.write("eval", 0, {**after_sft, "eval/stage": "sft"})
     phase = "rl"
-    state = init_state(state.params, rl_tx, place["rl"], state.rng,
+    state = init_state(state.params, rl_tx, place["rl"], state.rng, step=state.step,
                        data_position={**state.data_position, "phase": "rl"},
                        policy_version=state.policy_version)
     ckpt.save(state)
-  elif config.train.eval_at_start and state.data_position["rl_step"] == 0:
-    sampler.update(components.sampler_params(state), state.policy_version)
-    start = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
-                     config.sampler.eval_temperature, seed=config.seed)
+  elif (config.train.eval_at_start and state.data_position["rl_step"] == 0
+        and not os.path.exists(os.path.join(workdir, "eval_after_sft.json"))):
+    start = evaluate_now()
     rundir.write_json(os.path.join(workdir, "eval_after_sft.json"), start)
     writer.write("eval", 0, {**start, "eval/stage": "start"})
 
@@ -167,6 +175,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
                                 place["rl"], exp.step)
   progress.start("rl", config.train.steps, state.data_position["rl_step"])
   last_eval = None
+  rl_start, eval_before_rl = time.perf_counter(), run_clock.seconds.get("eval", 0.0)
   while state.data_position["rl_step"] < config.train.steps:
     i = state.data_position["rl_step"]
     clock = PhaseClock()  # every phase waited on before its clock stops (asynchronous dispatch)
@@ -184,6 +193,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
         rollouts, episodes, extra_rounds = refill.dapo_refill(
             batch, exp.estimator, exp.advantage, resample, config.train.queries_per_step,
             config.train.dynamic_sampling_tries)
+      rollouts = trim_tokens(rollouts)  # the rows' longest length, not the context bound
     with clock("advantages"):
       adv = jax.block_until_ready(exp.estimator(rollouts, exp.advantage))
     with clock("reference"):
@@ -200,9 +210,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
     stats["dapo/extra_rounds"] = extra_rounds
     if (i + 1) % config.train.eval_every == 0 or i + 1 == config.train.steps:
       with clock("eval"):
-        sampler.update(components.sampler_params(state), state.policy_version)
-        last_eval = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
-                             config.sampler.eval_temperature, seed=config.seed)
+        last_eval = evaluate_now()
       writer.write("eval", i + 1, last_eval)
       stats["time/eval_s"] = clock.seconds["eval"]
     if (i + 1) % config.train.log_every == 0:
@@ -212,12 +220,12 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
     if (i + 1) % config.train.checkpoint_every == 0 or i + 1 == config.train.steps:
       ckpt.save(state)
   ckpt.wait()
+  run_clock.seconds["rl"] = (time.perf_counter() - rl_start -
+                             (run_clock.seconds.get("eval", 0.0) - eval_before_rl))
 
   # -- Final evaluation, export, summary ------------------------------------------------------
   if last_eval is None:  # resumed after the last step, or no RL steps
-    sampler.update(components.sampler_params(state), state.policy_version)
-    last_eval = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
-                         config.sampler.eval_temperature, seed=config.seed)
+    last_eval = evaluate_now()
   if config.train.export_final:
     out = os.path.join(workdir, "hf_export")
     model = nnx.merge(graphdef, components.sampler_params(state))
@@ -230,7 +238,8 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
   first_path = os.path.join(workdir, "eval_after_sft.json")
   first = json.load(open(first_path)) if os.path.exists(first_path) else {}
   summary = {"after_sft": first, "after_rl": last_eval, "rl_steps": config.train.steps,
-             "policy_version": state.policy_version}
+             "policy_version": state.policy_version,
+             "seconds": {k: round(v, 1) for k, v in run_clock.seconds.items()}}
   rundir.write_json(os.path.join(workdir, "summary.json"), summary)
   print(summary_table(first, last_eval, stage="SFT" if config.sft.steps else "start"),
         file=sys.stdout, flush=True)

@@ -6,6 +6,7 @@ weights are scaled up (`init_std=0.5`) so that its next-token distributions are 
 differ from position to position.
 """
 
+import dataclasses
 import collections
 
 import hypothesis
@@ -303,3 +304,24 @@ def test_every_choice_lies_in_the_nucleus(logits, top_p, temperature, seed):
   hypothesis.assume(kept_margin(z, top_p, temperature) > 1e-4)
   want = nucleus_distribution(z, top_p, temperature)
   assert tok in want or z[tok] == min(z[v] for v in want)
+
+
+def test_stopped_rows_move_out_without_changing_any_sample(model):
+  """Issue 20: once the rows still going fit in half their bucket they continue in a smaller
+  one; each row draws from its own stream, so every sample is the one it would have been
+  (against a sampler that never moves rows)."""
+  rng = np.random.default_rng(3)
+  ps = [rng.integers(0, V, size=int(rng.integers(1, 12))).tolist() for _ in range(16)]
+  params = SamplingParams(n=1, temperature=1.0, max_new_tokens=32, stop_token_ids=(5, 9, 17),
+                          seed=11, top_logprobs=2)
+  fixed = JaxSampler(model, dataclasses.replace(OPTIONS, min_decode_rows=16, decode_segment=4))
+  moving = JaxSampler(model, dataclasses.replace(OPTIONS, min_decode_rows=1, decode_segment=4))
+  want, got = fixed.generate(ps, params), moving.generate(ps, params)
+  lengths = [len(g[0].tokens) for g in got]
+  assert min(lengths) < 8 and max(lengths) > 16  # rows stop at very different steps
+  assert any(k[0] == "take" for k in moving._decoders)  # rows did move
+  assert not any(k[0] == "take" for k in fixed._decoders)
+  for (a,), (b,) in zip(want, got):
+    assert a.tokens == b.tokens and a.finish_reason == b.finish_reason
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-6, rtol=0)
+    assert [sorted(d) for d in a.top_logprobs] == [sorted(d) for d in b.top_logprobs]

@@ -105,3 +105,59 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(tmp_path):
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
   rl = [r["step"] for r in read_metrics(killed) if r["phase"] == "rl"]
   assert rl == list(range(1, steps + 1))  # steps redone after the kill are logged once
+
+
+SFT_THEN_RL = {"sft.steps": 4, "sft.batch_size": 2, "sft.num_demos": 8}
+
+
+def _kill_at(workdir, command, env, phase, step):
+  """Starts `command` and SIGKILLs it once `phase` step `step` is logged (an observable
+  state, not a fixed sleep)."""
+  proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.time() + 600
+  while time.time() < deadline:
+    done = [r["step"] for r in (read_metrics(workdir) if (workdir / "metrics.jsonl").exists()
+                                else []) if r["phase"] == phase]
+    if done and max(done) >= step:
+      break
+    assert proc.poll() is None, f"the run ended before {phase} step {step}"
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+
+
+@pytest.mark.slow
+def test_resume_after_sft_warm_start_kills_in_sft_and_in_rl(tmp_path):
+  """Issue 14: one monotonic checkpoint step over SFT then RL. Killed at a random SFT step and
+  then at a random RL step (seeded), the run ends with the uninterrupted run's parameters bit
+  for bit, logs every row once, and a finished run rerun only re-evaluates."""
+  steps = 4
+  env = {**os.environ, "PYTHONPATH": os.getcwd()}
+  extra = [f"--config.{k}={v}" for k, v in SFT_THEN_RL.items()]
+  full, killed = tmp_path / "full", tmp_path / "killed"
+  subprocess.run(_command(full, steps) + extra, check=True, env=env, capture_output=True)
+  rng = np.random.default_rng(7)
+  sft_kill, rl_kill = int(rng.integers(1, SFT_THEN_RL["sft.steps"])), int(rng.integers(1, steps))
+  _kill_at(killed, _command(killed, steps) + extra, env, "sft", sft_kill)
+  _kill_at(killed, _command(killed, steps) + extra, env, "rl", rl_kill)
+  assert json.load(open(killed / "status.json"))["state"] == "running"  # killed, not finished
+  subprocess.run(_command(killed, steps) + extra, check=True, env=env, capture_output=True)
+  a, b = _final_params(full), _final_params(killed)
+  assert a.keys() == b.keys()
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  rows = [(r["phase"], r["step"]) for r in read_metrics(killed)]
+  assert len(rows) == len(set(rows)), "a metrics row is logged twice"
+  assert [s for p, s in rows if p == "sft"] == list(range(1, SFT_THEN_RL["sft.steps"] + 1))
+  assert [s for p, s in rows if p == "rl"] == list(range(1, steps + 1))
+  saved = sorted(int(d) for d in os.listdir(killed / "checkpoints") if d.isdigit())
+  assert saved and saved[-1] == SFT_THEN_RL["sft.steps"] + steps  # RL's steps follow SFT's
+  # A finished run, rerun: it evaluates again and trains nothing.
+  before = read_metrics(killed)
+  out = subprocess.run(_command(killed, steps) + extra, check=True, env=env,
+                       capture_output=True, text=True)
+  assert read_metrics(killed) == before
+  assert "eval accuracy" in out.stdout
+  c = _final_params(killed)
+  for k in a:
+    np.testing.assert_array_equal(a[k], c[k], err_msg=k)

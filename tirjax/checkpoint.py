@@ -26,6 +26,10 @@ import orbax.checkpoint as ocp
 RUN_FILE = "tirjax_run.json"
 
 
+class CheckpointError(RuntimeError):
+  """A checkpoint could not be written (or read back), named by its directory and step."""
+
+
 class RunMismatch(RuntimeError):
   """The checkpoint directory belongs to another run (or is not a tirjax directory)."""
 
@@ -116,15 +120,26 @@ class Checkpointer:
             enable_async_checkpointing=options.async_save))
 
   def save(self, state: TrainState) -> None:
-    """Save `state` as step `state.step` (in the background with `async_save`)."""
+    """Save `state` as step `state.step` (in the background with `async_save`).
+
+    Raises:
+      CheckpointError: Orbax declined the save (it skips, without a word, any step at or
+        below the latest saved one: steps must grow across the run, SFT then RL).
+    """
+    latest = self.latest_step()
+    if latest is not None and int(state.step) <= latest:
+      raise CheckpointError(f"{self.directory}: step {int(state.step)} is not after the latest "
+                            f"saved step {latest}; checkpoint steps must increase over a run")
     typed = _is_typed_key(state.rng)
     arrays = {"params": state.params, "opt_state": state.opt_state,
               "rng": jax.random.key_data(state.rng) if typed else state.rng}
     meta = {"step": int(state.step), "policy_version": int(state.policy_version),
             "data_position": dict(state.data_position), "run_id": self.run_id,
             "rng_impl": str(jax.random.key_impl(state.rng)) if typed else None}
-    self._manager.save(int(state.step), args=ocp.args.Composite(
+    saved = self._manager.save(int(state.step), args=ocp.args.Composite(
         arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)))
+    if not saved:
+      raise CheckpointError(f"{self.directory}: Orbax did not save step {int(state.step)}")
 
   def restore(self, target: TrainState, step: Optional[int] = None) -> TrainState:
     """The state saved at `step` (default: the latest).

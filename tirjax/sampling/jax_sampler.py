@@ -5,30 +5,36 @@
                                                    stop_token_ids=(im_end,), seed=7))
     sampler.update(new_model_or_state, policy_version=3)   # new weights, no recompilation
 
-One device call per chunk of rows (a row is one sample: prompts × n of them): prefill of the
-chunk's distinct right-padded prompts into a KV cache (the n samples of a prompt share one
-prefill and copy its cache rows), then a `lax.while_loop` that emits one token per row per
-iteration and exits early once every row has stopped. A row stops at its first stop token
-(kept as its last token) or at `max_new_tokens`; a stopped row idles (its outputs are no
-longer written) until the loop ends.
+Per chunk of rows (a row is one sample: prompts × n of them), waited on phase by phase:
+
+1. the prompts' KV caches: a prefill of the chunk's distinct right-padded prompts (the n
+   samples of a prompt share one prefill and copy its cache rows), or, when every prompt
+   extends a row of the previous call, that row's cache continued by the new tokens only
+   (`prefix_cache`, `kv_cache.extend`; `reuse_cache=False` always prefills);
+2. decoding in segments of `decode_segment` steps (`jax_decode`): one token per row per step;
+   a row stops at its first stop token (kept as its last token) or at `max_new_tokens`; once
+   the rows still going fit in half the row bucket they move into a smaller one, so stopped
+   rows cost nothing (a step reads every row's whole cache).
 
 Buckets: shapes are rounded up so that each executable serves many calls. For a chunk of R
 rows (at most `max_batch`) from Q distinct prompts, longest prompt P, `max_new_tokens` N:
 
   rows     2^⌈log2 R⌉, at least `min_batch`
-  prompts  2^⌈log2 Q⌉, at least `min_batch`, at most the rows bucket
+  prompts  2^⌈log2 Q⌉, at least `min_prompts` (default `min_batch`), at most the rows bucket
   prompt   2^⌈log2 P⌉, at least `min_prompt_len`
   new      2^⌈log2 N⌉, at least `min_new_tokens`   (cache slots: prompt + new)
 
-plus whether top log-probs are returned (`max_top_logprobs` of them, cut to the request).
-Temperature, top-p, `max_new_tokens`, the stop ids and the seed are traced values. Each
-bucket is compiled once, ahead of time (`jit(...).lower(...).compile()`); `compiled_buckets`
-lists them.
+plus whether top log-probs are returned (`max_top_logprobs` of them, cut to the request); a
+continuing call adds its new-token bucket (at least `min_suffix_len`) and the stored pool's
+shape (`continue_buckets`). Temperature, top-p, `max_new_tokens`, the stop ids and the seed
+are traced values. Each executable is compiled once, ahead of time
+(`jit(...).lower(...).compile()`); `compiled_buckets` lists the prefilling calls' buckets.
 
-Randomness: a call with `params.seed = s` uses key(s), folded with the chunk index and the
-step index: a pure function of the seed, so a seed reproduces a batch (also after a restart
-of the trainer, which makes resumed runs identical to uninterrupted ones). Callers that want
-fresh samples pass fresh seeds, as the rollout modes do (one drawn per call).
+Randomness: a call with `params.seed = s` uses key(s), folded with the chunk index, the step
+index and the row's index in the chunk: a pure function of the seed, whatever bucket a row is
+decoded in, so a seed reproduces a batch (also after a restart of the trainer, which makes
+resumed runs identical to uninterrupted ones). Callers that want fresh samples pass fresh
+seeds, as the rollout modes do (one drawn per call).
 
 Reported per token: log p under the raw model (temperature 1, no top-p: the trainer's
 `token_logprobs` of the same weights), the entropy of that distribution (ARPO), and with
@@ -48,8 +54,9 @@ import numpy as np
 from flax import nnx
 
 from tirjax.models.decoder import Decoder
-from tirjax.models.kv_cache import KVCache, decode_step, extend, prefill
-from tirjax.sampling.choice import choose, raw_stats
+from tirjax.models.kv_cache import KVCache
+from tirjax.sampling import jax_decode
+from tirjax.sampling.jax_decode import Draw
 from tirjax.sampling.interface import Sample, SamplingParams
 from tirjax.sampling.prefix_cache import PrefixCache
 
@@ -76,6 +83,9 @@ class JaxSamplerOptions:
     reuse_cache: keep each call's KV caches and continue the rows of the next call that
       extend them (`prefix_cache`); False prefills every prompt whole (the old path).
     min_suffix_len: smallest bucket of new prompt tokens on a continued row (a power of two).
+    decode_segment: decode steps between the host's looks at the rows still going.
+    min_decode_rows: the smallest row bucket the rows still going are moved into (a power of
+      two); they move once they fit in half the current bucket. `max_batch`: never.
   """
 
   min_batch: int = 8
@@ -87,9 +97,12 @@ class JaxSamplerOptions:
   max_top_logprobs: int = 20
   reuse_cache: bool = True
   min_suffix_len: int = 16
+  decode_segment: int = 8
+  min_decode_rows: int = 8
 
   def __post_init__(self):
-    for name in ("min_batch", "max_batch", "min_prompt_len", "min_new_tokens", "min_suffix_len"):
+    for name in ("min_batch", "max_batch", "min_prompt_len", "min_new_tokens", "min_suffix_len",
+                 "min_decode_rows"):
       value = getattr(self, name)
       if value < 1 or value & (value - 1):
         raise ValueError(f"{name}: must be a power of two, got {value}")
@@ -99,7 +112,7 @@ class JaxSamplerOptions:
     if self.max_batch < self.min_batch:
       raise ValueError(f"max_batch: must be >= min_batch={self.min_batch}, got "
                        f"{self.max_batch}")
-    for name in ("max_stop_tokens", "max_top_logprobs"):
+    for name in ("max_stop_tokens", "max_top_logprobs", "decode_segment"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
 
@@ -129,86 +142,7 @@ class ContinueBucket(NamedTuple):
   top_k: int
 
 
-class _Loop(NamedTuple):
-  """The decode loop's carry: step t, cache, last tokens and the `[B, N]` outputs."""
-
-  t: jax.Array
-  cache: KVCache
-  last: jax.Array
-  done: jax.Array
-  count: jax.Array
-  stopped: jax.Array
-  tokens: jax.Array
-  logprobs: jax.Array
-  entropies: jax.Array
-  top_ids: jax.Array
-  top_logprobs: jax.Array
-
-
-def _prefill(graphdef, size: int, state, prompts, lengths):
-  """Prefill of `[Q, P]` right-padded prompts into a cache of `size` slots."""
-  return prefill(nnx.merge(graphdef, state), prompts, lengths, size)
-
-
-def _continue(graphdef, size: int, state, stored_k, stored_v, src, base, suffix, counts):
-  """Rows `src` of the stored caches, their first `base` slots kept, extended by `suffix`."""
-  k, v = stored_k[:, src], stored_v[:, src]
-  have = k.shape[2]
-  if have < size:
-    pad = ((0, 0), (0, 0), (0, size - have), (0, 0), (0, 0))
-    k, v = jnp.pad(k, pad), jnp.pad(v, pad)
-  cache = KVCache(k[:, :, :size], v[:, :, :size], base.astype(jnp.int32))
-  return extend(nnx.merge(graphdef, state), cache, suffix, counts)
-
-
-def _decode(graphdef, new_tokens: int, top_k: int, state, logits, cache, source, live, key,
-            temperature, top_p, max_new, stop_ids) -> dict:
-  """The decode loop over `[B]` rows from the next-token logits and caches of `[Q]` prompts;
-  row b extends prompt `source[b]`, and is padding unless `live[b]`. Returns the outputs and
-  the rows' final caches (`k`, `v`)."""
-  model = nnx.merge(graphdef, state)
-  b = source.shape[0]
-  logits = logits[source]
-  cache = KVCache(cache.k[:, source], cache.v[:, source], cache.lengths[source])
-
-  def emit(s: _Loop, logits) -> _Loop:
-    tok = choose(jax.random.fold_in(key, s.t), logits, temperature, top_p)
-    logp, entropy, logp_all = raw_stats(logits, tok)
-    on = ~s.done
-
-    def put(buf, x):  # column t of a [B, N, ...] output, written for rows still going
-      return buf.at[:, s.t].set(jnp.where(on.reshape((b,) + (1,) * (x.ndim - 1)), x,
-                                          buf[:, s.t]))
-
-    if top_k:
-      top_lp, top_id = jax.lax.top_k(logp_all, top_k)
-      s = s._replace(top_ids=put(s.top_ids, top_id), top_logprobs=put(s.top_logprobs, top_lp))
-    stop = on & jnp.any(tok[:, None] == stop_ids[None], axis=-1)
-    count = s.count + on
-    return s._replace(
-        t=s.t + 1, last=tok, count=count, stopped=s.stopped | stop,
-        done=s.done | stop | (count >= max_new), tokens=put(s.tokens, tok),
-        logprobs=put(s.logprobs, logp), entropies=put(s.entropies, entropy))
-
-  def body(s: _Loop) -> _Loop:
-    logits, cache = decode_step(model, s.cache, s.last)
-    return emit(s._replace(cache=cache), logits)
-
-  def more(s: _Loop):
-    return (s.t < max_new) & ~jnp.all(s.done)
-
-  n, k = new_tokens, max(top_k, 1)  # top: a [B, N, 1] placeholder when none is asked for
-  i32, f32 = jnp.int32, jnp.float32
-  s = _Loop(t=jnp.int32(0), cache=cache, last=jnp.zeros(b, i32), done=~live,
-            count=jnp.zeros(b, i32), stopped=jnp.zeros(b, bool), tokens=jnp.zeros((b, n), i32),
-            logprobs=jnp.zeros((b, n), f32), entropies=jnp.zeros((b, n), f32),
-            top_ids=jnp.zeros((b, n, k), i32), top_logprobs=jnp.zeros((b, n, k), f32))
-  s = jax.lax.while_loop(more, body, emit(s, logits))
-  out = dict(tokens=s.tokens, logprobs=s.logprobs, entropies=s.entropies, count=s.count,
-             stopped=s.stopped, k=s.cache.k, v=s.cache.v)
-  if top_k:
-    out.update(top_ids=s.top_ids, top_logprobs=s.top_logprobs)
-  return out
+_OUTPUTS = ("tokens", "logprobs", "entropies", "count", "stopped", "top_ids", "top_logprobs")
 
 
 class JaxSampler:
@@ -300,20 +234,25 @@ class JaxSampler:
     return [samples[i * params.n:(i + 1) * params.n] for i in range(len(prompts))]
 
   def _keep(self, kept) -> None:
-    """Stores the call's caches: each row under its prompt and sampled tokens but the last."""
-    size = max(k.shape[2] for k, _, _ in kept)
+    """Stores the call's caches: each row under its prompt and sampled tokens but the last.
+    `kept`: per chunk, its cache pieces [(k, v)] and {sequence: (piece, row)}."""
+    pieces = [piece for chunk_pieces, _ in kept for piece in chunk_pieces]
+    size = max(k.shape[2] for k, _ in pieces)
     pad = lambda x: jnp.pad(x, ((0, 0), (0, 0), (0, size - x.shape[2]), (0, 0), (0, 0)))
-    ks, vs, seqs = [], [], []
-    for k, v, sequences in kept:  # whole row buckets: stored shapes stay few (no recompiles)
-      ks.append(pad(k))
-      vs.append(pad(v))
-      seqs += list(sequences) + [[]] * (k.shape[1] - len(sequences))
-    k, v = (ks[0], vs[0]) if len(ks) == 1 else (jnp.concatenate(ks, 1), jnp.concatenate(vs, 1))
-    # One pool size (the largest so far) for every store: the continuing executables are
-    # compiled for it once, whatever the rows of the last call.
-    self._pool_rows = max(self._pool_rows, k.shape[1])
-    extra = ((0, 0), (0, self._pool_rows - k.shape[1]), (0, 0), (0, 0), (0, 0))
-    k, v = jnp.pad(k, extra), jnp.pad(v, extra)
+    offsets = np.cumsum([0] + [k.shape[1] for k, _ in pieces])
+    total = int(offsets[-1])
+    # One pool size (a power of two, the largest so far) for every store: the continuing
+    # executables are compiled for it once, whatever the rows of the last call.
+    self._pool_rows = max(self._pool_rows, bucket(total, 1))
+    seqs: list = [[] for _ in range(self._pool_rows)]  # an empty sequence: a padding row
+    first = 0
+    for chunk_pieces, where in kept:
+      for seq, (piece, row) in where:
+        seqs[int(offsets[first + piece]) + row] = seq
+      first += len(chunk_pieces)
+    extra = ((0, 0), (0, self._pool_rows - total), (0, 0), (0, 0), (0, 0))
+    k = jnp.pad(jnp.concatenate([pad(k) for k, _ in pieces], 1), extra)
+    v = jnp.pad(jnp.concatenate([pad(v) for _, v in pieces], 1), extra)
     self._cache.store(k, v, seqs)
 
   def _check(self, prompts, params):
@@ -348,52 +287,80 @@ class JaxSampler:
     self._executable(b)
     return b
 
-  def _decoder_exec(self, rows: int, prompts: int, size: int, new_tokens: int, top_k: int):
-    """The decode loop's executable, shared by prefilling and continuing calls."""
-    key = (rows, prompts, size, new_tokens, top_k)
-    if key not in self._decoders:
-      self._decoders[key] = self._compile_decoder(*key)
-    return self._decoders[key]
+  def _exec(self, name: str, key: tuple, build):
+    """The executable `name` of shape `key`, compiled ahead of time on first use."""
+    if (name, key) not in self._decoders:
+      self._decoders[name, key] = build()
+    return self._decoders[name, key]
 
-  def _compile_decoder(self, rows: int, prompts: int, size: int, new_tokens: int, top_k: int):
-    o, i32, f32 = self.options, jnp.int32, jnp.float32
-    spec = jax.ShapeDtypeStruct
-    c = self.config
-    kv = spec((c.num_layers, prompts, size, c.num_kv_heads, c.head_dim), c.dtype)
-    cache = KVCache(kv, kv, spec((prompts,), i32))
-    fn = jax.jit(functools.partial(_decode, self.graphdef, new_tokens, top_k))
-    return fn.lower(self._state, spec((prompts, self.vocab_size), f32), cache, spec((rows,), i32),
-                    spec((rows,), bool), jax.random.key(0), spec((), f32), spec((), f32),
-                    spec((), i32), spec((o.max_stop_tokens,), i32)).compile()
+  def _specs(self, rows: int, size: int, new_tokens: int, top_k: int):
+    """Abstract values of a decode carry and of a draw."""
+    spec, i32, f32, c = jax.ShapeDtypeStruct, jnp.int32, jnp.float32, self.config
+    kv = spec((c.num_layers, rows, size, c.num_kv_heads, c.head_dim), c.dtype)
+    k = max(top_k, 1)
+    loop = jax_decode.Loop(
+        t=spec((), i32), cache=KVCache(kv, kv, spec((rows,), i32)), row=spec((rows,), i32),
+        last=spec((rows,), i32),
+        done=spec((rows,), bool), count=spec((rows,), i32), stopped=spec((rows,), bool),
+        tokens=spec((rows, new_tokens), i32), logprobs=spec((rows, new_tokens), f32),
+        entropies=spec((rows, new_tokens), f32), top_ids=spec((rows, new_tokens, k), i32),
+        top_logprobs=spec((rows, new_tokens, k), f32))
+    draw = Draw(jax.random.key(0), spec((), f32), spec((), f32), spec((), i32),
+                spec((self.options.max_stop_tokens,), i32))
+    return loop, draw
+
+  def _start_exec(self, rows: int, prompts: int, size: int, new_tokens: int, top_k: int):
+    def build():
+      spec, i32, f32, c = jax.ShapeDtypeStruct, jnp.int32, jnp.float32, self.config
+      kv = spec((c.num_layers, prompts, size, c.num_kv_heads, c.head_dim), c.dtype)
+      _, draw = self._specs(rows, size, new_tokens, top_k)
+      fn = jax.jit(functools.partial(jax_decode.start, new_tokens, top_k))
+      return fn.lower(spec((prompts, self.vocab_size), f32), KVCache(kv, kv, spec((prompts,), i32)),
+                      spec((rows,), i32), spec((rows,), bool), draw).compile()
+    return self._exec("start", (rows, prompts, size, new_tokens, top_k), build)
+
+  def _segment_exec(self, rows: int, size: int, new_tokens: int, top_k: int):
+    def build():
+      loop, draw = self._specs(rows, size, new_tokens, top_k)
+      fn = jax.jit(functools.partial(jax_decode.segment, self.graphdef, self.options.decode_segment,
+                                     top_k), donate_argnums=(1,))
+      return fn.lower(self._state, loop, draw).compile()
+    return self._exec("segment", (rows, size, new_tokens, top_k), build)
+
+  def _take_exec(self, rows: int, to: int, size: int, new_tokens: int, top_k: int):
+    def build():
+      loop, _ = self._specs(rows, size, new_tokens, top_k)
+      spec = jax.ShapeDtypeStruct
+      return jax.jit(jax_decode.take_rows).lower(loop, spec((to,), jnp.int32),
+                                                  spec((to,), bool)).compile()
+    return self._exec("take", (rows, to, size, new_tokens, top_k), build)
 
   def _executable(self, b: Bucket):
-    """(prefill, decode) executables of a prefilling call."""
+    """The prefill executable of a prefilling call."""
     if b not in self._compiled:
       spec, i32 = jax.ShapeDtypeStruct, jnp.int32
       size = b.prompt_len + b.new_tokens
-      pre = jax.jit(functools.partial(_prefill, self.graphdef, size)).lower(
-          self._state, spec((b.prompts, b.prompt_len), i32), spec((b.prompts,), i32)).compile()
-      self._compiled[b] = (pre, self._decoder_exec(b.rows, b.prompts, size, b.new_tokens,
-                                                   b.top_k))
+      self._compiled[b] = jax.jit(functools.partial(
+          jax_decode.prefill_prompts, self.graphdef, size)).lower(
+              self._state, spec((b.prompts, b.prompt_len), i32), spec((b.prompts,), i32)).compile()
     return self._compiled[b]
 
   def _continue_exec(self, b: ContinueBucket):
-    """(extend, decode) executables of a call that continues cached rows."""
+    """The extend executable of a call that continues cached rows."""
     if b not in self._continued:
       spec, i32, c = jax.ShapeDtypeStruct, jnp.int32, self.config
       stored = spec((c.num_layers, b.stored_rows, b.stored_len, c.num_kv_heads, c.head_dim),
                     c.dtype)
-      ext = jax.jit(functools.partial(_continue, self.graphdef, b.cache_len)).lower(
-          self._state, stored, stored, spec((b.prompts,), i32), spec((b.prompts,), i32),
-          spec((b.prompts, b.suffix_len), i32), spec((b.prompts,), i32)).compile()
-      self._continued[b] = (ext, self._decoder_exec(b.rows, b.prompts, b.cache_len,
-                                                    b.new_tokens, b.top_k))
+      self._continued[b] = jax.jit(functools.partial(
+          jax_decode.continue_rows, self.graphdef, b.cache_len)).lower(
+              self._state, stored, stored, spec((b.prompts,), i32), spec((b.prompts,), i32),
+              spec((b.prompts, b.suffix_len), i32), spec((b.prompts,), i32)).compile()
     return self._continued[b]
 
   def _chunk(self, prompts: Sequence[Sequence[int]], rows: list[int], params: SamplingParams,
              key):
     """Samples of `rows` (prompt indices, at most `max_batch`) in one prefill (or extend) and
-    one decode call; also returns (k, v, sequences) of the rows' caches for the next call."""
+    decode segments; also returns the cache pieces and where each row's cache lies in them."""
     o = self.options
     distinct = list(dict.fromkeys(rows))
     b = self.bucket_for(len(rows), max(len(prompts[p]) for p in distinct),
@@ -409,7 +376,7 @@ class JaxSampler:
                           cache_len=b.prompt_len + b.new_tokens,
                           stored_rows=self._cache.k.shape[1], stored_len=self._cache.k.shape[2],
                           new_tokens=b.new_tokens, top_k=b.top_k)
-      ext, dec = self._continue_exec(cb)
+      ext = self._continue_exec(cb)
       src, base = np.zeros(b.prompts, np.int32), np.zeros(b.prompts, np.int32)
       suffix, counts = np.zeros((b.prompts, suffix_len), np.int32), np.ones(b.prompts, np.int32)
       for j, (p, h) in enumerate(zip(distinct, hits)):
@@ -420,7 +387,7 @@ class JaxSampler:
       self.counters["prefill_tokens"] += int(counts[:len(distinct)].sum())
       self.counters["continued_rows"] += len(distinct)
     else:
-      pre, dec = self._executable(b)
+      pre = self._executable(b)
       tokens = np.zeros((b.prompts, b.prompt_len), np.int32)
       lengths = np.ones(b.prompts, np.int32)  # padding prompts: one token
       for j, p in enumerate(distinct):
@@ -437,25 +404,61 @@ class JaxSampler:
     live = np.arange(b.rows) < len(rows)  # padding rows are done from the start
     stops = np.full(o.max_stop_tokens, -1, np.int32)
     stops[:len(params.stop_token_ids)] = params.stop_token_ids
-    out = dec(self._state, logits, cache, source, live, key, np.float32(params.temperature),
-              np.float32(params.top_p), np.int32(params.max_new_tokens), stops)
-    k, v = out.pop("k"), out.pop("v")
-    out = jax.device_get(out)
+    draw = Draw(key, np.float32(params.temperature), np.float32(params.top_p),
+                np.int32(params.max_new_tokens), stops)
+    size = cache.k.shape[2]
+    state = self._start_exec(b.rows, b.prompts, size, b.new_tokens, b.top_k)(
+        logits, cache, source, live, draw)
+    outputs, pieces, where = self._decode(state, np.where(live, np.arange(b.rows), -1), draw,
+                                          size, b.new_tokens, b.top_k, params.max_new_tokens)
     self.counters["prefill_s"] += t1 - t0
     self.counters["decode_s"] += time.perf_counter() - t1
-    samples = [self._sample(out, i, params.top_logprobs) for i in range(len(rows))]
+    samples = [self._sample(outputs[i], params.top_logprobs) for i in range(len(rows))]
     self.counters["decode_tokens"] += sum(len(s.tokens) for s in samples)
     # Cached: the prompt and every sampled token but the last (never fed back).
     sequences = [list(prompts[p]) + s.tokens[:-1] for p, s in zip(rows, samples)]
-    return samples, (k, v, sequences)
+    return samples, (pieces, [(sequences[i], where[i]) for i in range(len(rows))])
 
-  def _sample(self, out: dict, i: int, top_logprobs: int) -> Sample:
-    n = int(out["count"][i])
+  def _decode(self, state, ids, draw, size: int, new_tokens: int, top_k: int, max_new: int):
+    """Decode segments until every row is done, moving the rows still going into smaller
+    buckets on the way. `ids`: the call's row of each bucket row (-1: padding). Returns each
+    row's outputs, the cache pieces, and where each row's final cache lies (piece, row)."""
+    o = self.options
+    rows = len(ids)
+    outputs, pieces, where = {}, [], {}
+
+    def harvest(state, ids, done):
+      host = jax.device_get({f: getattr(state, f) for f in _OUTPUTS})
+      for r in np.flatnonzero(done & (ids >= 0)):
+        if int(ids[r]) not in outputs:
+          outputs[int(ids[r])] = {f: host[f][r] for f in _OUTPUTS}
+          where[int(ids[r])] = (len(pieces), int(r))
+      pieces.append((state.cache.k, state.cache.v))
+
+    while True:
+      state = self._segment_exec(rows, size, new_tokens, top_k)(self._state, state, draw)
+      done = np.asarray(state.done)
+      going = int(np.sum(~done))
+      if going == 0 or int(state.t) >= max_new:
+        break
+      target = max(bucket(going, 1), o.min_decode_rows)
+      if target <= rows // 2:
+        harvest(state, ids, done)
+        idx = np.flatnonzero(~done)
+        keep = np.arange(target) < len(idx)
+        idx = np.concatenate([idx, np.full(target - len(idx), idx[0])]).astype(np.int32)
+        state = self._take_exec(rows, target, size, new_tokens, top_k)(state, idx, keep)
+        ids, rows = np.where(keep, ids[idx], -1), target
+    harvest(state, ids, np.ones(rows, bool))
+    return outputs, pieces, where
+
+  def _sample(self, out: dict, top_logprobs: int) -> Sample:
+    n = int(out["count"])
     top = None
     if top_logprobs:
-      ids, lps = out["top_ids"][i, :n, :top_logprobs], out["top_logprobs"][i, :n, :top_logprobs]
+      ids, lps = out["top_ids"][:n, :top_logprobs], out["top_logprobs"][:n, :top_logprobs]
       top = [dict(zip(a.tolist(), b.tolist())) for a, b in zip(ids, lps)]
-    return Sample(tokens=out["tokens"][i, :n].tolist(), logprobs=out["logprobs"][i, :n].tolist(),
-                  finish_reason="stop" if out["stopped"][i] else "length",
+    return Sample(tokens=out["tokens"][:n].tolist(), logprobs=out["logprobs"][:n].tolist(),
+                  finish_reason="stop" if out["stopped"] else "length",
                   policy_version=self.policy_version,
-                  entropies=out["entropies"][i, :n].tolist(), top_logprobs=top)
+                  entropies=out["entropies"][:n].tolist(), top_logprobs=top)

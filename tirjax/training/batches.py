@@ -12,6 +12,7 @@ from typing import Any, Optional
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from tirjax.advantages.registry import Advantages
 from tirjax.rollouts import Rollouts
@@ -28,6 +29,24 @@ class PolicyBatch:
   advantages: jax.Array  # f32, `Advantages.tokens`
   row_mask: jax.Array  # [B] bool, `Advantages.row_mask`
   ref_logprobs: Optional[jax.Array] = None  # f32, required when the KL weight β > 0
+
+
+TOKEN_FIELDS = ("tokens", "token_valid", "loss_mask", "token_step", "old_logprobs",
+                "ref_logprobs")
+
+
+def trim_tokens(rollouts: Rollouts, multiple: int = 128) -> Rollouts:
+  """`rollouts` with its `[B, L]` token fields cut after the longest row, rounded up to a
+  multiple of `multiple` (a few shapes, so a few compilations). Rows are right-padded, so
+  nothing valid is cut; the train step's cost grows with L (attention with L²), and a
+  batch's rows are often far shorter than the context bound L."""
+  valid = np.asarray(rollouts.token_valid)
+  longest = int(valid.any(axis=0).nonzero()[0].max()) + 1 if valid.any() else 1
+  length = min(rollouts.max_tokens, -(-longest // multiple) * multiple)
+  if length == rollouts.max_tokens:
+    return rollouts
+  return rollouts.replace(**{f: getattr(rollouts, f)[:, :length] for f in TOKEN_FIELDS
+                             if getattr(rollouts, f) is not None})
 
 
 def policy_batch(rollouts: Rollouts, advantages: Advantages) -> PolicyBatch:
