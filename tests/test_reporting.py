@@ -253,3 +253,31 @@ def test_degenerate_statistics():
   assert stats.paired([1.0, 2.0], [1.0, 2.0]).p_value is None
   assert stats.paired([1.5, 2.5], [1.0, 2.0]).p_value == 0.0
   assert stats.paired([1.0], [0.0]).p_value is None
+
+
+def test_detectable_difference_and_seeds_needed():
+  from tirjax.reporting import stats
+  # (t_{0.975,2} + t_{0.8,2}) / sqrt(3) = (4.3027 + 1.0607) / 1.7321
+  assert stats.detectable_difference(1.0, 3) == pytest.approx(3.0966, abs=1e-3)
+  assert stats.detectable_difference(0.5, 3) == pytest.approx(3.0966 / 2, abs=1e-3)
+  assert stats.detectable_difference(1.0, 1) is None
+  sizes = [stats.detectable_difference(1.0, n) for n in range(2, 30)]
+  assert all(a > b for a, b in zip(sizes, sizes[1:]))
+  n = stats.seeds_needed(0.03, 0.02)
+  assert stats.detectable_difference(0.03, n) <= 0.02 < stats.detectable_difference(0.03, n - 1)
+  # A simulated paired t-test at that size rejects about `power` of the time.
+  rng = np.random.default_rng(0)
+  d = rng.normal(0.02, 0.03, size=(4000, n))
+  t = d.mean(1) / (d.std(1, ddof=1) / np.sqrt(n))
+  import scipy.stats
+  rejected = np.mean(np.abs(t) > scipy.stats.t.ppf(0.975, n - 1))
+  assert 0.75 < rejected < 0.88
+
+
+def test_gain_is_last_minus_first_eval():
+  from tirjax.reporting.runs import final_metrics
+  lines = [{"phase": "eval", "step": 0, "eval/accuracy": 0.25},
+           {"phase": "rl", "step": 1, "reward/mean": 0.1},
+           {"phase": "eval", "step": 1, "eval/accuracy": 0.4}]
+  assert final_metrics(lines)["gain/accuracy"] == pytest.approx(0.15)
+  assert "gain/accuracy" not in final_metrics(lines[:1])

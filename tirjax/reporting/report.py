@@ -20,8 +20,12 @@ def render_markdown(study: Study, title: Optional[str] = None, figures: list[str
   parts += ["## Final metrics (mean ± 95% CI half-width over seeds, Student t)\n",
            tables.summary_markdown(study, rows)]
   if any(r.label == study.baseline for r in study.runs):
+    paired = tables.compare(study)
     parts += [f"\n## Paired comparison against `{study.baseline}` (by seed)\n",
-              tables.paired_markdown(tables.compare(study), study.baseline)]
+              tables.paired_markdown(paired, study.baseline)]
+    metric = study.metrics[0]
+    parts += [f"\n## What this design can detect (`{metric}`)\n",
+              tables.power_markdown(paired, metric, study.baseline)]
   else:
     parts.append(f"\nNo `{study.baseline}` runs: no paired comparison.\n")
   parts += ["\n## Runs that did not finish with metrics\n", tables.problems_markdown(study)]

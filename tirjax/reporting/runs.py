@@ -4,7 +4,8 @@ A trainer run directory (written by `experiments.train`) holds
   cell.json     {"label", "estimator", "options", "seed"}
   status.json   {"state": "running" | "finished" | "failed", "error", "step"}
   metrics.jsonl one object per line: {"phase": "sft" | "rl" | "eval", "step", "time", ...}
-Its final metrics are the last eval line's, the mean "reward/mean" of the last `last_rl` RL
+Its final metrics are the last eval line's, `gain/accuracy` (the last eval accuracy minus the
+first, the warm start's, evaluated before RL), the mean "reward/mean" of the last `last_rl` RL
 lines, and the unlearning rates averaged over RL lines (lines whose batch had no necessary
 step, "unlearning/num_necessary" = 0 where logged, carry no rate and are skipped).
 
@@ -22,8 +23,9 @@ from typing import Optional
 
 OK = "finished"
 
-TRAIN_METRICS = ("eval/accuracy", "eval/avg_steps", "eval/unanswerable_rate", "eval/format_reward",
-                 "eval/solve_f1", "reward/mean", "unlearning/rate", "unlearning/row_rate")
+TRAIN_METRICS = ("gain/accuracy", "eval/accuracy", "eval/avg_steps", "eval/unanswerable_rate",
+                 "eval/format_reward", "eval/solve_f1", "reward/mean", "unlearning/rate",
+                 "unlearning/row_rate")
 TRAIN_CURVES = ("reward/mean", "eval/accuracy")
 BENCH_METRICS = ("eval/success", "eval/greedy_success", "eval/mean_outcome", "eval/avg_steps",
                  "eval/early_answer_rate", "reached_threshold", "episodes_to_threshold",
@@ -100,6 +102,9 @@ def final_metrics(lines: list[dict], last_rl: int = 5) -> dict:
   out = {}
   if evals:
     out.update({k: _number(v) for k, v in evals[-1].items() if k.startswith("eval/")})
+    first, last = _number(evals[0].get("eval/accuracy")), _number(evals[-1].get("eval/accuracy"))
+    if len(evals) > 1 and first is not None and last is not None:
+      out["gain/accuracy"] = last - first
   rewards = [_number(x.get("reward/mean")) for x in rl[-last_rl:]]
   rewards = [v for v in rewards if v is not None]
   if rewards:

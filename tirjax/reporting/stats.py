@@ -56,6 +56,7 @@ class Paired:
   n: int
   diff: Interval  # mean difference and its confidence interval
   p_value: Optional[float]  # two-sided paired t-test; None if n < 2 or every difference is 0
+  sd: Optional[float] = None  # standard deviation of the differences (ddof = 1; None if n < 2)
 
 
 def paired(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Paired:
@@ -74,4 +75,28 @@ def paired(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Paire
       warnings.simplefilter("ignore", RuntimeWarning)
       p = float(scipy.stats.ttest_rel(a, b).pvalue)
     p = None if math.isnan(p) else p
-  return Paired(int(d.size), mean_ci(d, level), p)
+  return Paired(int(d.size), mean_ci(d, level), p,
+                float(d.std(ddof=1)) if d.size >= 2 else None)
+
+
+def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = 0.8
+                          ) -> Optional[float]:
+  """The smallest true mean difference a two-sided paired t-test over n seeds detects with
+  probability `power` at level `alpha`, for differences of standard deviation `sd`:
+  (t_{1−α/2, n−1} + t_{power, n−1}) · sd / √n (the usual normal-approximation formula with
+  Student quantiles; None for n < 2)."""
+  if n < 2 or sd is None:
+    return None
+  q = scipy.stats.t.ppf(1 - alpha / 2, n - 1) + scipy.stats.t.ppf(power, n - 1)
+  return float(q * sd / math.sqrt(n))
+
+
+def seeds_needed(sd: float, delta: float, alpha: float = 0.05, power: float = 0.8,
+                 max_seeds: int = 10_000) -> Optional[int]:
+  """The fewest seeds n ≥ 2 whose `detectable_difference(sd, n)` is at most `delta`."""
+  if sd is None or delta <= 0:
+    return None
+  for n in range(2, max_seeds + 1):
+    if detectable_difference(sd, n, alpha, power) <= delta:
+      return n
+  return None

@@ -122,6 +122,35 @@ def paired_markdown(rows: list[PairedRow], baseline: str) -> str:
   return "\n".join(lines) + "\n"
 
 
+def power_markdown(rows: list[PairedRow], metric: str, baseline: str, alpha: float = 0.05,
+                   power: float = 0.8) -> str:
+  """What the design can detect on `metric`: from the paired differences against the baseline,
+  their pooled standard deviation, the smallest difference a paired t-test over these seeds
+  detects (level α, power), and which cells separate; a plain verdict when none does."""
+  found = [r for r in rows if r.metric == metric and r.result is not None and r.result.n >= 2]
+  if not found:
+    return f"No paired differences on `{metric}`: power not computed.\n"
+  n = min(r.result.n for r in found)
+  spreads = [r.result.sd for r in found if r.result.sd is not None]
+  sd = (sum(x * x for x in spreads) / len(spreads)) ** 0.5 if spreads else None
+  mde = stats.detectable_difference(sd, n, alpha, power)
+  separated = [r.label for r in found if r.result.p_value is not None and r.result.p_value < alpha]
+  lines = [f"Pooled standard deviation of the paired differences on `{metric}` over {n} seeds: "
+           f"{fmt(sd)}. With {n} seeds a paired t-test (α = {alpha}, power {power:.0%}) detects "
+           f"a true difference of {fmt(mde)} or more; smaller ones are within noise."]
+  if separated:
+    lines.append(f"Cells that differ from `{baseline}` at p < {alpha}: {', '.join(separated)} "
+                 f"(uncorrected for the {len(found)} comparisons).")
+  else:
+    lines.append(f"**No cell separates from `{baseline}` on `{metric}`** (every paired p ≥ {alpha}).")
+  for delta in (0.05, 0.02):
+    need = stats.seeds_needed(sd, delta, alpha, power)
+    if need is not None:
+      lines.append(f"Detecting a difference of {delta} would take about {need} seeds at this "
+                   "spread (or a larger RL budget that widens the differences).")
+  return "\n\n".join(lines) + "\n"
+
+
 def problems_markdown(study: Study) -> str:
   """Runs that are not ok, with their state, error and source."""
   bad = [r for r in study.runs if not r.ok]
