@@ -17,9 +17,8 @@ from configs import base
 def get_config(arg=None):
   c = base.make(arg, estimator="dapo", rollout=dict(mode="independent", n=8, max_steps=6),
                 loss=dict(clip_low=0.2, clip_high=0.28, aggregation="token_mean", kl_coef=0.0))
-  c.unlock()
-  generated = c.rollout.max_steps * c.rollout.max_new_tokens
+  # Live references: an override of rollout.max_steps or max_new_tokens moves L_max and L_cache.
+  generated = c.rollout.get_ref("max_steps") * c.rollout.get_ref("max_new_tokens")
   c.advantage.options.max_response_tokens = generated
   c.advantage.options.overlong_cache = generated // 5
-  c.lock()
   return c

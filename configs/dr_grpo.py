@@ -16,7 +16,7 @@ from configs import base
 def get_config(arg=None):
   c = base.make(arg, estimator="dr_grpo", rollout=dict(mode="independent", n=8, max_steps=6),
                 loss=dict(kl_coef=0.0, aggregation="seq_mean_token_sum_norm", norm_constant=1.0))
-  c.unlock()
-  c.loss.norm_constant = float(c.rollout.max_steps * c.rollout.max_new_tokens)
-  c.lock()
+  # A live reference: an override of rollout.max_steps or max_new_tokens moves the constant.
+  c.loss.norm_constant = (c.rollout.get_ref("max_steps") *
+                          c.rollout.get_ref("max_new_tokens")).to_float()
   return c

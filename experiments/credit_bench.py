@@ -104,11 +104,14 @@ def main(argv=None) -> None:
                            "and PORTool's ablations)")
   parser.add_argument("--iterations", type=int, default=TrainOptions.iterations,
                       help="training batches per run")
+  parser.add_argument("--early-answer", type=float, default=ChainTask.early_answer,
+                      help="R_out of an answer before the chain is done (0: unable_to_answer, "
+                           "a local optimum above a crash's -1; -1 removes it)")
   args = parser.parse_args(argv)
   try:
     seeds = parse_seeds(args.seeds)
     labels = split_labels(args.estimators) if args.estimators else cells.default_labels()
-    task, rollouts = ChainTask(), RolloutOptions()
+    task, rollouts = ChainTask(early_answer=args.early_answer), RolloutOptions()
     train = TrainOptions(iterations=args.iterations)
     for label in labels:  # fail on a bad label before any run
       cells.parse_cell(label, rollouts, task.max_steps)

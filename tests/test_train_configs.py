@@ -106,3 +106,31 @@ def test_mesh_preset():
   assert tuple(map(tuple, c.sharding.mesh)) == (("data", -1), ("fsdp", 2), ("tensor", 1))
   with pytest.raises(ValueError, match="mesh=2x2"):
     load("grpo", "mesh=2x2")
+
+
+@pytest.mark.parametrize("name, base_key, value, derived", [
+    ("dapo", "rollout.max_new_tokens", 100, {"advantage.options.max_response_tokens": 6 * 100,
+                                             "advantage.options.overlong_cache": 120}),
+    ("dapo", "rollout.max_steps", 3, {"advantage.options.max_response_tokens": 3 * 64,
+                                      "advantage.options.overlong_cache": 3 * 64 // 5}),
+    ("dr_grpo", "rollout.max_new_tokens", 100, {"loss.norm_constant": 600.0}),
+    ("dr_grpo", "rollout.max_steps", 2, {"loss.norm_constant": 128.0}),
+    ("grpo", "train.queries_per_step", 5, {"rollout.shapes.num_rows": 5 * 8}),
+    ("grpo", "rollout.n", 4, {"rollout.shapes.num_rows": 2 * 4}),
+    ("hidifftir", "rollout.max_steps", 4, {"rollout.shapes.max_steps": 4}),
+    ("hidifftir", "sft.steps", 300, {"sft.optim.decay_steps": 300}),
+])
+def test_values_derived_from_an_overridden_key_follow_it(name, base_key, value, derived):
+  """Issue 16: derived values are live references, never frozen in get_config."""
+  c = load(name)
+  node = c
+  *path, leaf = base_key.split(".")
+  for part in path:
+    node = node[part]
+  node[leaf] = value
+  for key, want in derived.items():
+    got = c
+    for part in key.split("."):
+      got = got[part]
+    assert got == want, key
+  resolve.resolve(c)  # and the result is a valid config
