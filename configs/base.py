@@ -83,6 +83,7 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
 
   c.sft = ml_collections.ConfigDict(dict(
       steps=0, batch_size=16, num_demos=2000, p_recover=0.15, p_detour=0.1, p_reorder=0.3,
+      p_confuse=0.0,  # toolworld: demos that take compare/sort/filter/convert's direction at random
       # toolworld: the demonstrations' query mix (hops 1-4); () = env.hop_weights
       hop_weights=()))
   c.sft.optim = config_from_dataclass(OptimizerOptions(learning_rate=1e-5, warmup_steps=10))

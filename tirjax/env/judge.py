@@ -2,10 +2,11 @@
 
 Two judges with one rule for a missing answer (no `response_gen` within T_max → "false"):
 
-* `rule_verdict`: normalised exact match, containment of the normalised reference in the
-  answer (on word boundaries), or a number in the answer within a tolerance of a numeric
-  reference. The reference `unable_to_answer` is matched by an answer that says it cannot
-  answer ("true"); an answer that says so to an answerable question gets "unable_to_answer".
+* `rule_verdict`: the final answer against the reference with no near miss passing
+  (`matches`): numbers at the reference's precision, every number of the answer counted;
+  strings normalised, exactly or as whole words of an answer that hedges nothing. The reference `unable_to_answer` is met by an answer that says it cannot answer
+  with the verdict "unable_to_answer" (R_out 0, as PORTool's judge defines: such a row never
+  counts as correct); an answer that says so to an answerable question gets it too.
 * `LLMJudge`: any OpenAI-compatible `/chat/completions` endpoint (urllib, no extra
   dependency). It sees the whole trajectory, is asked `votes` (5) times independently, and the
   plurality of the valid votes wins. Explicit rules:
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import decimal
 import json
 import math
 import re
@@ -41,6 +43,15 @@ _ARTICLES = {"a", "an", "the"}
 _UNABLE_PHRASES = ("unable to answer", "cannot answer", "can not answer", "cant answer",
                    "not able to answer", "cannot be answered", "unable to determine",
                    "cannot determine", "insufficient information", "not enough information")
+_FILLER = frozenset({"final", "answer", "is", "it", "its", "result", "so", "thus", "therefore",
+                     "here", "that", "this", "answers", "my", "correct", "which"})
+# Words a number may carry: units and counts ("1,528 km", "60 days", "45%"); no single
+# letters, which are answers of their own (ToolHop asks for letters).
+_UNITS = frozenset({"km", "mi", "mile", "miles", "meter", "meters", "metre", "metres", "ft",
+                    "feet", "foot", "kg", "kilograms", "lb", "lbs", "pound", "pounds",
+                    "celsius", "fahrenheit", "degrees", "degree", "day", "days", "year", "years",
+                    "people", "staff", "employees", "percent", "usd", "dollars", "million",
+                    "units", "unit", "times", "points", "inhabitants"})
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
@@ -54,13 +65,14 @@ def outcome(verdict: str) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class RuleOptions:
-  rel_tol: float = 1e-4
-  abs_tol: float = 1e-8
-  containment: bool = True
+  """Attributes:
+    containment: a string reference also matches as a run of whole words framed only by
+      filler words ("the final answer is", "so", ...): "The answer is Paris." is true;
+      "Paris or Lyon", "Lyon, Paris", "maybe Paris" and "The capital is Paris" (what else
+      does it name?) are not.
+  """
 
-  def __post_init__(self):
-    if self.rel_tol < 0 or self.abs_tol < 0:
-      raise ValueError(f"rel_tol / abs_tol: must be >= 0, got {self.rel_tol} / {self.abs_tol}")
+  containment: bool = True
 
 
 def normalize(text: str) -> str:
@@ -86,18 +98,70 @@ def parse_number(text: str) -> Optional[float]:
   return x if math.isfinite(x) else None
 
 
+def decimals(reference: str) -> int:
+  """Decimal places the reference is given to ("12" → 0, "24.80" → 2, "1e3" → 0)."""
+  t = reference.strip().replace(",", "").removeprefix("$").removesuffix("%").strip().lower()
+  mantissa = t.split("e")[0]
+  return len(mantissa.split(".")[1]) if "." in mantissa else 0
+
+
+def _decimal(text: str) -> Optional[decimal.Decimal]:
+  t = text.strip().replace(",", "").removeprefix("$").removesuffix("%").strip()
+  try:
+    x = decimal.Decimal(t)
+  except decimal.InvalidOperation:
+    return None
+  return x if x.is_finite() else None
+
+
+def numbers_in(answer: str) -> list[decimal.Decimal]:
+  """Every number written in the answer, in order, exactly as written (decimal)."""
+  found = (_decimal(m.group()) for m in _NUMBER.finditer(answer))
+  return [x for x in found if x is not None]
+
+
+def same_number(x: decimal.Decimal, reference: str) -> bool:
+  """x equals the reference at the reference's precision: exactly for an integer reference,
+  rounded half up to its decimal places otherwise (decimal arithmetic: 610.75 is 610.8, not
+  610.7, whatever binary floats make of it)."""
+  ref = _decimal(reference)
+  places = decimals(reference)
+  if ref is None:
+    return False
+  if places == 0:
+    return x == ref
+  unit = decimal.Decimal(1).scaleb(-places)
+  return x.quantize(unit, rounding=decimal.ROUND_HALF_UP) == ref.quantize(unit)
+
+
 def matches(answer: str, reference: str, options: RuleOptions = RuleOptions()) -> bool:
-  """A numeric reference matches a number of the answer within tolerance (signs and decimal
-  points matter, so normalised text is not compared); any other reference matches the
-  normalised answer exactly or, with `containment`, as a run of whole words."""
+  """Whether a final answer states the reference (SPEC §6.1's rule judge; no near miss passes).
+
+  A numeric reference: the answer holds at least one number, every number in it equals the
+  reference at its precision (integers exactly, decimals to the reference's places), and its
+  other words are units or filler, so a changed digit, a list of candidates, "about 15" or
+  "Lyon 15" never matches, while "1,528 km" or "324.0" for "324" does. Any other reference: the normalised answer equals it,
+  or (with `containment`) holds it framed by filler words only (a hedge word, another name
+  or a list of candidates is not filler).
+  """
   ref = parse_number(reference)
   if ref is not None:
-    return any(math.isclose(float(m.group().replace(",", "")), ref, rel_tol=options.rel_tol,
-                            abs_tol=options.abs_tol) for m in _NUMBER.finditer(answer))
+    found = numbers_in(answer)
+    words = [w for w in normalize(_NUMBER.sub(" ", answer)).split()]
+    return (bool(found) and all(same_number(x, reference) for x in found)
+            and all(w in _FILLER or w in _UNITS for w in words))
   na, nr = normalize(answer), normalize(reference)
   if not nr:
     return False
-  return na == nr or (options.containment and f" {nr} " in f" {na} ")
+  if na == nr:
+    return True
+  if not options.containment:
+    return False
+  words, ref = na.split(), nr.split()
+  for i in range(len(words) - len(ref) + 1):  # the reference, framed by filler words only
+    if words[i:i + len(ref)] == ref:
+      return all(w in _FILLER for w in words[:i] + words[i + len(ref):])
+  return False
 
 
 def rule_verdict(answer: Optional[str], reference: Optional[str],

@@ -158,7 +158,8 @@ def resolve(c) -> Experiment:
     _need(loss.norm_constant is not None, "loss.norm_constant", "required by this aggregation")
   try:
     demos = DemoOptions(p_recover=c.sft.p_recover, p_detour=c.sft.p_detour,
-                        p_reorder=c.sft.p_reorder, answer_protocol=rollout.answer_protocol)
+                        p_reorder=c.sft.p_reorder, p_confuse=c.sft.p_confuse,
+                        answer_protocol=rollout.answer_protocol)
   except ValueError as e:
     raise ConfigError(f"sft.{e}") from None
 

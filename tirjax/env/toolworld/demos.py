@@ -12,6 +12,13 @@ Imperfect demos (kinds):
   the policy learns to recover from the error without learning to make it.
 * "detour": one extra, unnecessary but harmless look-up step (an unused field of an entity the
   question names).
+
+A demonstrator may also be unsure which way the question points (`p_confuse`): in that share
+of demos, every call whose direction the question states — `compare`'s max/min, `sort_list`'s
+order, `filter_list`'s over/under, `convert`'s from/to — takes its direction at random, and the
+demo goes on with what that call returned (its answer is then wrong half the time). The
+policy learns from such demos how to compare, sort, filter and convert, but not which way:
+only the outcome of its own attempts can teach that (RL).
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ class DemoOptions:
     p_detour: share of demos with one unnecessary look-up step.
     p_reorder: share of demos that follow a random valid order instead of the canonical one
       (only plans with independent calls have another order).
+    p_confuse: share of demos whose direction-bearing calls take a random direction (see the
+      module docstring).
     answer_protocol: "response_gen" or "answer_tag".
   """
 
@@ -51,9 +60,10 @@ class DemoOptions:
   p_detour: float = 0.1
   p_reorder: float = 0.3
   answer_protocol: str = "response_gen"
+  p_confuse: float = 0.0
 
   def __post_init__(self):
-    for name in ("p_recover", "p_detour", "p_reorder"):
+    for name in ("p_recover", "p_detour", "p_reorder", "p_confuse"):
       if not 0 <= getattr(self, name) <= 1:
         raise ValueError(f"{name}: must lie in [0, 1], got {getattr(self, name)}")
     if self.p_recover + self.p_detour > 1:
@@ -99,6 +109,23 @@ def describe(call: dict) -> str:
   if name == "date_diff":
     return f"Count the days from {a['start']} to {a['end']}."
   raise ValueError(f"describe: no description for tool {name!r}")
+
+
+_DIRECTIONS = {"compare": ("mode", ("max", "min")), "sort_list": ("order", ("desc", "asc")),
+               "filter_list": ("op", ("gt", "lt"))}
+
+
+def confuse(call: dict, rng: random.Random) -> dict:
+  """`call` with its direction drawn at random (unchanged for a call without one)."""
+  name, args = call["name"], dict(call["arguments"])
+  if name in _DIRECTIONS:
+    key, values = _DIRECTIONS[name]
+    args[key] = rng.choice(values)
+  elif name == "convert" and rng.random() < 0.5:
+    args["from_unit"], args["to_unit"] = args["to_unit"], args["from_unit"]
+  else:
+    return call
+  return {"name": name, "arguments": args}
 
 
 def _misspell(name: str, rng: random.Random) -> str:
@@ -173,6 +200,7 @@ def make_demo(task: Task, rng: random.Random, options: DemoOptions = DemoOptions
   reached = next((s + 1 for s, step in enumerate(schedule)
                   if any(plan[i]["name"] == down for i in step)), len(schedule))
   kind, wrong, detour = _imperfection(task, schedule, reached, rng, options)
+  confused = options.p_confuse > 0 and rng.random() < options.p_confuse
 
   messages = chat.prompt_messages(task.question, options.answer_protocol)
   results: dict[int, Any] = {}
@@ -190,6 +218,8 @@ def make_demo(task: Task, rng: random.Random, options: DemoOptions = DemoOptions
       emit(describe(detour[1]), [detour[1]])
     calls = [{"name": plan[i]["name"], "arguments": resolve(plan[i]["arguments"], results)}
              for i in step]
+    if confused:
+      calls = [confuse(c, rng) for c in calls]
     if wrong and wrong[0] == s:
       k = step.index(wrong[1])
       sent = calls[:k] + [corrupt(calls[k], rng)] + calls[k + 1:]
