@@ -208,7 +208,8 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
                        exp.rollout.max_steps, exp.loss.aggregation)
     stats.update(clock.metrics(batch.stats))
     stats["dapo/extra_rounds"] = extra_rounds
-    if (i + 1) % config.train.eval_every == 0 or i + 1 == config.train.steps:
+    every = config.train.eval_every
+    if (every and (i + 1) % every == 0) or i + 1 == config.train.steps:
       with clock("eval"):
         last_eval = evaluate_now()
       writer.write("eval", i + 1, last_eval)

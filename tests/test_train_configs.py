@@ -116,7 +116,7 @@ def test_mesh_preset():
     ("dr_grpo", "rollout.max_new_tokens", 100, {"loss.norm_constant": 600.0}),
     ("dr_grpo", "rollout.max_steps", 2, {"loss.norm_constant": 128.0}),
     ("grpo", "train.queries_per_step", 5, {"rollout.shapes.num_rows": 5 * 8}),
-    ("grpo", "rollout.n", 4, {"rollout.shapes.num_rows": 2 * 4}),
+    ("grpo", "rollout.n", 4, {"rollout.shapes.num_rows": 3 * 4}),
     ("hidifftir", "rollout.max_steps", 4, {"rollout.shapes.max_steps": 4}),
     ("hidifftir", "sft.steps", 300, {"sft.optim.decay_steps": 300}),
 ])
@@ -134,3 +134,26 @@ def test_values_derived_from_an_overridden_key_follow_it(name, base_key, value, 
       got = got[part]
     assert got == want, key
   resolve.resolve(c)  # and the result is a valid config
+
+
+@pytest.mark.parametrize("derived_key, base_key", [
+    ("sft.optim.decay_steps", "sft.steps"), ("rollout.shapes.max_steps", "rollout.max_steps"),
+    ("rollout.shapes.num_rows", "train.queries_per_step")])
+def test_overriding_a_derived_value_leaves_its_source_alone(derived_key, base_key):
+  """A derived key set on the command line replaces the link; a shared reference would have
+  changed its source as well (ml_collections sets a referenced value through any alias)."""
+  c = load("hidifftir")
+
+  def get(key):
+    node = c
+    for part in key.split("."):
+      node = node[part]
+    return node
+
+  before = get(base_key)
+  *path, leaf = derived_key.split(".")
+  node = c
+  for part in path:
+    node = node[part]
+  node[leaf] = 96
+  assert get(derived_key) == 96 and get(base_key) == before

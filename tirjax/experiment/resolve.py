@@ -121,7 +121,8 @@ def resolve(c) -> Experiment:
 
   for key in ("train.steps", "sft.steps"):
     _int_at_least(c, key, 0)
-  for key in ("train.queries_per_step", "train.micro_batches", "train.eval_every",
+  _int_at_least(c, "train.eval_every", 0)
+  for key in ("train.queries_per_step", "train.micro_batches",
               "train.checkpoint_every", "train.keep_checkpoints", "train.log_every",
               "sft.batch_size", "sft.num_demos"):
     _int_at_least(c, key, 1)
