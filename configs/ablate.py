@@ -38,7 +38,7 @@ import ml_collections
 from configs import base
 from tirjax.config import parse_preset_arg
 
-SNAPSHOT_STEPS = 8
+SNAPSHOT_STEPS = 10
 ESTIMATORS = ("grpo", "grpo_fm", "dr_grpo", "rloo", "dapo", "arpo", "toolrl", "ftrl",
               "matchtir_km", "matchtir_ot", "hidifftir", "portool")
 PORTOOL = ("grpo", "portool", "portool/tree_aggregation=max", "portool/tree_aggregation=mean",
@@ -47,13 +47,18 @@ PORTOOL = ("grpo", "portool", "portool/tree_aggregation=max", "portool/tree_aggr
 HIDIFFTIR = ("grpo", "hidifftir", "hidifftir/success_rate=smoothed",
              "hidifftir/trajectory_difficulty=false", "hidifftir/turn_difficulty=false",
              "hidifftir/answer_turn=none", "matchtir_km", "matchtir_km/matching=greedy")
+# The committed snapshot: every estimator and the ablations the papers' claims rest on.
+SNAPSHOT_CELLS = ESTIMATORS + ("portool/omega1=0", "portool/fork_scale=none",
+                               "portool/rollout.mode=independent",
+                               "hidifftir/turn_difficulty=false",
+                               "hidifftir/trajectory_difficulty=false")
 GRIDS = {"all": tuple(dict.fromkeys(ESTIMATORS + PORTOOL + HIDIFFTIR)), "estimators": ESTIMATORS,
          "portool": PORTOOL, "hidifftir": HIDIFFTIR, "smoke": ("grpo", "portool"),
-         "snapshot": ESTIMATORS}
+         "snapshot": SNAPSHOT_CELLS}
 # The committed snapshot (benchmarks/results/ablation_toolworld.md): every estimator from one
 # shared SFT warm start per answer protocol, a short RL budget that fits a 2-core CPU in about
 # an hour; its differences are expected to be within noise at this budget.
-SNAPSHOT = dict(train=dict(steps=SNAPSHOT_STEPS, eval_every=SNAPSHOT_STEPS, eval_at_start=False,
+SNAPSHOT = dict(train=dict(steps=SNAPSHOT_STEPS, eval_every=0, eval_at_start=False,
                            checkpoint_every=SNAPSHOT_STEPS))
 # The smoke grid: every stage (SFT warm start, tree and independent rollouts, updates, eval,
 # export, report) on the smallest sizes.

@@ -225,6 +225,8 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
                              (run_clock.seconds.get("eval", 0.0) - eval_before_rl))
 
   # -- Final evaluation, export, summary ------------------------------------------------------
+  if last_eval is None and config.train.steps == 0 and config.sft.steps > 0:
+    last_eval = json.load(open(os.path.join(workdir, "eval_after_sft.json")))  # the same weights
   if last_eval is None:  # resumed after the last step, or no RL steps
     last_eval = evaluate_now()
   if config.train.export_final:

@@ -198,3 +198,37 @@ def test_demo_options_validation():
                      (dict(answer_protocol="x"), "answer_protocol")]:
     with pytest.raises(ValueError, match=match):
       DemoOptions(**bad)
+
+
+def _calls(demo):
+  out = []
+  for m in demo.messages:
+    hit = m["role"] == "assistant" and STEP.fullmatch(m["content"])
+    if hit:
+      out += json.loads(hit.group(2))
+  return out
+
+
+def test_confused_demos_take_directions_at_random_and_follow_their_results(tasks):
+  """`p_confuse=1`: every direction-bearing call takes a random direction (so about half the
+  demos of such tasks end wrong, the rest of the demo executed faithfully); `p_confuse=0`
+  leaves every demo as it was."""
+  plain = make_demos(tasks, seed=0)
+  confused = make_demos(tasks, seed=0, options=DemoOptions(p_confuse=1.0))
+  assert make_demos(tasks, seed=0, options=DemoOptions(p_confuse=0.0))[5].messages == \
+      plain[5].messages
+  directed = [(t, d) for t, d in zip(tasks, confused)
+              if t.metadata["down"] is None and any(
+                  c["name"] in ("compare", "sort_list", "filter_list", "convert")
+                  for c in t.metadata["plan"])]
+  assert len(directed) > 50
+  wrong = sum(d.answer != t.answer for t, d in directed)
+  assert 0.3 < wrong / len(directed) < 0.7
+  modes = collections.Counter(c["arguments"]["mode"] for _, d in directed for c in _calls(d)
+                              if c["name"] == "compare")
+  assert modes["max"] > 5 and modes["min"] > 5
+  # Undirected tasks are untouched.
+  for t, p, c in zip(tasks, plain, confused):
+    if not any(x["name"] in ("compare", "sort_list", "filter_list", "convert")
+               for x in t.metadata["plan"]):
+      assert c.answer == p.answer

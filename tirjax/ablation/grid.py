@@ -94,8 +94,11 @@ class Job:
     return f"{self.label} seed{self.seed}"
 
   def cell_json(self) -> dict:
-    return {"label": self.label, "estimator": self.estimator, "options": self.options,
-            "seed": self.seed, "recipe": self.recipe.to_json()}
+    out = {"label": self.label, "estimator": self.estimator, "options": self.options,
+           "seed": self.seed, "recipe": self.recipe.to_json()}
+    if self.needs:  # the warm start's evaluation is the run's baseline (gain/accuracy)
+      out["warm_start"] = os.path.abspath(self.needs)
+    return out
 
 
 @functools.cache

@@ -5,7 +5,8 @@ A trainer run directory (written by `experiments.train`) holds
   status.json   {"state": "running" | "finished" | "failed", "error", "step"}
   metrics.jsonl one object per line: {"phase": "sft" | "rl" | "eval", "step", "time", ...}
 Its final metrics are the last eval line's, `gain/accuracy` (the last eval accuracy minus the
-first, the warm start's, evaluated before RL), the mean "reward/mean" of the last `last_rl` RL
+first, evaluated before RL, or, for a run from a grid's warm start (cell.json "warm_start"),
+minus that warm start's evaluation after SFT), the mean "reward/mean" of the last `last_rl` RL
 lines, and the unlearning rates averaged over RL lines (lines whose batch had no necessary
 step, "unlearning/num_necessary" = 0 where logged, carry no rate and are skipped).
 
@@ -145,6 +146,14 @@ def load_run_dir(path: str, last_rl: int = 5) -> Run:
   except (OSError, ValueError) as e:
     run.state, run.error, lines = "unreadable", str(e), []
   run.final = final_metrics(lines, last_rl)
+  warm = cell.get("warm_start")
+  if "gain/accuracy" not in run.final and warm and run.final.get("eval/accuracy") is not None:
+    try:  # an RL run from a shared warm start: its baseline is the warm start's evaluation
+      start = _number(_read_json(os.path.join(warm, "eval_after_sft.json")).get("eval/accuracy"))
+    except (OSError, json.JSONDecodeError):
+      start = None
+    if start is not None:
+      run.final["gain/accuracy"] = run.final["eval/accuracy"] - start
   run.curves = {"reward/mean": _curve(lines, "rl", "reward/mean"),
                 "eval/accuracy": _curve(lines, "eval", "eval/accuracy")}
   if run.state == OK and not any(k.startswith("eval/") for k in run.final):
