@@ -1,0 +1,105 @@
+"""The RL step of the tiny default, phase by phase, with the JAX sampler's prefix cache on and
+off at equal work (same config, seed and warm start: the same sampled tokens).
+
+    python -m experiments.bench_rl_step --hf_checkpoint=runs/default_bench/seed0/hf_export \\
+        --json=benchmarks/results/bench_rl_step_cpu.json
+
+Each variant is a fresh `experiments.train` run of `--steps` RL steps from the checkpoint (no
+SFT, no evaluation); the first `--skip` steps (compilation) are left out of the medians. Also
+measured: the sampler's raw decode throughput at the same batch (rows that never stop, no
+tool turns), against which the episodes' generated tokens per second of sampler time are set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+from absl import app, flags
+
+flags.DEFINE_string("hf_checkpoint", None, "Warm start: an HF export of the tiny model.")
+flags.DEFINE_string("config", "configs/hidifftir.py:model=tiny", "The run config.")
+flags.DEFINE_integer("steps", 12, "RL steps per variant.")
+flags.DEFINE_integer("skip", 2, "First steps left out of the medians (compilation).")
+flags.DEFINE_string("workdir", "runs/bench_rl_step", "Parent of the variants' run directories.")
+flags.DEFINE_string("json", "benchmarks/results/bench_rl_step_cpu.json", "Results.")
+flags.mark_flag_as_required("hf_checkpoint")
+FLAGS = flags.FLAGS
+
+VARIANTS = {"re-prefill": False, "prefix cache": True}
+
+
+def run_variant(name: str, reuse: bool) -> dict:
+  workdir = os.path.join(FLAGS.workdir, name.replace(" ", "_"))
+  command = [sys.executable, "-m", "experiments.train", f"--config={FLAGS.config}",
+             f"--workdir={workdir}", f"--config.model.hf_checkpoint={FLAGS.hf_checkpoint}",
+             "--config.sft.steps=0", f"--config.train.steps={FLAGS.steps}",
+             "--config.train.eval_at_start=False", "--config.env.eval_tasks=1",
+             "--config.train.export_final=False", "--config.train.progress_bar=False",
+             f"--config.sampler.reuse_cache={reuse}"]
+  subprocess.run(command, check=True)
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    rows = [r for r in map(json.loads, f) if r["phase"] == "rl"][FLAGS.skip:]
+  keys = sorted({k for r in rows for k in r if k.startswith(("time/", "tokens/"))})
+  med = {k: statistics.median(r[k] for r in rows if k in r) for k in keys}
+  step = {k: med[k] for k in med if k.startswith("time/") and k.split("/")[1] in (
+      "handover_s", "rollout_s", "advantages_s", "reference_s", "update_s")}
+  med["time/step_s"] = sum(step.values())
+  med["episode_tokens_per_s"] = med["tokens/decode"] / med["time/sampler_s"]
+  med["sampled_tokens"] = [r["rollout/sampled_tokens"] for r in rows]
+  return med
+
+
+def raw_decode(rows: int) -> float:
+  """Generated tokens per second of decode time: `rows` rows of 300 prompt tokens that never
+  stop, 64 new tokens each, no prefix cache (the sampler's own throughput at that batch)."""
+  from tirjax.models.hf_io import load_hf
+  from tirjax.sampling.interface import SamplingParams
+  from tirjax.sampling.jax_sampler import JaxSampler, JaxSamplerOptions
+  sampler = JaxSampler(load_hf(FLAGS.hf_checkpoint), JaxSamplerOptions(
+      min_batch=rows, min_prompts=1, max_batch=256, min_prompt_len=512, min_new_tokens=64,
+      reuse_cache=False))
+  rng = np.random.default_rng(0)
+  prompts = [rng.integers(5, 300, size=300).tolist() for _ in range(rows)]
+  params = SamplingParams(max_new_tokens=64, seed=0)
+  sampler.generate(prompts, params)  # compile
+  before = dict(sampler.counters)
+  for seed in range(3):
+    sampler.generate(prompts, SamplingParams(max_new_tokens=64, seed=seed))
+  return ((sampler.counters["decode_tokens"] - before["decode_tokens"]) /
+          (sampler.counters["decode_s"] - before["decode_s"]))
+
+
+def main(argv):
+  del argv
+  start = time.perf_counter()
+  results = {name: run_variant(name, reuse) for name, reuse in VARIANTS.items()}
+  with open(os.path.join(FLAGS.workdir, "prefix_cache", "config.json")) as f:
+    rows = json.load(f)["rollout"]["shapes"]["num_rows"]
+  raw = raw_decode(rows)
+  old, new = results["re-prefill"], results["prefix cache"]
+  out = dict(
+      command="python -m experiments.bench_rl_step " + " ".join(sys.argv[1:]),
+      machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
+                   python=platform.python_version()),
+      config=FLAGS.config, rows_per_step=rows, variants=results,
+      raw_decode_tokens_per_s=raw,
+      same_sampled_tokens=old["sampled_tokens"] == new["sampled_tokens"],
+      step_speedup=old["time/step_s"] / new["time/step_s"],
+      rollout_speedup=old["time/rollout_s"] / new["time/rollout_s"],
+      episode_efficiency=new["episode_tokens_per_s"] / raw,
+      seconds=round(time.perf_counter() - start, 1))
+  os.makedirs(os.path.dirname(FLAGS.json) or ".", exist_ok=True)
+  with open(FLAGS.json, "w") as f:
+    json.dump(out, f, indent=1)
+  print(json.dumps({k: v for k, v in out.items() if k != "variants"}, indent=1))
+
+
+if __name__ == "__main__":
+  app.run(main)
