@@ -406,3 +406,46 @@ def test_options_and_tools_are_validated():
     StepParser([Tool("bad", "", {"type": "objekt"})])
   with pytest.raises(ValueError, match="names must be distinct"):
     StepParser([_tool("add"), _tool("add")])
+
+
+# -- messages the policy reads (issue 14) ----------------------------------------------------
+
+_SCHEMA = {"type": "object", "properties": {k: {"type": "integer"} for k in "abcdefg"},
+           "required": list("abcdefg"), "additionalProperties": False}
+
+
+def test_missing_arguments_are_listed_once_and_the_rest_counted_right():
+  from tirjax.env.schemas import check_arguments
+  assert check_arguments(_SCHEMA, {}) == [
+      "missing required arguments 'a', 'b', 'c', 'd', 'e', 'f', 'g'"]
+  bad = {k: "x" for k in "abcdefg"}
+  out = check_arguments(_SCHEMA, bad)
+  assert len(out) == len(set(out))
+  shown = [m for m in out if not m.startswith("and ")]
+  assert out[-1] == f"and {7 - len(shown)} more"
+
+
+def test_argument_names_with_quotes_are_escaped():
+  from tirjax.env.schemas import check_arguments
+  (msg,) = [m for m in check_arguments(_SCHEMA, {"x'y": 1, **{k: 1 for k in "abcdefg"}})]
+  assert msg == 'unexpected argument "x\'y"'
+
+
+def test_a_close_tag_inside_an_argument_is_named():
+  from tirjax.env.parser import StepParser
+  from tirjax.env.tools import Tool
+  p = StepParser([Tool(name="f", description="d", parameters={"type": "object"},
+                       fn=lambda **k: 1)], "response_gen")
+  err = p.parse('<think>x</think><tool_call>[{"name": "f", "arguments": {"s": "a</tool_call>b"'
+                '}}]</tool_call>').error
+  assert "appears twice" in err and "<\\/tool_call>" in err
+
+
+def test_huge_integers_are_out_of_range_without_pythons_hint():
+  from tirjax.env.parser import StepParser
+  from tirjax.env.tools import Tool
+  p = StepParser([Tool(name="f", description="d", parameters={"type": "object"},
+                       fn=lambda **k: 1)], "response_gen")
+  err = p.parse('<think>x</think><tool_call>[{"name": "f", "arguments": {"n": ' + "9" * 5000 +
+                '}}]</tool_call>').error
+  assert "out of range" in err and "5000 digits" in err and "set_int_max_str_digits" not in err

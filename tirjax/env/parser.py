@@ -95,9 +95,12 @@ def _finite(text):
 
 
 def _int64(text):
-  value = int(text)
-  if not -2**63 <= value < 2**63:
-    raise _InvalidJson(f"the integer {text[:20]}… is out of range (64-bit integers only)")
+  # Checked on the digits first: int() of thousands of digits fails with Python's own hint
+  # about sys.set_int_max_str_digits, which means nothing to the policy.
+  value = int(text) if len(text.lstrip("-")) <= 19 else None
+  if value is None or not -2**63 <= value < 2**63:
+    raise _InvalidJson(f"the integer {text[:20]}… ({len(text.lstrip('-'))} digits) is out of "
+                       "range (64-bit integers only)")
   return value
 
 
@@ -212,6 +215,10 @@ class StepParser:
       return None, None, (f"more than one {open_tag} block; put all calls of a step in one "
                           f"JSON array inside a single {open_tag} block" if kind == "tool_call"
                           else f"more than one {open_tag} block")
+    if close_tag in tail:
+      return None, None, (f"{close_tag} appears twice: the first one ends the block, so an "
+                          f"argument cannot contain it (write {close_tag.replace('/', chr(92) + '/')}"
+                          " inside a JSON string)")
     if tail:
       return None, None, f"unexpected text after {close_tag}: {snippet(tail)}"
     return kind, rest[len(open_tag):end], None

@@ -64,20 +64,25 @@ def _short(value: Any, limit: int = 60) -> str:
   return text if len(text) <= limit else text[:limit] + "…"
 
 
+def _name(text: str) -> str:
+  """An argument name in a message: 'city', or JSON-quoted when it holds a quote or an escape."""
+  return f"'{text}'" if not any(c in text for c in "'\\\"\n") else json.dumps(text)
+
+
 def describe(error: jsonschema.ValidationError) -> str:
   """One schema violation, naming the argument."""
   where = _path(error.absolute_path)
   prefix = f"{where}." if where else ""
   if error.validator == "required" and isinstance(error.instance, Mapping):
     missing = [p for p in error.validator_value if p not in error.instance]
-    names = ", ".join(f"'{prefix}{p}'" for p in missing)
+    names = ", ".join(_name(f"{prefix}{p}") for p in missing)
     return f"missing required argument{'s' if len(missing) > 1 else ''} {names}"
   if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
     allowed = set((error.schema.get("properties") or {}))
     extra = sorted(k for k in error.instance if k not in allowed)
-    names = ", ".join(f"'{prefix}{k}'" for k in extra)
+    names = ", ".join(_name(f"{prefix}{k}") for k in extra)
     return f"unexpected argument{'s' if len(extra) > 1 else ''} {names}"
-  subject = f"argument '{where}'" if where else "arguments"
+  subject = f"argument {_name(where)}" if where else "arguments"
   if error.validator == "type":
     want = error.validator_value
     want = " or ".join(want) if isinstance(want, list) else want
@@ -95,7 +100,10 @@ def check_arguments(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> 
   """The schema violations of `arguments` (at most a few), most shallow first; [] if valid."""
   errors = sorted(validator(schema).iter_errors(arguments),
                   key=lambda e: (len(e.absolute_path), [str(p) for p in e.absolute_path]))
-  out = [describe(e) for e in errors[:_MAX_ERRORS]]
-  if len(errors) > _MAX_ERRORS:
-    out.append(f"and {len(errors) - _MAX_ERRORS} more")
+  # jsonschema reports a missing argument once per missing name, each with the whole list:
+  # one message per distinct description, and the count of the rest is of those.
+  messages = list(dict.fromkeys(describe(e) for e in errors))
+  out = messages[:_MAX_ERRORS]
+  if len(messages) > _MAX_ERRORS:
+    out.append(f"and {len(messages) - _MAX_ERRORS} more")
   return out
