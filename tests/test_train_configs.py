@@ -157,3 +157,24 @@ def test_overriding_a_derived_value_leaves_its_source_alone(derived_key, base_ke
     node = node[part]
   node[leaf] = 96
   assert get(derived_key) == 96 and get(base_key) == before
+
+
+@pytest.mark.parametrize("key, value", [
+    ("env.p_down", 1.5), ("env.p_parallel", -0.1), ("env.hop_weights", (1.0, 1.0)),
+    ("env.hop_weights", (0.0, 0.0, 0.0, 0.0)), ("model.tiny.num_kv_heads", 3), ("seed", -1),
+    ("sharding.mesh", (("data", 3), ("fsdp", 1), ("tensor", 1))),
+    ("env.train_tasks", 10**9), ("sft.hop_weights", (1.0,))])
+def test_bad_values_fail_before_the_workdir_is_touched(tmp_path, key, value):
+  """Issue 14: each of these failed only after config.json was written (and the corrected
+  rerun was then refused); now the check comes first and names the key."""
+  from experiments import train
+  c = load("grpo")
+  node = c
+  *path, leaf = key.split(".")
+  for part in path:
+    node = node[part]
+  node[leaf] = value
+  workdir = tmp_path / "run"
+  with pytest.raises(resolve.ConfigError, match=key.split(".")[0]):
+    train.run(c, str(workdir))
+  assert not workdir.exists()

@@ -11,18 +11,22 @@ import dataclasses
 import os
 from typing import Any
 
+import jax
+
 from tirjax import advantages, sharding
 from tirjax.config import dataclass_from_config
+from tirjax.env.toolworld import Difficulty
 from tirjax.env.toolworld.demos import DemoOptions
 from tirjax.loss import LossOptions
+from tirjax.models import config as model_config
 from tirjax.models.config import PRESETS as MODEL_PRESETS
 from tirjax.rollout.options import RolloutOptions
 from tirjax.sampling.vllm import TINY_HEAD_DIM
 from tirjax.training.optimizer import OptimizerOptions
 from tirjax.training.sft import SFTOptions
 from tirjax.training.step import StepOptions
-from tirjax.env.toolworld import Difficulty
 
+MAX_TASKS = 200_000  # tasks or demonstrations a run may ask for (see `resolve`)
 ENVS = ("toolworld", "toolhop", "ftrl", "bfcl", "doors")
 DEMO_ENVS = ("toolworld", "doors")  # environments with built-in SFT demonstrations
 SAMPLERS = ("jax", "vllm")
@@ -87,9 +91,14 @@ def resolve(c) -> Experiment:
           f"required for model.preset={c.model.preset!r} / env.name={c.env.name!r} (weights and "
           f"tokenizer); only the tiny model on {' or '.join(DEMO_ENVS)} trains from scratch")
   _int_at_least(c, "model.logprob_chunk", 1)
+  _int_at_least(c, "seed", 0)
   if c.model.preset == "tiny" and not c.model.hf_checkpoint and "tiny" in c.model:
     for key in c.model.tiny:
       _int_at_least(c, f"model.tiny.{key}", 1)
+    try:  # the whole model config, as the trainer will build it (vocabulary aside)
+      model_config.tiny(**c.model.tiny.to_dict())
+    except (TypeError, ValueError) as e:
+      raise ConfigError(f"model.tiny.{e}") from None
     if c.sampler.kind == "vllm":
       _need(c.model.tiny.head_dim >= TINY_HEAD_DIM, "model.tiny.head_dim",
             f"vLLM's CPU attention needs a head size >= {TINY_HEAD_DIM}, got "
@@ -101,6 +110,11 @@ def resolve(c) -> Experiment:
           f"{c.env.data_path!r} does not exist (env.name={c.env.name})")
   _int_at_least(c, "env.train_tasks", 1)
   _int_at_least(c, "env.eval_tasks", 1)
+  for key, limit in (("env.train_tasks", MAX_TASKS), ("env.eval_tasks", MAX_TASKS),
+                     ("sft.num_demos", MAX_TASKS)):
+    value = c.env[key.split(".")[1]] if key.startswith("env") else c.sft.num_demos
+    _need(value <= limit, key, f"{value} exceeds the limit of {limit} (toolworld draws about "
+          "2,000 tasks a second, so larger lists take minutes before anything else happens)")
   if c.env.name == "toolworld":
     for key, weights in (("env", c.env.hop_weights), ("sft", c.sft.hop_weights or
                                                         c.env.hop_weights)):
@@ -140,6 +154,15 @@ def resolve(c) -> Experiment:
                else OptimizerOptions())
   sft_loss = _section(SFTOptions, c.sft.loss, "sft.loss")
   shard = _section(sharding.ShardingOptions, c.sharding, "sharding")
+  devices = shard.num_devices or jax.device_count()
+  _need(devices <= jax.device_count(), "sharding.num_devices",
+        f"{devices} requested, {jax.device_count()} exist")
+  try:
+    sharding.mesh_shape(shard.mesh, devices)
+  except ValueError as e:
+    raise ConfigError(f"sharding.{e}") from None
+  if c.sampler.kind == "vllm":
+    _int_at_least(c, "sampler.vllm_kv_cache_mib", 1)
 
   rows = c.train.queries_per_step * rollout.rows_per_query
   _need(rollout.shapes.num_rows >= rows, "rollout.shapes.num_rows",
