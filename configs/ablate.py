@@ -19,11 +19,11 @@ of each seed that the RL cells start from (one per answer protocol: two for `gri
 `<workdir>/report/` (report.md: eval accuracy, steps, unanswerable rate, formatting reward,
 training reward and unlearning rates as mean ± 95% CI over seeds, paired by seed against
 `grpo`; learning curves). `grid=all` is 23 cells × 3 seeds + 6 warm starts. Measured on the
-2-core CPU with the tiny model: a warm start (1200 SFT steps at ~0.4 s) about 8 min, an RL step
-of 32 rows about 6 s, an evaluation of 128 tasks about 20 s: an RL cell of 40 steps with 3
-evaluations about 5 min, so `grid=all` about 6 CPU-hours. `grid=snapshot` (results: benchmarks/results/ablation_toolworld/) (the 12 estimators
+2-core CPU with the tiny model: a warm start (800 SFT steps at ~0.4 s) about 5-6 min, an RL
+step (3 queries, ~64 rows) about 9 s, an evaluation of 256 tasks about 30 s: an RL cell of 40
+steps with its evaluations about 7 min, so `grid=all` about 8-9 CPU-hours. `grid=snapshot` (results: benchmarks/results/ablation_toolworld/) (the 12 estimators
 × 3 seeds from one shared warm start per answer protocol, `SNAPSHOT_STEPS` RL steps, one final
-evaluation) about an hour. `grid=smoke` (grpo and portool, 2 seeds, 2 steps each, 4 eval
+evaluation) about 1.5 CPU-hours. `grid=smoke` (grpo and portool, 2 seeds, 2 steps each, 4 eval
 tasks) takes 2-3 minutes and checks the pipeline, not the methods (accuracies ~0).
 
 Expected result (the papers' claims on 1.7B-7B models and SPEC §4.1; not yet measured at the
@@ -55,7 +55,7 @@ SNAPSHOT_CELLS = ESTIMATORS + ("portool/omega1=0", "portool/fork_scale=none",
 GRIDS = {"all": tuple(dict.fromkeys(ESTIMATORS + PORTOOL + HIDIFFTIR)), "estimators": ESTIMATORS,
          "portool": PORTOOL, "hidifftir": HIDIFFTIR, "smoke": ("grpo", "portool"),
          "snapshot": SNAPSHOT_CELLS}
-# The committed snapshot (benchmarks/results/ablation_toolworld.md): every estimator from one
+# The committed snapshot (benchmarks/results/ablation_toolworld/report.md): every estimator from one
 # shared SFT warm start per answer protocol, a short RL budget that fits a 2-core CPU in about
 # an hour; its differences are expected to be within noise at this budget.
 SNAPSHOT = dict(train=dict(steps=SNAPSHOT_STEPS, eval_every=0, eval_at_start=False,

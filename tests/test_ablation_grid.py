@@ -14,6 +14,7 @@ import pytest
 
 from configs import ablate as ablate_config
 from configs import cell as cell_config
+from configs import grpo as grpo_config
 from tirjax import ablation, rundir
 from tirjax.ablation import runner
 
@@ -62,6 +63,7 @@ def test_default_grid_plans_every_cell_with_its_options(tmp_path):
   assert len(jobs) == 3 * (len(cells) + len(warm))
   assert [j.label for j in jobs if j.seed == 1 and j.estimator != "sft"] == list(cells)
   configs = {(j.label, j.seed): ablation.build_config(j.recipe) for j in jobs}
+  tiny_sft_steps = grpo_config.get_config().sft.steps  # the tiny preset's warm start
   c = configs[("portool/fork_scale=none", 2)]
   assert (c.advantage.name, c.advantage.options.fork_scale, c.seed) == ("portool", "none", 2)
   assert c.advantage.options.tree_aggregation == "adaptive"
@@ -74,7 +76,7 @@ def test_default_grid_plans_every_cell_with_its_options(tmp_path):
     c = configs[(job.label, job.seed)]
     assert c.train.progress_bar is False
     if job.estimator == "sft":
-      assert (c.train.steps, c.sft.steps, c.train.export_final) == (0, 1200, True)
+      assert (c.train.steps, c.sft.steps, c.train.export_final) == (0, tiny_sft_steps, True)
       continue
     warm_label = os.path.relpath(job.needs, workdir).split(os.sep)[0]
     assert job.needs == os.path.join(workdir, warm_label, f"seed{job.seed}")

@@ -60,8 +60,9 @@ class StepOptions:
     num_microbatches: sequential micro-batches per step; must divide the batch's rows (for
       balanced devices, rows / num_microbatches should be a multiple of the batch shards).
     logprob_chunk_size: positions whose `[chunk, vocab]` logits are materialised at a time.
-    temperature: the sampling temperature; log-probs are of the tempered distribution, as the
-      sampler's `old_logprobs` are.
+    temperature: log-probs are taken of softmax(logits / temperature). Keep 1 (the default):
+      both samplers report `old_logprobs` under the raw model (temperature 1, no top-p), so
+      any other value skews the ratio π/π_old even for the sampler's own weights.
     log_entropy: compute the policy entropy for the metrics even when the entropy
       coefficient is 0 (it costs a second pass over each logits chunk).
   """
