@@ -114,10 +114,11 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
   state = init_state(params, tx[phase], place[phase], jax.random.key(config.seed),
                      data_position={"phase": phase, "sft_step": 0, "rl_step": 0})
   if ckpt.latest_step() is not None:
-    meta = ckpt.meta()
-    phase = meta["data_position"]["phase"]
-    target = init_state(params, tx[phase], place[phase], jax.random.key(config.seed))
-    state = ckpt.restore(target)
+    def target(meta):  # the saved phase decides the optimizer state's structure
+      saved = meta["data_position"]["phase"]
+      return init_state(params, tx[saved], place[saved], jax.random.key(config.seed))
+    state = ckpt.restore(target)  # the newest intact checkpoint; corrupt ones are named
+    phase = state.data_position["phase"]
     writer.truncate_after({"sft": state.data_position["sft_step"],
                            "rl": state.data_position["rl_step"],
                            "eval": state.data_position["rl_step"]})

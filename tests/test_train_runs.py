@@ -161,3 +161,20 @@ def test_resume_after_sft_warm_start_kills_in_sft_and_in_rl(tmp_path):
   c = _final_params(killed)
   for k in a:
     np.testing.assert_array_equal(a[k], c[k], err_msg=k)
+  # Its latest checkpoint corrupted (one flipped byte), the rerun names it, moves it aside,
+  # redoes the last step from the one before and ends with the same parameters.
+  latest = killed / "checkpoints" / str(saved[-1])
+  data = max((p for p in latest.rglob("*") if p.is_file() and "ocdbt" in str(p.parent)),
+             key=lambda p: p.stat().st_size)
+  raw = bytearray(data.read_bytes())
+  raw[len(raw) // 2] ^= 0xFF
+  data.write_bytes(bytes(raw))
+  out = subprocess.run(_command(killed, steps) + extra, check=True, env=env,
+                       capture_output=True, text=True)
+  assert f"{latest}: checksum mismatch" in out.stderr
+  assert (killed / "checkpoints" / f"corrupt-{saved[-1]}").is_dir()
+  assert [s for p, s in [(r["phase"], r["step"]) for r in read_metrics(killed)]
+          if p == "rl"] == list(range(1, steps + 1))
+  d = _final_params(killed)
+  for k in a:
+    np.testing.assert_array_equal(a[k], d[k], err_msg=k)

@@ -7,6 +7,11 @@ policy version.
 * The last `max_to_keep` steps are kept.
 * `restore` places every array on the sharding of the matching target leaf, so a state saved
   on one device mesh restores onto another.
+* Every save records SHA-256 sums of its arrays and of its metadata (`checkpoint_sums`); a
+  restore verifies them. A step that cannot be read or does not match is reported by name, and
+  a restore of the latest step falls back to the newest intact one, moving the corrupt ones
+  aside to `corrupt-<step>/` (kept for inspection, never deleted) so that the run can save
+  those steps again.
 * A directory belongs to one run: it holds a `tirjax_run.json` naming the run id. Opening a
   directory of another run, or a non-empty directory without that file, is an error unless
   `overwrite=True`, which empties it first.
@@ -18,16 +23,23 @@ import dataclasses
 import json
 import os
 import shutil
-from typing import Any, Mapping, Optional
+import warnings
+from typing import Any, Callable, Mapping, Optional, Union
 
 import jax
 import orbax.checkpoint as ocp
+
+from tirjax import checkpoint_sums
 
 RUN_FILE = "tirjax_run.json"
 
 
 class CheckpointError(RuntimeError):
   """A checkpoint could not be written (or read back), named by its directory and step."""
+
+
+class CheckpointCorrupt(CheckpointError):
+  """A saved step that cannot be read, or whose checksums do not match what was read."""
 
 
 class RunMismatch(RuntimeError):
@@ -135,31 +147,82 @@ class Checkpointer:
               "rng": jax.random.key_data(state.rng) if typed else state.rng}
     meta = {"step": int(state.step), "policy_version": int(state.policy_version),
             "data_position": dict(state.data_position), "run_id": self.run_id,
-            "rng_impl": str(jax.random.key_impl(state.rng)) if typed else None}
+            "rng_impl": str(jax.random.key_impl(state.rng)) if typed else None,
+            "sums": checkpoint_sums.array_sums(arrays)}
+    meta["meta_sum"] = checkpoint_sums.meta_sum(meta)
     saved = self._manager.save(int(state.step), args=ocp.args.Composite(
         arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)))
     if not saved:
       raise CheckpointError(f"{self.directory}: Orbax did not save step {int(state.step)}")
 
-  def restore(self, target: TrainState, step: Optional[int] = None) -> TrainState:
-    """The state saved at `step` (default: the latest).
+  def restore(self, target: Union[TrainState, Callable[[dict], TrainState]],
+              step: Optional[int] = None) -> TrainState:
+    """The state saved at `step`, or by default the newest intact one.
 
-    `target.params`, `target.opt_state` and `target.rng` give the tree structure, shapes,
-    dtypes and shardings (leaves are arrays or `jax.ShapeDtypeStruct`s with `sharding`; a
-    leaf without one is restored onto the sharding it was saved with, which needs the same
-    devices); the other fields of `target` are ignored.
+    `target` (a TrainState, or a function of the step's metadata that returns one, for a
+    target that depends on what was saved) gives the tree structure, shapes, dtypes and
+    shardings of `params`, `opt_state` and `rng` (leaves are arrays or `jax.ShapeDtypeStruct`s
+    with `sharding`; a leaf without one is restored onto the sharding it was saved with, which
+    needs the same devices); its other fields are ignored.
+
+    With `step=None`, a step that cannot be read or fails its checksums is reported in a
+    warning that names its directory, and the next older step is tried; once one restores,
+    the corrupt newer steps are moved aside to `corrupt-<step>/`.
+
+    Raises:
+      FileNotFoundError: there is no checkpoint.
+      CheckpointCorrupt: the given `step`, or every step, is unreadable or fails its sums.
     """
     self.wait()
-    step = self.latest_step() if step is None else step
-    if step is None:
+    if step is not None:
+      return self._restore_verified(target, step)
+    steps = sorted(self.steps(), reverse=True)
+    if not steps:
       raise FileNotFoundError(f"{self.directory}: no checkpoint to restore")
-    typed = _is_typed_key(target.rng)
-    rng = jax.eval_shape(jax.random.key_data, target.rng) if typed else target.rng
+    corrupt = []
+    for s in steps:
+      try:
+        state = self._restore_verified(target, s)
+      except CheckpointCorrupt as e:
+        warnings.warn(f"{e}; trying an older checkpoint", RuntimeWarning, stacklevel=2)
+        corrupt.append(e)
+        continue
+      if corrupt:
+        moved = [self._move_aside(e.step) for e in corrupt]
+        warnings.warn(f"{self.directory}: restored step {s}, the newest intact checkpoint; "
+                      f"the corrupt newer ones were moved to {', '.join(moved)}",
+                      RuntimeWarning, stacklevel=2)
+      return state
+    raise CheckpointCorrupt(f"{self.directory}: no intact checkpoint: "
+                            + "; ".join(str(e) for e in corrupt))
+
+  def _corrupt(self, step: int, what: str, cause: Optional[BaseException] = None):
+    if cause is not None:  # the first line of the cause only: TensorStore's run to pages
+      first = (str(cause).splitlines() or [""])[0][:300]
+      what += f" ({type(cause).__name__}: {first})"
+    err = CheckpointCorrupt(f"{os.path.join(self.directory, str(step))}: {what}")
+    err.step = step
+    return err
+
+  def _restore_verified(self, target, step: int) -> TrainState:
+    meta = self.meta(step)
+    tgt = target(meta) if callable(target) else target
+    typed = _is_typed_key(tgt.rng)
+    rng = jax.eval_shape(jax.random.key_data, tgt.rng) if typed else tgt.rng
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct,
-                            {"params": target.params, "opt_state": target.opt_state, "rng": rng})
-    out = self._manager.restore(step, args=ocp.args.Composite(
-        arrays=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
-    arrays, meta = out["arrays"], out["meta"]
+                            {"params": tgt.params, "opt_state": tgt.opt_state, "rng": rng})
+    try:
+      arrays = self._manager.restore(step, args=ocp.args.Composite(
+          arrays=ocp.args.StandardRestore(abstract)))["arrays"]
+    except Exception as e:  # Orbax and TensorStore raise many kinds; each names no file
+      raise self._corrupt(step, "its arrays cannot be read", e) from e
+    if "sums" not in meta:
+      warnings.warn(f"{os.path.join(self.directory, str(step))}: saved without checksums (by "
+                    "an older tirjax); restored unverified", RuntimeWarning, stacklevel=3)
+    else:
+      bad = checkpoint_sums.mismatches(meta["sums"], checkpoint_sums.array_sums(arrays))
+      if bad:
+        raise self._corrupt(step, f"checksum mismatch in {len(bad)} array(s), e.g. {bad[0]}")
     rng = arrays["rng"]
     if typed:
       rng = jax.random.wrap_key_data(rng, impl=meta["rng_impl"])
@@ -169,13 +232,42 @@ class Checkpointer:
                       policy_version=meta["policy_version"])
 
   def meta(self, step: Optional[int] = None) -> dict:
-    """The JSON metadata of a saved step (step, policy_version, data_position, run_id), read
-    without the arrays: what a caller needs to build the restore target."""
+    """The JSON metadata of a saved step (step, policy_version, data_position, run_id, sums),
+    read and checked without the arrays: what a caller needs to build the restore target.
+
+    Raises:
+      CheckpointCorrupt: the metadata cannot be read, lacks a field or fails its checksum.
+    """
     self.wait()
     step = self.latest_step() if step is None else step
     if step is None:
       raise FileNotFoundError(f"{self.directory}: no checkpoint to read")
-    return self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    try:
+      meta = self._manager.restore(step, args=ocp.args.Composite(
+          meta=ocp.args.JsonRestore()))["meta"]
+    except Exception as e:
+      raise self._corrupt(step, "its metadata cannot be read", e) from e
+    if not isinstance(meta, dict):
+      raise self._corrupt(step, f"its metadata is a {type(meta).__name__}, not an object")
+    fields = {"step": int, "policy_version": int, "data_position": dict, "run_id": str}
+    for name, kind in fields.items():
+      if not isinstance(meta.get(name), kind):
+        raise self._corrupt(step, f"its metadata lacks '{name}' ({kind.__name__})")
+    if meta["step"] != step:
+      raise self._corrupt(step, f"its metadata says step {meta['step']}")
+    if ("sums" in meta or "meta_sum" in meta) and (
+        meta.get("meta_sum") != checkpoint_sums.meta_sum(meta)):
+      raise self._corrupt(step, "its metadata fails its checksum")
+    return meta
+
+  def _move_aside(self, step: int) -> str:
+    dest = base = os.path.join(self.directory, f"corrupt-{step}")
+    n = 1
+    while os.path.exists(dest):
+      dest, n = f"{base}.{n}", n + 1
+    os.rename(os.path.join(self.directory, str(step)), dest)
+    self._manager.reload()
+    return dest
 
   def latest_step(self) -> Optional[int]:
     return self._manager.latest_step()
