@@ -133,9 +133,24 @@ def main(argv=None) -> None:
     with open(args.json, "w") as f:
       f.write(dumps(result))
   if args.markdown or args.json:
-    with open(args.markdown or os.path.splitext(args.json)[0] + ".md", "w") as f:
-      f.write(markdown)
+    write_markdown(args.markdown or os.path.splitext(args.json)[0] + ".md", markdown)
   print(markdown)
+
+
+NOTES_MARKER = "<!-- notes: written by hand, kept when the bench rewrites this file -->"
+
+
+def write_markdown(path: str, markdown: str) -> None:
+  """Writes the bench's tables to `path`, keeping any hand-written part of the file that
+  follows `NOTES_MARKER` (an explanation of the results stays with them across reruns)."""
+  notes = ""
+  if os.path.exists(path):
+    with open(path) as f:
+      old = f.read()
+    if NOTES_MARKER in old:
+      notes = "\n" + old[old.index(NOTES_MARKER):]
+  with open(path, "w") as f:
+    f.write(markdown.rstrip("\n") + "\n" + notes)
 
 
 def dumps(result: dict) -> str:

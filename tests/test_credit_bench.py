@@ -142,3 +142,15 @@ def test_command_line_writes_json_and_markdown_and_records_a_crash(tmp_path, mon
   study = reporting.load([str(path)])
   assert [r.label for r in study.runs] == ["grpo", "grpo", "rloo", "rloo"]
   assert "Credit bench" in capsys.readouterr().out
+
+
+def test_rewriting_the_markdown_keeps_the_hand_written_notes(tmp_path):
+  path = str(tmp_path / "bench.md")
+  credit_bench.write_markdown(path, "# tables v1\n")
+  notes = f"{credit_bench.NOTES_MARKER}\n## Why\nan explanation\n"
+  with open(path, "a") as f:
+    f.write("\n" + notes)
+  credit_bench.write_markdown(path, "# tables v2\n")
+  text = open(path).read()
+  assert text.startswith("# tables v2\n") and "tables v1" not in text
+  assert text.endswith(notes) and text.count(credit_bench.NOTES_MARKER) == 1
