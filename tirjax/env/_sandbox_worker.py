@@ -9,16 +9,27 @@ newline-delimited JSON on its original stdin/stdout:
   {"op": "drop", "ns": str}
   -> {"ok": true, "result": <JSON>, "stdout": str} | {"ok": false, "error": str, "stdout": str}
 
-Before reading the first request it lowers its resource limits and installs an audit hook
-(PEP 578; a hook cannot be removed once added) that refuses network, process creation,
-threads, native code loading, limit changes and writes outside the scratch folder.
+Every request carries an `id` that its reply echoes, so that a line tool code manages to
+write to the reply pipe cannot shift later replies (the sandbox drops lines that do not answer
+the request in flight).
+
+Started under `unshare --pid --mount` (see `sandbox.py`), it first makes its view of the
+filesystem read-only except the scratch folder (`_sandbox_kernel.contain`). A watchdog thread blocks on the
+`lifeline` pipe, whose only write end the sandbox holds: when the sandbox's process dies it
+empties the scratch folder and exits, and as the PID namespace's init its exit kills every
+process left in it. Then it lowers its resource limits, installs a seccomp filter that refuses
+new processes (`_sandbox_kernel.deny_new_processes`) and an audit hook (PEP 578;
+a first layer that gives friendly errors) that refuses network, process creation, threads,
+native code loading, limit changes and writes outside the scratch folder.
 """
 
+import builtins
 import contextlib
 import io
 import json
 import os
 import resource
+import shutil
 import signal
 import sys
 
@@ -44,41 +55,49 @@ class SoftTimeout(BaseException):
   """Raised in the tool by the interval timer; BaseException so `except Exception` misses it."""
 
 
-def _within(path, scratch: str) -> bool:
-  if isinstance(path, int):
-    return True  # an already-open descriptor
-  real = os.path.realpath(os.fsdecode(path))
-  return real == scratch or real.startswith(scratch + os.sep)
-
-
 def install_audit_hook(scratch: str) -> None:
+  """The hook reads only its own closure (bound here, once): tool code that rebinds this
+  module's globals or the builtins it uses does not change what it checks."""
+  network, process, path_writes, write_flags = _NETWORK, _PROCESS, dict(_PATH_WRITES), _WRITE_FLAGS
+  realpath, fsdecode, sep = os.path.realpath, os.fsdecode, os.sep
+  is_a, length, text, denied, some = isinstance, len, str, PermissionError, any
+  path_types = (str, bytes, os.PathLike)
   busy = []  # re-entrancy guard: realpath itself must not re-enter the checks
+
+  def within(path) -> bool:
+    if is_a(path, int):
+      return True  # an already-open descriptor
+    real = realpath(fsdecode(path))
+    return real == scratch or real.startswith(scratch + sep)
 
   def hook(event, args):
     if busy:
       return
     busy.append(1)
     try:
-      if event.startswith(_NETWORK):
-        raise PermissionError(f"sandbox: network access is not allowed ({event})")
-      if event.startswith(_PROCESS):
-        raise PermissionError(f"sandbox: {event} is not allowed (no processes, threads, "
-                              "native code or limit changes)")
-      if event == "open" and len(args) >= 3:
+      if event.startswith(network):
+        raise denied(f"sandbox: network access is not allowed ({event})")
+      if event.startswith(process):
+        raise denied(f"sandbox: {event} is not allowed (no processes, threads, native code or "
+                     "limit changes)")
+      if event == "object.__setattr__" and length(args) >= 2 and args[0] in guarded:
+        raise denied("sandbox: changing the sandbox's own functions is not allowed")
+      if event == "open" and length(args) >= 3:
         path, mode, flags = args[0], args[1], args[2]
-        writes = (isinstance(flags, int) and flags & _WRITE_FLAGS) or (
-            isinstance(mode, str) and any(c in mode for c in "wax+"))
-        if writes and path is not None and not _within(path, scratch):
-          raise PermissionError(f"sandbox: writing {os.fsdecode(path)!r} is not allowed; "
-                                f"only files under the scratch folder {scratch} may be written")
-      for i in _PATH_WRITES.get(event, ()):
-        path = args[i] if i < len(args) else None
-        if isinstance(path, (str, bytes, os.PathLike)) and not _within(path, scratch):
-          raise PermissionError(f"sandbox: {event} on {os.fsdecode(path)!r} is not allowed "
-                                "outside the scratch folder")
+        writes = (is_a(flags, int) and flags & write_flags) or (
+            is_a(mode, text) and some(c in mode for c in "wax+"))
+        if writes and path is not None and not within(path):
+          raise denied(f"sandbox: writing {fsdecode(path)!r} is not allowed; only files under "
+                       f"the scratch folder {scratch} may be written")
+      for i in path_writes.get(event, ()):
+        path = args[i] if i < length(args) else None
+        if is_a(path, path_types) and not within(path):
+          raise denied(f"sandbox: {event} on {fsdecode(path)!r} is not allowed outside the "
+                       "scratch folder")
     finally:
       busy.pop()
 
+  guarded = (hook, within)
   sys.addaudithook(hook)
 
 
@@ -92,6 +111,29 @@ def forbid_threads() -> None:
   import threading
   _thread.start_new_thread = _thread.start_new = _no_threads
   threading._start_new_thread = _no_threads
+
+
+def watch_parent(lifeline: int, scratch: str) -> None:
+  """A thread that waits for the sandbox's end of the lifeline to close (the sandbox's process
+  died, or closed it), then empties the scratch folder and exits the worker."""
+  import _thread
+  wait, exit_now, empty, listdir = os.read, os._exit, shutil.rmtree, os.listdir
+  join, isdir, remove = os.path.join, os.path.isdir, os.remove
+
+  def run():
+    try:
+      wait(lifeline, 1)
+    except BaseException:  # noqa: BLE001 - any end of the wait ends the worker
+      pass
+    try:
+      for name in listdir(scratch):  # the folder itself may be a mount point: its contents
+        path = join(scratch, name)
+        empty(path, ignore_errors=True) if isdir(path) else remove(path)
+    except BaseException:  # noqa: BLE001
+      pass
+    exit_now(0)
+
+  _thread.start_new_thread(run, ())
 
 
 def apply_limits(cfg: dict) -> None:
@@ -125,8 +167,39 @@ class Worker:
   def __init__(self, cfg: dict):
     self.cfg = cfg
     self.spaces: dict[str, dict] = {}
+    self.limit = int(cfg["max_output_chars"])
+    self._live_builtins = builtins.__dict__
+    self._builtins = dict(builtins.__dict__)  # pristine, restored after every request
 
   def handle(self, req: dict) -> dict:
+    reply = self._handle(req)
+    reply["id"] = req.get("id")
+    if not reply["ok"]:
+      reply["error"] = _limited(reply["error"], self.limit)
+    self._restore_builtins()  # again: the result's __str__ is tool code too
+    return reply
+
+  def _restore_builtins(self) -> None:
+    """Undoes any change tool code made to the shared `builtins` module (each namespace has
+    its own copy as __builtins__; this covers `import builtins; builtins.len = ...`)."""
+    self._live_builtins.clear()
+    self._live_builtins.update(self._builtins)
+
+  def _run_tool(self, req: dict, op: str):
+    try:
+      if op == "exec":
+        space = self.spaces.setdefault(req["ns"], {"__name__": "__sandbox__",
+                                                   "__builtins__": dict(self._builtins)})
+        space.update(req.get("variables") or {})
+        exec(compile(req["code"], f"<{req['ns']}>", "exec"), space)
+        return None
+      if op == "call":
+        return self._call(req)
+      raise ValueError(f"unknown op {op!r}")
+    finally:
+      self._restore_builtins()
+
+  def _handle(self, req: dict) -> dict:
     op = req.get("op")
     if op == "drop":
       self.spaces.pop(req["ns"], None)
@@ -135,16 +208,7 @@ class Worker:
     try:
       signal.setitimer(signal.ITIMER_REAL, float(self.cfg["timeout_s"]))
       with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        if op == "exec":
-          space = self.spaces.setdefault(req["ns"], {"__name__": "__sandbox__"})
-          space.update(req.get("variables") or {})
-          exec(compile(req["code"], f"<{req['ns']}>", "exec"), space)
-          result = None
-        elif op == "call":
-          result = self._call(req)
-        else:
-          raise ValueError(f"unknown op {op!r}")
-        result = _jsonable(result, int(self.cfg["max_output_chars"]))
+        result = _jsonable(self._run_tool(req, op), self.limit)
       signal.setitimer(signal.ITIMER_REAL, 0)
       return {"ok": True, "result": result, "stdout": self._stdout(out)}
     except SoftTimeout:
@@ -157,7 +221,8 @@ class Worker:
               f"({int(self.cfg['memory_bytes']) >> 20} MiB)", "stdout": ""}
     except BaseException as e:  # noqa: BLE001 - the tool's failure is the reply
       signal.setitimer(signal.ITIMER_REAL, 0)
-      return {"ok": False, "error": f"{type(e).__name__}: {e}", "stdout": self._stdout(out)}
+      return {"ok": False, "error": f"{type(e).__name__}: {_limited_str(e, self.limit)}",
+              "stdout": self._stdout(out)}
 
   def _call(self, req: dict):
     space = self.spaces.get(req["ns"])
@@ -172,9 +237,31 @@ class Worker:
     return fn(**req.get("arguments", {}))
 
   def _stdout(self, out: io.StringIO) -> str:
-    text = out.getvalue()
-    limit = int(self.cfg["max_output_chars"])
-    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more]"
+    return _limited(out.getvalue(), self.limit)
+
+
+def _limited(text: str, limit: int) -> str:
+  return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more]"
+
+
+def _limited_str(error: BaseException, limit: int) -> str:
+  """str(error), cut to `limit` characters (a tool's error is limited like its output)."""
+  try:
+    text = str(error)
+  except BaseException:  # noqa: BLE001 - a hostile __str__
+    return "<error message could not be read>"
+  return _limited(text, limit)
+
+
+def _load_kernel():
+  """`_sandbox_kernel.py` from this file's folder, loaded by path (tool code's sys.path gains
+  nothing)."""
+  import importlib.util
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_kernel.py")
+  spec = importlib.util.spec_from_file_location("_sandbox_kernel", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 def main() -> None:
@@ -189,13 +276,20 @@ def main() -> None:
   scratch = os.path.realpath(cfg["scratch"])
   os.chdir(scratch)
   os.environ.update(HOME=scratch, TMPDIR=scratch)
+  kernel = _load_kernel()
+  enforced = {"pid_namespace": os.getpid() == 1,
+              "readonly_filesystem": bool(cfg.get("contain")) and kernel.contain(scratch)}
+  os.chdir(scratch)  # again: the old cwd is the folder under its new bind mount
+  if cfg.get("lifeline") is not None:
+    watch_parent(int(cfg["lifeline"]), scratch)  # its thread starts before the filter
   apply_limits(cfg)
-  import ctypes  # noqa: F401 - imported before the hook: modules that import it still load
+  enforced["seccomp"] = kernel.deny_new_processes()
   forbid_threads()
   signal.signal(signal.SIGALRM, _on_alarm)
   install_audit_hook(scratch)
   worker = Worker(cfg)
-  replies.write(json.dumps({"ok": True, "result": "ready", "stdout": ""}) + "\n")
+  replies.write(json.dumps({"ok": True, "result": "ready", "stdout": "",
+                            "enforced": enforced}) + "\n")
   replies.flush()
   for line in requests:
     reply = worker.handle(json.loads(line))
