@@ -12,7 +12,6 @@ import re
 import shutil
 import signal
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -23,6 +22,7 @@ from tests import vllm_support as support
 from tirjax.sampling import handover, tiny_hf
 from tirjax.sampling.interface import SamplingParams
 from tirjax.sampling.vllm import SamplerError, VLLMOptions, VLLMSampler
+from tirjax.sampling.vllm_server import ServerUnavailable, metrics
 
 pytestmark = pytest.mark.xdist_group("vllm")
 
@@ -189,7 +189,14 @@ def test_server_killed_mid_batch_is_restarted_once_with_the_current_weights(samp
 
   thread = threading.Thread(target=run)
   thread.start()
-  time.sleep(0.5)  # the batch takes seconds
+
+  def in_flight():  # the server itself says it is running the batch's requests
+    try:
+      return metrics(sampler.url).get("vllm:num_requests_running", 0.0) > 0
+    except ServerUnavailable:
+      return False
+
+  assert support.wait_until(in_flight, 120, interval=0.02), "no request of the batch running"
   assert thread.is_alive(), "the batch finished before the kill"
   os.kill(api, signal.SIGKILL)
   thread.join(600)
