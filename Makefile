@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup vllm-env test run bench clean-venv
+.PHONY: setup vllm-env test run bench gpu-wheels clean-venv
 
 $(VENV)/.installed: requirements.txt requirements-test.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,17 @@ test: setup vllm-env
 
 bench: setup
 	$(PY) -m experiments.bench_kernels --json=benchmarks/results/bench_kernels_cpu.json
+
+# The pure-Python wheels (and rpds-py's manylinux CPython 3.12 build) that the GPU machine's
+# image lacks, for benchmarks/gpu/run.sh there: the sampler section imports jsonschema.
+GPU_WHEELS ?= jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 \
+  rpds-py==2026.9.1 attrs==26.1.0 typing-extensions==4.15.0
+
+gpu-wheels:
+	rm -rf .whl && mkdir -p .whl
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+	  --implementation cp --abi cp312 --platform manylinux_2_17_x86_64 -d .whl $(GPU_WHEELS)
+	@du -sh .whl
 
 clean-venv:
 	rm -rf $(VENV)

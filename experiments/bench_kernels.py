@@ -2,7 +2,7 @@
 
     python -m experiments.bench_kernels --json=benchmarks/results/bench_kernels_cpu.json
 
-Batches (SPEC §4, issue "Foundation"):
+Batches (SPEC §4, issue "Foundation"; `--queries` scales both):
   * independent: 256 queries × 16 rows × 10 steps × 4 calls per step × 8 ground-truth calls
     (`synthetic_calls.random_call_rollouts`), for every estimator but `portool`;
   * tree: 256 queries, PORTool trees with n = 8, f = 2, T_max = 6 (`synthetic.tree_rollouts`),
@@ -79,12 +79,16 @@ def main():
   p.add_argument("--ref-repeats", type=int, default=3)
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--only", default="", help="comma-separated subset of the kernel names")
+  p.add_argument("--queries", type=int, default=256,
+                 help="queries per batch (256: the papers' batch; 2048: 8x, as on the GPU)")
   args = p.parse_args()
+  if args.queries < 1:
+    p.error(f"--queries: must be >= 1, got {args.queries}")
 
-  flat = random_call_rollouts(args.seed)
+  flat = random_call_rollouts(args.seed, num_queries=args.queries)
   flat_batch = to_batch(flat)
-  tree = synthetic.tree_rollouts(np.random.default_rng(args.seed), [8] * 256, branching=2,
-                                 max_depth=6)
+  tree = synthetic.tree_rollouts(np.random.default_rng(args.seed), [8] * args.queries,
+                                 branching=2, max_depth=6)
   tree_batch = to_batch(tree)
 
   cases = {}
@@ -115,9 +119,9 @@ def main():
       device=str(jax.devices()[0]),
       machine=dict(platform=platform.platform(), processor=platform.processor(),
                    cpus=os.cpu_count(), load_avg=os.getloadavg(), jax=jax.__version__),
-      batch=dict(independent=dict(queries=256, rows=B, steps=T, calls_per_step=K, gt_calls=C,
+      batch=dict(independent=dict(queries=args.queries, rows=B, steps=T, calls_per_step=K, gt_calls=C,
                                   valid_rows=int(flat_batch["row_valid"].sum())),
-                 tree=dict(queries=256, n=8, f=2, T_max=6, rows=tree.num_rows)),
+                 tree=dict(queries=args.queries, n=8, f=2, T_max=6, rows=tree.num_rows)),
       records=records)
   os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
   with open(args.json, "w") as f:

@@ -74,6 +74,8 @@ _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 1024, "tokens per row (shapes.m
 _ROLLOUT_REPEATS = flags.DEFINE_integer("rollout_repeats", 3, "timed rollouts per mode")
 _HANDOVER_REPEATS = flags.DEFINE_integer("handover_repeats", 3, "vllm: timed hand-overs")
 _VLLM_KV_MIB = flags.DEFINE_integer("vllm_kv_cache_mib", 64, "vllm: the server's KV cache")
+_PRESET = flags.DEFINE_string("preset", "tiny", "jax section: model preset (tiny, or "
+                              "qwen3_0p6b / qwen3_1p7b sizes with random bf16 weights)")
 _TOKENIZER_DIR = flags.DEFINE_string("tokenizer_dir", "/tmp/tirjax_bench_tokenizer",
                                      "where the toolworld tokenizer is built")
 
@@ -117,7 +119,8 @@ def toolworld_tokenizer():
 
 def jax_section(tokenizer) -> dict:
   info = machine()
-  cfg = config.tiny(vocab_size=len(tokenizer))
+  cfg = (config.tiny(vocab_size=len(tokenizer)) if _PRESET.value == "tiny" else
+         config.preset(_PRESET.value, dtype="bfloat16", param_dtype="bfloat16"))
   options = JaxSamplerOptions()
   sampler = JaxSampler(decoder.init(cfg), options)
   results = []
@@ -133,7 +136,7 @@ def jax_section(tokenizer) -> dict:
     print(f"jax batch {b}: {r['tokens_per_s']:.0f} tokens/s (compile {compile_s:.1f} s)",
           flush=True)
   info["loadavg_end"] = os.getloadavg()
-  return {"machine": info, "model": {"preset": "tiny", "vocab_size": cfg.vocab_size,
+  return {"machine": info, "model": {"preset": _PRESET.value, "vocab_size": cfg.vocab_size,
                                      "dtype": cfg.dtype},
           "options": {k: getattr(options, k) for k in options.__dataclass_fields__},
           "setup": {"prompt_len": _PROMPT_LEN.value, "new_tokens": _NEW_TOKENS.value,

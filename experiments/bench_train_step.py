@@ -56,6 +56,10 @@ _CHUNK = flags.DEFINE_integer("chunk_size", 256, "log-prob chunk (positions per 
 _REPEATS = flags.DEFINE_integer("repeats", 3, "timed steps per case (after one warm-up)")
 _PEAK = flags.DEFINE_float("peak_tflops", None, "peak dense TFLOP/s per chip for MFU (GPU "
                            "default: from the device kind, bfloat16)")
+_FIT = flags.DEFINE_bool("fit_microbatch", False, "find and time the largest micro-batch whose "
+                         "compiled peak memory fits the device (one micro-batch per step)")
+_FIT_GIB = flags.DEFINE_float("fit_budget_gib", None, "memory per device to fit into (default: "
+                              "the device's allocator limit × 0.92; CPU: 2 GiB)")
 _BUDGET = flags.DEFINE_float("host_memory_budget_gib", 8.0, "CPU: run a case only if its "
                              "simulated devices together need at most this much memory")
 
@@ -69,7 +73,7 @@ def model_config(name: str) -> config.ModelConfig:
         family="qwen3", vocab_size=151936, hidden_size=512, intermediate_size=1536,
         num_layers=5, num_heads=8, num_kv_heads=4, head_dim=128, rope_theta=1e6,
         rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=40960)
-  if name == "qwen3_1p7b" and _GPU.value:
+  if name in ("qwen3_0p6b", "qwen3_1p7b") and _GPU.value:
     return config.preset(name, param_dtype="float32", dtype="bfloat16", remat=True)
   return config.preset(name)
 
@@ -103,8 +107,8 @@ def memory(compiled, num_devices: int) -> dict:
   return out
 
 
-def run_case(cfg, mesh_shape, devices, rows, length, microbatches, peak_flops_per_chip
-             ) -> dict:
+def compile_case(cfg, mesh_shape, devices, rows, length, microbatches) -> dict:
+  """The policy step for this model, mesh and batch, compiled (not run), with its memory."""
   opts = sharding.ShardingOptions(mesh=tuple(zip(("data", "fsdp", "tensor"), mesh_shape)))
   n = int(np.prod(mesh_shape))
   mesh = sharding.make_mesh(opts, devices=devices[:n])
@@ -121,19 +125,17 @@ def run_case(cfg, mesh_shape, devices, rows, length, microbatches, peak_flops_pe
     compiled = step.jitted.lower(abstract(abstract_params, place.params), abstract_opt,
                                  abstract(batch, jax.tree.map(lambda _: place.batch, batch))
                                  ).compile()
-  out = {"mesh": list(mesh_shape), "devices": n, "compile_s": time.perf_counter() - t,
-         "memory": memory(compiled, n)}
-  step_flops = flops.train_step_flops(cfg, rows, length)
-  out["model_flops_per_step"] = step_flops
-  if (jax.default_backend() == "cpu"
-      and out["memory"]["peak_bytes_all_devices"] > _BUDGET.value * 2**30):
-    out["timed"] = False
-    out["not_timed_because"] = (
-        f"the {n} simulated devices together need "
-        f"{out['memory']['peak_bytes_all_devices'] / 2**30:.1f} GiB (> "
-        f"{_BUDGET.value} GiB budget on a shared machine)")
-    return out
+  return {"mesh": list(mesh_shape), "devices": n, "rows": rows, "microbatches": microbatches,
+          "compile_s": time.perf_counter() - t, "memory": memory(compiled, n),
+          "_run": (compiled, opts, tx, place, batch)}
 
+
+def time_case(cfg, case: dict, length: int, peak_flops_per_chip) -> dict:
+  """Runs a compiled case `--repeats` times after one warm-up; adds rates and MFU."""
+  compiled, opts, tx, place, batch = case.pop("_run")
+  rows, n = case["rows"], case["devices"]
+  step_flops = flops.train_step_flops(cfg, rows, length)
+  case["model_flops_per_step"] = step_flops
   params = jax.jit(lambda: training.split_model(decoder.init(cfg, 0, rules=opts.rules))[1],
                    out_shardings=place.params)()
   opt_state = jax.jit(tx.init, out_shardings=place.opt_state)(params)
@@ -146,14 +148,73 @@ def run_case(cfg, mesh_shape, devices, rows, length, microbatches, peak_flops_pe
     if i:
       times.append(time.perf_counter() - t)
   median = statistics.median(times)
-  out.update(timed=True, step_s=median, times_s=times, tokens_per_step=rows * length,
-             tokens_per_s=rows * length / median,
-             model_tflops_per_s=step_flops / median / 1e12,
-             loss=float(metrics["loss"]), grad_norm=float(metrics["grad_norm"]))
+  case.update(timed=True, step_s=median, times_s=times, tokens_per_step=rows * length,
+              tokens_per_s=rows * length / median,
+              model_tflops_per_s=step_flops / median / 1e12,
+              loss=float(metrics["loss"]), grad_norm=float(metrics["grad_norm"]))
   if peak_flops_per_chip:
-    out["mfu"] = flops.mfu(step_flops, median, peak_flops_per_chip * n)
+    case["mfu"] = flops.mfu(step_flops, median, peak_flops_per_chip * n)
   del params, opt_state
-  return out
+  return case
+
+
+def run_case(cfg, mesh_shape, devices, rows, length, microbatches, peak_flops_per_chip
+             ) -> dict:
+  case = compile_case(cfg, mesh_shape, devices, rows, length, microbatches)
+  if (jax.default_backend() == "cpu"
+      and case["memory"]["peak_bytes_all_devices"] > _BUDGET.value * 2**30):
+    case.pop("_run")
+    case["model_flops_per_step"] = flops.train_step_flops(cfg, rows, length)
+    case["timed"] = False
+    case["not_timed_because"] = (
+        f"the {case['devices']} simulated devices together need "
+        f"{case['memory']['peak_bytes_all_devices'] / 2**30:.1f} GiB (> "
+        f"{_BUDGET.value} GiB budget on a shared machine)")
+    return case
+  return time_case(cfg, case, length, peak_flops_per_chip)
+
+
+def fit_microbatch(cfg, mesh_shape, devices, length, budget_bytes, peak_flops_per_chip) -> dict:
+  """The largest micro-batch (rows, one micro-batch per step) whose compiled peak memory per
+  device fits `budget_bytes`, timed. Peak memory is close to affine in the rows, so two
+  compiles (1 and 2 rows) predict the largest fit; it is compiled and, if it does not fit,
+  shrunk by 15 % until it does (three or four compiles in all)."""
+  trace, fits = [], {}
+
+  def attempt(rows):
+    case = compile_case(cfg, mesh_shape, devices, rows, length, 1)
+    peak = case["memory"]["peak_bytes_per_device"]
+    trace.append({"rows": rows, "peak_bytes_per_device": peak, "compile_s": case["compile_s"]})
+    if peak <= budget_bytes:
+      fits[rows] = case
+    return peak
+
+  one = attempt(1)
+  if one > budget_bytes:
+    return {"mesh": list(mesh_shape), "timed": False, "search": trace,
+            "not_timed_because": f"one row needs {one / 2**30:.1f} GiB > budget "
+                                 f"{budget_bytes / 2**30:.1f} GiB"}
+  per_row = max(attempt(2) - one, 1)
+  guess = int((budget_bytes - one) // per_row) + 1
+  while guess > 2 and guess not in fits:
+    attempt(guess)
+    guess = guess if guess in fits else int(guess * 0.85)
+  best = max(fits)
+  for rows in list(fits):
+    if rows != best:
+      fits.pop(rows).pop("_run")  # free the smaller executables before timing
+  case = time_case(cfg, fits[best], length, peak_flops_per_chip)
+  case.update(search=trace, budget_bytes_per_device=budget_bytes)
+  return case
+
+
+def fit_budget_bytes(device) -> float:
+  if _FIT_GIB.value is not None:
+    return _FIT_GIB.value * 2**30
+  stats = device.memory_stats() if device.platform != "cpu" else None
+  if stats and stats.get("bytes_limit"):
+    return 0.92 * stats["bytes_limit"]
+  return 2.0 * 2**30
 
 
 def cpu_model() -> str:
@@ -187,24 +248,43 @@ def main(_):
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in kind), None)
   peak_flops = peak * 1e12 if peak else None
   load_before = os.getloadavg()
+  fit_budget = fit_budget_bytes(devices[0]) if _FIT.value else None
   results = []
   for name in presets:
     cfg = model_config(name)
     for text in meshes:
       shape = tuple(int(s) for s in text.split("x"))
+      measured = (fit_microbatch(cfg, shape, devices, length, fit_budget, peak_flops)
+                  if _FIT.value else
+                  run_case(cfg, shape, devices, rows, length, microbatches, peak_flops))
       case = {"preset": name, "params": decoder.num_params(decoder.abstract(cfg)),
-              "matmul_params": flops.matmul_params(cfg),
-              **run_case(cfg, shape, devices, rows, length, microbatches, peak_flops)}
+              "matmul_params": flops.matmul_params(cfg), **measured}
+      if not case.get("timed"):
+        results.append(case)
+        write_report(presets, rows, length, microbatches, peak, results, kind, devices, gpu,
+                     load_before)
+        print(f"{name} mesh {text}: not timed: {case['not_timed_because']}", flush=True)
+        continue
       results.append(case)
-      rate = (f"{case['tokens_per_s']:.0f} tokens/s ({case['step_s']:.2f} s/step)"
-              if case["timed"] else "not timed: " + case["not_timed_because"])
-      print(f"{name} mesh {text}: {rate}; peak memory "
+      write_report(presets, rows, length, microbatches, peak, results, kind, devices, gpu,
+                   load_before)
+      rate = f"{case['tokens_per_s']:.0f} tokens/s ({case['step_s']:.2f} s/step)"
+      print(f"{name} mesh {text}, {case['rows']} rows: {rate}; peak memory "
             f"{case['memory']['peak_bytes_per_device'] / 2**20:.0f} MiB/device; compile "
             f"{case['compile_s']:.1f} s" + (f"; MFU {case['mfu']:.3f}" if "mfu" in case else ""),
             flush=True)
+  write_report(presets, rows, length, microbatches, peak, results, kind, devices, gpu,
+               load_before)
+
+
+def write_report(presets, rows, length, microbatches, peak, results, kind, devices, gpu,
+                 load_before) -> None:
+  """Writes what has been measured so far (after every case: a run stopped by a time limit
+  keeps its finished cases)."""
   report = {
       "benchmark": "bench_train_step",
-      "step": {"rows": rows, "length": length, "microbatches": microbatches,
+      "step": {"rows": "fitted per case" if _FIT.value else rows, "length": length,
+               "microbatches": 1 if _FIT.value else microbatches,
                "logprob_chunk_size": _CHUNK.value, "repeats": _REPEATS.value,
                "loss": "policy loss, SPEC defaults (token ratio, clip 0.2, seq_mean_token_mean)",
                "optimizer": "clip 1.0 + AdamW, float32 state"},
