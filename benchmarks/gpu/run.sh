@@ -47,7 +47,7 @@ else
             --chunk_size=1024 --dtype=bfloat16 --repeats=5)
   KERNELS=(--queries=2048 --repeats=5 --ref-repeats=1)
   SAMPLER=(--preset=qwen3_0p6b --batches=64,256 --prompt_len=256 --new_tokens=256 --repeats=3)
-  LIMITS=(270 45 120 60)  # seconds per section: 8 min 15 s at most in all
+  LIMITS=(255 45 120 60)  # seconds per section: 8 min at most in all
 fi
 TRAIN+=(--fit_microbatch)
 
