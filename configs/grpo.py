@@ -3,10 +3,10 @@
     python -m experiments.train --config=configs/grpo.py:model=tiny --workdir=runs/grpo
 
 Defaults as PORTool compares it: independent groups of n = 8 rollouts, T_max = 6, clipped
-surrogate (ε = 0.2) averaged per trajectory, no KL term. Expected result with `model=tiny` (about 14 min on 2 CPU cores): the tiny SFT
-warm-start reaches about 0.1 greedy eval accuracy on toolworld and 40 RL steps stay within
-eval noise (measured for hidifftir: README, `make run`); the tiny scale checks the pipeline,
-not the method, whose gains the papers report on 1.7B-7B models.
+surrogate (ε = 0.2) averaged per trajectory, no KL term.
+Measured with `model=tiny` (hidifftir, seeds 0-2; benchmarks/results/default_run.json): the SFT
+warm start reaches 0.27-0.42 greedy eval accuracy and 40 RL steps add +0.008 to +0.023, within
+eval noise; the papers report their gains on 1.7B-7B models.
 """
 
 from configs import base
