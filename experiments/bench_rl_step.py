@@ -62,8 +62,9 @@ def raw_decode(rows: int) -> float:
   from tirjax.models.hf_io import load_hf
   from tirjax.sampling.interface import SamplingParams
   from tirjax.sampling.jax_sampler import JaxSampler, JaxSamplerOptions
+  bucket_rows = 1 << max(rows - 1, 0).bit_length()  # the power-of-two bucket episodes use
   sampler = JaxSampler(load_hf(FLAGS.hf_checkpoint), JaxSamplerOptions(
-      min_batch=rows, min_prompts=1, max_batch=256, min_prompt_len=512, min_new_tokens=64,
+      min_batch=bucket_rows, min_prompts=1, max_batch=256, min_prompt_len=512, min_new_tokens=64,
       reuse_cache=False))
   rng = np.random.default_rng(0)
   prompts = [rng.integers(5, 300, size=300).tolist() for _ in range(rows)]
