@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup vllm-env test run bench gpu-wheels clean-venv
+.PHONY: setup vllm-env test test-fast run bench gpu-wheels clean-venv
 
 $(VENV)/.installed: requirements.txt requirements-test.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,12 @@ run: setup
 
 test: setup vllm-env
 	$(PY) -m pytest -q -n 2 --dist loadgroup
+
+# The inner loop: everything but the vLLM tests and those marked slow, with fewer hypothesis
+# examples (under 3 minutes on 2 cores, no vLLM environment). `make test` stays the CI command
+# and runs everything.
+test-fast: setup
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow and not vllm" --hypothesis-profile=fast
 
 bench: setup
 	$(PY) -m experiments.bench_kernels --json=benchmarks/results/bench_kernels_cpu.json

@@ -24,7 +24,7 @@ from tirjax.config import config_from_dataclass, dataclass_from_config, parse_pr
 from tirjax.experiment.resolve import ENVS, SAMPLERS
 from tirjax.loss import LossOptions
 from tirjax.models.config import PRESETS as MODEL_PRESETS
-from tirjax.rollout.options import MODES, RolloutOptions
+from tirjax.episodes.options import MODES, RolloutOptions
 from tirjax.training.optimizer import OptimizerOptions
 from tirjax.training.sft import SFTOptions
 
@@ -51,6 +51,9 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   env = presets.get("env", "toolworld")
   c.env = ml_collections.ConfigDict(dict(
       name=env, data_path=DATA[env], train_tasks=2000, eval_tasks=64,
+      # ToolHop's AC also accepts an answer contained in the tool response before it (FTRL's
+      # reference scorer; False: containment in the answer only, the paper's Eq. 21)
+      answer_in_tool_message=False,
       # toolworld only: the query mix
       hop_weights=(0.25, 0.35, 0.25, 0.15), p_parallel=0.5, p_down=0.1,
   ))

@@ -4,8 +4,10 @@
 
 Paper defaults (HiDiffTIR §4.1, App. A.5): groups of 16 independent rollouts at temperature
 1.0, at most 10 turns, answers in `<answer>` tags, α = 0.7, λ = 1, exact (Hungarian) matching;
-lr 1e-6, KL 0.001 (k3), entropy bonus 0.001. The tiny preset keeps the method's settings and
-scales the learning rates to the model.
+lr 1e-6, KL 0.001 (k3), entropy bonus 0.001. The tiny preset keeps the method's credit
+assignment (α, λ, matching, the answer protocol) but not its budget: T_max = 6 turns (toolworld
+needs at most 4 tool steps and the answer), 64 new tokens per turn, 3 queries per step, and
+learning rates scaled to the model (configs/base.py, `tiny`).
 Measured with `model=tiny` (hidifftir, seeds 0-2; benchmarks/results/default_run.json): the SFT
 warm start reaches 0.27-0.42 greedy eval accuracy and 40 RL steps add +0.008 to +0.023, within
 eval noise; the papers report their gains on 1.7B-7B models.

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 
 from absl import app, flags
+
+from tirjax.reporting import benchmark
 
 flags.DEFINE_string("seeds", "0,1,2", "Comma-separated seeds.")
 flags.DEFINE_string("workdir", "runs/default_bench", "Parent of the per-seed run directories.")
@@ -37,6 +38,7 @@ def _git(*args) -> str:
 
 def main(argv):
   del argv
+  info = benchmark.machine(jax_info=False)
   seeds = [int(s) for s in FLAGS.seeds.split(",") if s.strip()]
   records = []
   for seed in seeds:
@@ -66,12 +68,9 @@ def main(argv):
       command="python -m experiments.bench_default_run " + " ".join(sys.argv[1:]),
       config=FLAGS.config, commit=_git("rev-parse", "HEAD"),
       dirty=bool(_git("status", "--porcelain", "--untracked-files=no")),
-      machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
-                   python=platform.python_version()),
+      machine=info,
       runs=records, mean_gain=sum(gains) / len(gains), min_gain=min(gains))
-  os.makedirs(os.path.dirname(FLAGS.json) or ".", exist_ok=True)
-  with open(FLAGS.json, "w") as f:
-    json.dump(out, f, indent=1)
+  benchmark.write_result(FLAGS.json, out, indent=1)
   print(json.dumps({k: out[k] for k in ("mean_gain", "min_gain")}))
 
 

@@ -8,30 +8,46 @@ Batches (SPEC §4, issue "Foundation"; `--queries` scales both):
   * tree: 256 queries, PORTool trees with n = 8, f = 2, T_max = 6 (`synthetic.tree_rollouts`),
     for `portool` (and `grpo` on the same trees, for comparison).
 Each jitted kernel is compiled first, then timed `--repeats` times; each reference
-(`tests/reference`: plain Python loops over groups, trees and rows, scipy's
-`linear_sum_assignment` per row) `--ref-repeats` times. Reported: medians in milliseconds of
+(`tirjax/testing/reference`: plain Python loops over groups, trees and rows, scipy's
+`linear_sum_assignment` per row) `--ref_repeats` times. Reported: medians in milliseconds of
 wall time, and of CPU time of this process (robust to other load on a shared machine).
+`assignment_hungarian_optax` times `optax.assignment.hungarian_algorithm` (vmapped) on the same
+batch as `assignment_hungarian`, against the same scipy loop (why the project keeps its own
+matcher: `tirjax/matching/hungarian.py`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
+import sys
 import time
 
+from absl import app, flags
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 
-from tests.call_batches import to_batch
-from tests.reference import REFERENCES
-from tests.reference import matching as ref_matching
-from tirjax import advantages, synthetic
+from tirjax import advantages
+from tirjax.testing import synthetic
 from tirjax.matching.greedy import greedy_matching
-from tirjax.matching.hungarian import max_weight_matching
+from tirjax.matching.hungarian import masked_weights, max_weight_matching
 from tirjax.matching.sinkhorn import ot_call_rewards
-from tirjax.synthetic_calls import random_call_rollouts
+from tirjax.reporting import benchmark
+from tirjax.testing.synthetic_calls import random_call_rollouts
+from tirjax.testing.call_batches import to_batch
+from tirjax.testing.reference import REFERENCES
+from tirjax.testing.reference import matching as ref_matching
+
+_JSON = flags.DEFINE_string("json", "benchmarks/results/bench_kernels_cpu.json", "result file")
+_REPEATS = flags.DEFINE_integer("repeats", 7, "timed calls of each kernel", lower_bound=1)
+_REF_REPEATS = flags.DEFINE_integer("ref_repeats", 3, "timed calls of each reference",
+                                    lower_bound=1)
+_SEED = flags.DEFINE_integer("seed", 0, "seed of the random batches")
+_ONLY = flags.DEFINE_list("only", [], "a subset of the kernel names")
+_QUERIES = flags.DEFINE_integer("queries", 256, "queries per batch (256: the papers' batch; "
+                                "2048: 8x, as on the GPU)", lower_bound=1)
 
 
 def timed(fn, repeats: int) -> tuple[float, float]:
@@ -65,29 +81,26 @@ def matcher_cases(r, batch):
           ref_matching.MATCHINGS[method](s)
     return run
 
+  def optax_hungarian(sim, pv, gv):
+    # Ground-truth calls as the assigned rows, as in the project's matcher.
+    cost = -jnp.swapaxes(masked_weights(sim, pv, gv), 1, 2)
+    return jax.vmap(optax.assignment.hungarian_algorithm)(cost)
+
   return {
       "assignment_hungarian": (jax.jit(max_weight_matching), (sim, pv, gv), per_row("hungarian")),
+      "assignment_hungarian_optax": (jax.jit(optax_hungarian), (sim, pv, gv),
+                                     per_row("hungarian")),
       "assignment_greedy": (jax.jit(greedy_matching), (sim, pv, gv), per_row("greedy")),
       "assignment_sinkhorn": (jax.jit(ot_call_rewards), (sim, pv, gv), per_row("sinkhorn")),
   }
 
 
-def main():
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--json", default="benchmarks/results/bench_kernels_cpu.json")
-  p.add_argument("--repeats", type=int, default=7)
-  p.add_argument("--ref-repeats", type=int, default=3)
-  p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--only", default="", help="comma-separated subset of the kernel names")
-  p.add_argument("--queries", type=int, default=256,
-                 help="queries per batch (256: the papers' batch; 2048: 8x, as on the GPU)")
-  args = p.parse_args()
-  if args.queries < 1:
-    p.error(f"--queries: must be >= 1, got {args.queries}")
-
-  flat = random_call_rollouts(args.seed, num_queries=args.queries)
+def main(argv):
+  del argv
+  info = benchmark.machine()
+  flat = random_call_rollouts(_SEED.value, num_queries=_QUERIES.value)
   flat_batch = to_batch(flat)
-  tree = synthetic.tree_rollouts(np.random.default_rng(args.seed), [8] * args.queries,
+  tree = synthetic.tree_rollouts(np.random.default_rng(_SEED.value), [8] * _QUERIES.value,
                                  branching=2, max_depth=6)
   tree_batch = to_batch(tree)
 
@@ -97,36 +110,51 @@ def main():
     cases[name] = (advantages.get(name), (r,), lambda name=name, batch=batch: REFERENCES[name](batch))
   cases["grpo_on_trees"] = (advantages.get("grpo"), (tree,), lambda: REFERENCES["grpo"](tree_batch))
   cases.update(matcher_cases(flat, flat_batch))
-  if args.only:
-    cases = {k: cases[k] for k in args.only.split(",")}
-
-  records = []
-  for name, (fn, fargs, reference) in cases.items():
-    jax.block_until_ready(fn(*fargs))  # compile
-    jax_ms, jax_cpu_ms = timed(lambda: fn(*fargs), args.repeats)
-    ref_ms, ref_cpu_ms = timed(reference, args.ref_repeats)
-    rec = dict(name=name, jax_ms=jax_ms, reference_ms=ref_ms, speedup=ref_ms / jax_ms,
-               jax_cpu_ms=jax_cpu_ms, reference_cpu_ms=ref_cpu_ms,
-               speedup_cpu=ref_cpu_ms / max(jax_cpu_ms, 1e-9))
-    records.append(rec)
-    print(f"{name:22s} jax {jax_ms:9.2f} ms | reference {ref_ms:9.1f} ms | "
-          f"speed-up {rec['speedup']:7.1f}x wall {rec['speedup_cpu']:7.1f}x cpu", flush=True)
+  if _ONLY.value:
+    unknown = sorted(set(_ONLY.value) - set(cases))
+    if unknown:
+      raise app.UsageError(f"--only: unknown kernel(s) {unknown}; known: {sorted(cases)}")
+    cases = {k: cases[k] for k in _ONLY.value}
 
   B, T, K, C = flat.call_sim.shape
   out = dict(
-      command="python -m experiments.bench_kernels " + " ".join(
-          f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if v != ""),
-      device=str(jax.devices()[0]),
-      machine=dict(platform=platform.platform(), processor=platform.processor(),
-                   cpus=os.cpu_count(), load_avg=os.getloadavg(), jax=jax.__version__),
-      batch=dict(independent=dict(queries=args.queries, rows=B, steps=T, calls_per_step=K, gt_calls=C,
-                                  valid_rows=int(flat_batch["row_valid"].sum())),
-                 tree=dict(queries=args.queries, n=8, f=2, T_max=6, rows=tree.num_rows)),
-      records=records)
-  os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-  with open(args.json, "w") as f:
-    json.dump(out, f, indent=2)
+      command="python -m experiments.bench_kernels " + " ".join(sys.argv[1:]),
+      device=str(jax.devices()[0]), machine=info,
+      batch=dict(independent=dict(queries=_QUERIES.value, rows=B, steps=T, calls_per_step=K,
+                                  gt_calls=C, valid_rows=int(flat_batch["row_valid"].sum())),
+                 tree=dict(queries=_QUERIES.value, n=8, f=2, T_max=6, rows=tree.num_rows)),
+      records=[])
+  for name, (fn, fargs, reference) in cases.items():
+    jax.block_until_ready(fn(*fargs))  # compile
+    jax_ms, jax_cpu_ms = timed(lambda: fn(*fargs), _REPEATS.value)
+    ref_ms, ref_cpu_ms = timed(reference, _REF_REPEATS.value)
+    rec = dict(name=name, jax_ms=jax_ms, reference_ms=ref_ms, speedup=ref_ms / jax_ms,
+               jax_cpu_ms=jax_cpu_ms, reference_cpu_ms=ref_cpu_ms,
+               speedup_cpu=ref_cpu_ms / max(jax_cpu_ms, 1e-9))
+    out["records"].append(rec)
+    print(f"{name:26s} jax {jax_ms:9.2f} ms | reference {ref_ms:9.1f} ms | "
+          f"speed-up {rec['speedup']:7.1f}x wall {rec['speedup_cpu']:7.1f}x cpu", flush=True)
+    benchmark.write_result(_JSON.value, out)  # after every kernel: a stopped run keeps its rows
+  if _JSON.value:
+    benchmark.write_markdown(os.path.splitext(_JSON.value)[0] + ".md", markdown(out))
+
+
+def markdown(out: dict) -> str:
+  """The result as a table (wall and CPU-time speed-ups; target >= 20x)."""
+  m = out["machine"]
+  lines = ["# Kernels against their loop references\n",
+           f"Command: `{out['command']}`\n",
+           f"Machine: {m['cpu']}, {m['cpus']} CPUs, jax {m['jax']} ({out['device']}); load "
+           f"average {m['load_average_start'][0]:.2f} at the start, "
+           f"{m['load_average_end'][0]:.2f} at the end.\n",
+           f"Batch: {json.dumps(out['batch'])}\n",
+           "| kernel | jax ms | reference ms | speed-up (wall) | speed-up (CPU time) |",
+           "| --- | ---: | ---: | ---: | ---: |"]
+  for r in out["records"]:
+    lines.append(f"| {r['name']} | {r['jax_ms']:.2f} | {r['reference_ms']:.1f} | "
+                 f"{r['speedup']:.1f}x | {r['speedup_cpu']:.1f}x |")
+  return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

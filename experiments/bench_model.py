@@ -15,9 +15,6 @@ Targets: chunked peak memory ≤ 1/4 of naive, time ≤ 1.25× naive.
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import statistics
 import time
 
@@ -26,6 +23,7 @@ import jax.numpy as jnp
 from absl import app, flags
 
 from tirjax.models.logprobs import logprobs_from_hidden
+from tirjax.reporting import benchmark
 
 FLAGS = flags.DEFINE_string("json", None, "write results here")
 _BATCH = flags.DEFINE_integer("batch", 8, "rows for the memory analysis")
@@ -86,24 +84,13 @@ def wall(fn, args) -> dict:
   return {"median_s": statistics.median(times), "times_s": times}
 
 
-def cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor()
-
-
 def main(_):
   cases = {
       "logprobs": (lambda h, w, t, v, c: naive(h, w, t, v),
                    lambda h, w, t, v, c: chunked(h, w, t, v)),
       "logprobs_grad": (with_grad(naive), with_grad(chunked)),
   }
-  load_before = os.getloadavg()
+  info = benchmark.machine()
   full, small = inputs(_BATCH.value), inputs(_TIME_BATCH.value)
   results = {}
   for name, (f_naive, f_chunked) in cases.items():
@@ -124,15 +111,9 @@ def main(_):
                  "vocab": _VOCAB.value, "chunk_size": _CHUNK.value, "dtype": _DTYPE.value},
       "targets": {"memory_ratio_max": 0.25, "time_ratio_max": 1.25},
       "results": results,
-      "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "jax": jax.__version__,
-                  "backend": jax.default_backend(), "python": platform.python_version(),
-                  # Other processes on the machine (1/5/15-minute load averages).
-                  "load_average_start": load_before, "load_average_end": os.getloadavg()},
+      "machine": info,
   }
-  if FLAGS.value:
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.value)), exist_ok=True)
-    with open(FLAGS.value, "w") as f:
-      json.dump(report, f, indent=2)
+  benchmark.write_result(FLAGS.value, report)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """The RL step of the tiny default, phase by phase, with the JAX sampler's prefix cache on and
-off at equal work (same config, seed and warm start: the same sampled tokens).
+off at equal work (same config, seed and warm start: the same sampled tokens), and with the
+vLLM sampler beside them (vLLM's automatic prefix caching on; its own sampling, so not the
+same tokens).
 
     python -m experiments.bench_rl_step --hf_checkpoint=runs/default_bench/seed0/hf_export \\
         --json=benchmarks/results/bench_rl_step_cpu.json
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -23,26 +24,31 @@ import time
 import numpy as np
 from absl import app, flags
 
+from tirjax.reporting import benchmark
+
 flags.DEFINE_string("hf_checkpoint", None, "Warm start: an HF export of the tiny model.")
 flags.DEFINE_string("config", "configs/hidifftir.py:model=tiny", "The run config.")
 flags.DEFINE_integer("steps", 12, "RL steps per variant.")
 flags.DEFINE_integer("skip", 2, "First steps left out of the medians (compilation).")
 flags.DEFINE_string("workdir", "runs/bench_rl_step", "Parent of the variants' run directories.")
 flags.DEFINE_string("json", "benchmarks/results/bench_rl_step_cpu.json", "Results.")
+flags.DEFINE_list("variants", ["re-prefill", "prefix cache", "vllm"], "Which variants run.")
 flags.mark_flag_as_required("hf_checkpoint")
 FLAGS = flags.FLAGS
 
-VARIANTS = {"re-prefill": False, "prefix cache": True}
+VARIANTS = {"re-prefill": ["--config.sampler.reuse_cache=False"],
+            "prefix cache": ["--config.sampler.reuse_cache=True"],
+            "vllm": ["--config.sampler.kind=vllm"]}
 
 
-def run_variant(name: str, reuse: bool) -> dict:
+def run_variant(name: str, overrides: list) -> dict:
   workdir = os.path.join(FLAGS.workdir, name.replace(" ", "_"))
   command = [sys.executable, "-m", "experiments.train", f"--config={FLAGS.config}",
              f"--workdir={workdir}", f"--config.model.hf_checkpoint={FLAGS.hf_checkpoint}",
              "--config.sft.steps=0", f"--config.train.steps={FLAGS.steps}",
              "--config.train.eval_at_start=False", "--config.env.eval_tasks=1",
              "--config.train.export_final=False", "--config.train.progress_bar=False",
-             f"--config.sampler.reuse_cache={reuse}"]
+             *overrides]
   subprocess.run(command, check=True)
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     rows = [r for r in map(json.loads, f) if r["phase"] == "rl"][FLAGS.skip:]
@@ -51,8 +57,10 @@ def run_variant(name: str, reuse: bool) -> dict:
   step = {k: med[k] for k in med if k.startswith("time/") and k.split("/")[1] in (
       "handover_s", "rollout_s", "advantages_s", "reference_s", "update_s")}
   med["time/step_s"] = sum(step.values())
-  med["episode_tokens_per_s"] = med["tokens/decode"] / med["time/sampler_s"]
   med["sampled_tokens"] = [r["rollout/sampled_tokens"] for r in rows]
+  # vLLM reports no prefill/decode split: its generated tokens are the sampled ones.
+  generated = med.get("tokens/decode") or statistics.median(med["sampled_tokens"])
+  med["episode_tokens_per_s"] = generated / med["time/sampler_s"]
   return med
 
 
@@ -79,26 +87,33 @@ def raw_decode(rows: int) -> float:
 
 def main(argv):
   del argv
+  info = benchmark.machine()
   start = time.perf_counter()
-  results = {name: run_variant(name, reuse) for name, reuse in VARIANTS.items()}
-  with open(os.path.join(FLAGS.workdir, "prefix_cache", "config.json")) as f:
+  unknown = sorted(set(FLAGS.variants) - set(VARIANTS))
+  if unknown:
+    raise app.UsageError(f"--variants: unknown {unknown}; known: {sorted(VARIANTS)}")
+  results = {name: run_variant(name, VARIANTS[name]) for name in FLAGS.variants}
+  first = FLAGS.variants[0].replace(" ", "_")
+  with open(os.path.join(FLAGS.workdir, first, "config.json")) as f:
     rows = json.load(f)["rollout"]["shapes"]["num_rows"]
   raw = raw_decode(rows)
-  old, new = results["re-prefill"], results["prefix cache"]
   out = dict(
       command="python -m experiments.bench_rl_step " + " ".join(sys.argv[1:]),
-      machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
-                   python=platform.python_version()),
-      config=FLAGS.config, rows_per_step=rows, variants=results,
-      raw_decode_tokens_per_s=raw,
-      same_sampled_tokens=old["sampled_tokens"] == new["sampled_tokens"],
-      step_speedup=old["time/step_s"] / new["time/step_s"],
-      rollout_speedup=old["time/rollout_s"] / new["time/rollout_s"],
-      episode_efficiency=new["episode_tokens_per_s"] / raw,
-      seconds=round(time.perf_counter() - start, 1))
-  os.makedirs(os.path.dirname(FLAGS.json) or ".", exist_ok=True)
-  with open(FLAGS.json, "w") as f:
-    json.dump(out, f, indent=1)
+      machine=info, config=FLAGS.config, rows_per_step=rows, variants=results,
+      raw_decode_tokens_per_s=raw)
+  if "re-prefill" in results and "prefix cache" in results:
+    old, new = results["re-prefill"], results["prefix cache"]
+    out.update(same_sampled_tokens=old["sampled_tokens"] == new["sampled_tokens"],
+               step_speedup=old["time/step_s"] / new["time/step_s"],
+               rollout_speedup=old["time/rollout_s"] / new["time/rollout_s"],
+               episode_efficiency=new["episode_tokens_per_s"] / raw)
+  if "vllm" in results and "prefix cache" in results:
+    v, new = results["vllm"], results["prefix cache"]
+    out.update(vllm_step_over_prefix_cache=v["time/step_s"] / new["time/step_s"],
+               vllm_rollout_over_prefix_cache=v["time/rollout_s"] / new["time/rollout_s"],
+               vllm_episode_tokens_per_s=v["episode_tokens_per_s"])
+  out["seconds"] = round(time.perf_counter() - start, 1)
+  benchmark.write_result(FLAGS.json, out, indent=1)
   print(json.dumps({k: v for k, v in out.items() if k != "variants"}, indent=1))
 
 

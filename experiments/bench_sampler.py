@@ -13,7 +13,7 @@ existing file kept):
   `--new_tokens` new tokens (temperature 1, no stop tokens). The first call of each batch size
   compiles its bucket and is not timed; the median of `--repeats` calls is reported.
 * `tree_vs_independent`: wall time of PORTool's tree rollouts against independent rollouts at
-  equal n on toolworld, with that sampler (`tirjax.rollout.timing.time_modes`). Every bucket
+  equal n on toolworld, with that sampler (`tirjax.episodes.timing.time_modes`). Every bucket
   the rollouts can use is compiled first, so no timed run compiles. The model's weights are
   random: rows never answer and run to T_max (or are truncated), which is the most sampling
   either mode can do.
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import subprocess
 import tempfile
@@ -52,11 +51,12 @@ from tirjax.env import chat
 from tirjax.env.toolworld import build_tokenizer, make_tasks
 from tirjax.models import config, decoder
 from tirjax.models.hf_io import export_hf
-from tirjax.rollout import RolloutOptions, Shapes, TreeOptions, time_modes
+from tirjax.episodes import RolloutOptions, Shapes, TreeOptions, time_modes
 from tirjax.sampling.interface import Sampler, SamplingParams
 from tirjax.sampling.jax_sampler import JaxSampler, JaxSamplerOptions, bucket
 from tirjax.sampling.teacher import DecoderTeacher
 from tirjax.sampling.vllm import TINY_HEAD_DIM, VLLMOptions, VLLMSampler
+from tirjax.reporting import benchmark
 from tirjax.sampling.vllm_server import ServerOptions
 
 _JSON = flags.DEFINE_string("json", None, "merge the sections into this JSON file")
@@ -78,18 +78,6 @@ _PRESET = flags.DEFINE_string("preset", "tiny", "jax section: model preset (tiny
                               "qwen3_0p6b / qwen3_1p7b sizes with random bf16 weights)")
 _TOKENIZER_DIR = flags.DEFINE_string("tokenizer_dir", "/tmp/tirjax_bench_tokenizer",
                                      "where the toolworld tokenizer is built")
-
-
-def machine() -> dict:
-  model = platform.processor()
-  if os.path.exists("/proc/cpuinfo"):
-    with open("/proc/cpuinfo") as f:
-      names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-    model = names[0] if names else model
-  return {"cpu": model, "cpus": os.cpu_count(), "cpus_usable": len(os.sched_getaffinity(0)),
-          "platform": platform.platform(), "python": platform.python_version(),
-          "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
-          "loadavg_start": os.getloadavg()}
 
 
 def throughput(sampler: Sampler, batch: int, prompt_len: int, new_tokens: int, repeats: int,
@@ -118,7 +106,7 @@ def toolworld_tokenizer():
 
 
 def jax_section(tokenizer) -> dict:
-  info = machine()
+  info = benchmark.machine()
   cfg = (config.tiny(vocab_size=len(tokenizer)) if _PRESET.value == "tiny" else
          config.preset(_PRESET.value, dtype="bfloat16", param_dtype="bfloat16"))
   options = JaxSamplerOptions()
@@ -135,7 +123,7 @@ def jax_section(tokenizer) -> dict:
     results.append(r)
     print(f"jax batch {b}: {r['tokens_per_s']:.0f} tokens/s (compile {compile_s:.1f} s)",
           flush=True)
-  info["loadavg_end"] = os.getloadavg()
+  info["load_average_end"] = list(os.getloadavg())
   return {"machine": info, "model": {"preset": _PRESET.value, "vocab_size": cfg.vocab_size,
                                      "dtype": cfg.dtype},
           "options": {k: getattr(options, k) for k in options.__dataclass_fields__},
@@ -145,7 +133,7 @@ def jax_section(tokenizer) -> dict:
 
 
 def tree_section(tokenizer) -> dict:
-  info = machine()
+  info = benchmark.machine()
   cfg = config.tiny(vocab_size=len(tokenizer))
   sampler = JaxSampler(decoder.init(cfg))
   n, f, tasks = _N.value, _BRANCH.value, make_tasks("train", _TASKS.value, seed=0)
@@ -168,7 +156,7 @@ def tree_section(tokenizer) -> dict:
   compile_s = time.perf_counter() - t0
   before = len(sampler.compiled_buckets)
   modes = time_modes(sampler, tokenizer, tasks, options, repeats=_ROLLOUT_REPEATS.value)
-  info["loadavg_end"] = os.getloadavg()
+  info["load_average_end"] = list(os.getloadavg())
   tree, ind = modes["tree"], modes["independent"]
   return {"machine": info,
           "options": {"tasks": len(tasks), "n": n, "branch_factor": f,
@@ -215,7 +203,7 @@ def _handover(sampler: VLLMSampler, teacher: DecoderTeacher, model, tokenizer_di
 
 
 def vllm_section(tokenizer) -> dict:
-  info = machine()
+  info = benchmark.machine()
   cfg = config.tiny(vocab_size=len(tokenizer), head_dim=TINY_HEAD_DIM)
   model = decoder.init(cfg)
   tokenizer_dir = str(build_tokenizer(_TOKENIZER_DIR.value))
@@ -244,7 +232,7 @@ def vllm_section(tokenizer) -> dict:
             f"{max(h['gap_max'] for h in handovers):.2g}", flush=True)
       startup_s = sampler.server.startup_s
       version = _vllm_version(server.python)
-  info["loadavg_end"] = os.getloadavg()
+  info["load_average_end"] = list(os.getloadavg())
   return {"machine": info, "vllm": version,
           "model": {"preset": "tiny", "vocab_size": cfg.vocab_size, "head_dim": cfg.head_dim,
                     "dtype": "float32"},
@@ -285,12 +273,7 @@ def main(argv):
   sections = results.setdefault("sections", {})
   for name in _SECTIONS.value:
     sections[name] = SECTIONS[name](tokenizer)
-  text = json.dumps(results, indent=2)
-  print(text)
-  if _JSON.value:
-    os.makedirs(os.path.dirname(os.path.abspath(_JSON.value)), exist_ok=True)
-    with open(_JSON.value, "w") as f:
-      f.write(text + "\n")
+  print(benchmark.write_result(_JSON.value, results))
 
 
 if __name__ == "__main__":

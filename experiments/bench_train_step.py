@@ -26,9 +26,7 @@ would need more than `--host_memory_budget_gib` is compiled and analysed but not
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import platform
 import statistics
 import time
 
@@ -39,6 +37,7 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from tirjax import loss, sharding, training  # noqa: E402
+from tirjax.reporting import benchmark  # noqa: E402
 from tirjax.models import config, decoder  # noqa: E402
 from tirjax.training import flops  # noqa: E402
 
@@ -217,22 +216,6 @@ def fit_budget_bytes(device) -> float:
   return 2.0 * 2**30
 
 
-def cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor()
-
-
-def host_memory_gib() -> float:
-  with open("/proc/meminfo") as f:
-    return int(f.readline().split()[1]) / 2**20
-
-
 def main(_):
   gpu = _GPU.value
   devices = jax.devices("gpu") if gpu else jax.devices("cpu")
@@ -247,7 +230,7 @@ def main(_):
   if peak is None and gpu:
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in kind), None)
   peak_flops = peak * 1e12 if peak else None
-  load_before = os.getloadavg()
+  load_before = benchmark.machine()["load_average_start"]
   fit_budget = fit_budget_bytes(devices[0]) if _FIT.value else None
   results = []
   for name in presets:
@@ -293,18 +276,10 @@ def write_report(presets, rows, length, microbatches, peak, results, kind, devic
                           "N excludes an untied input embedding",
       "peak_tflops_per_chip": peak,
       "results": results,
-      "machine": {"backend": jax.default_backend(), "device_kind": kind,
-                  "devices": len(devices), "cpu": cpu_model(), "cores": os.cpu_count(),
-                  "host_memory_gib": round(host_memory_gib(), 1), "jax": jax.__version__,
-                  "python": platform.python_version(),
-                  "simulated_cpu_devices": not gpu,
-                  # Other processes on the machine (1/5/15-minute load averages).
-                  "load_average_start": load_before, "load_average_end": os.getloadavg()},
+      "machine": dict(benchmark.machine(), device_kind=kind, devices=len(devices),
+                      simulated_cpu_devices=not gpu, load_average_start=load_before),
   }
-  if _JSON.value:
-    os.makedirs(os.path.dirname(os.path.abspath(_JSON.value)), exist_ok=True)
-    with open(_JSON.value, "w") as f:
-      json.dump(report, f, indent=2)
+  benchmark.write_result(_JSON.value, report)
 
 
 if __name__ == "__main__":

@@ -12,19 +12,18 @@ with --json); the machine's load average is recorded, since other work skews eve
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
+
+from absl import app, flags
 
 from tirjax.sampling import tiny_hf
 from tirjax.sampling.interface import SamplingParams
 from tirjax.sampling.vllm import VLLMOptions, VLLMSampler
+from tirjax.reporting import benchmark
 from tirjax.sampling.vllm_server import ServerOptions
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -91,25 +90,24 @@ def handover(sampler, dirs, teachers, repeats: int) -> dict:
           "repeats": repeats}
 
 
-def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--json", help="also write the results here")
-  parser.add_argument("--batches", default="1,16,64")
-  parser.add_argument("--prompt_len", type=int, default=16)
-  parser.add_argument("--new_tokens", type=int, default=64)
-  parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--kv_cache_mib", type=int, default=16)
-  parser.add_argument("--server_env", action="append", default=[], metavar="NAME=VALUE",
-                      help="environment variable for the server (repeatable)")
-  parser.add_argument("--time_env", action="store_true", help="also time `make vllm-env`")
-  parser.add_argument("--cold_cache", action="store_true",
-                      help="... and again with an empty uv cache")
-  args = parser.parse_args(argv)
+_JSON = flags.DEFINE_string("json", None, "also write the results here")
+_BATCHES = flags.DEFINE_list("batches", ["1", "16", "64"], "batch sizes timed")
+_PROMPT_LEN = flags.DEFINE_integer("prompt_len", 16, "prompt tokens", lower_bound=1)
+_NEW_TOKENS = flags.DEFINE_integer("new_tokens", 64, "sampled tokens per row", lower_bound=1)
+_REPEATS = flags.DEFINE_integer("repeats", 3, "timed repeats", lower_bound=1)
+_KV_CACHE_MIB = flags.DEFINE_integer("kv_cache_mib", 16, "the server's KV cache", lower_bound=1)
+_SERVER_ENV = flags.DEFINE_multi_string("server_env", [], "NAME=VALUE: an environment "
+                                        "variable for the server (repeatable)")
+_TIME_ENV = flags.DEFINE_boolean("time_env", False, "also time `make vllm-env`")
+_COLD_CACHE = flags.DEFINE_boolean("cold_cache", False, "... and again with an empty uv cache")
 
-  results = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                         "loadavg_start": os.getloadavg()}}
-  if args.time_env:
-    results["make_vllm_env"] = [time_env(cold) for cold in [False] + [True] * args.cold_cache]
+
+def main(argv) -> dict:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  results = {"machine": benchmark.machine(jax_info=False)}
+  if _TIME_ENV.value:
+    results["make_vllm_env"] = [time_env(cold) for cold in [False] + [True] * _COLD_CACHE.value]
   venv = os.path.join(REPO, ".venv-vllm")
   if os.path.isdir(venv):
     results["venv_vllm_bytes"] = disk_bytes(venv)
@@ -119,8 +117,8 @@ def main(argv=None) -> dict:
     teachers = {name: tiny_hf.torch_teacher(tiny_hf.save_model(path, seed=seed))
                 for seed, (name, path) in enumerate(dirs.items())}
     options = ServerOptions(model=dirs["a"], max_model_len=512,
-                            kv_cache_memory_bytes=args.kv_cache_mib * 2**20,
-                            env=tuple(tuple(kv.split("=", 1)) for kv in args.server_env))
+                            kv_cache_memory_bytes=_KV_CACHE_MIB.value * 2**20,
+                            env=tuple(tuple(kv.split("=", 1)) for kv in _SERVER_ENV.value))
     results["model"] = {"spec": str(tiny_hf.TinyQwen3()), "dtype": options.dtype,
                         "kv_cache_bytes": options.kv_cache_memory_bytes,
                         "server_env": dict(options.env)}
@@ -128,21 +126,15 @@ def main(argv=None) -> dict:
       results["startup_s"] = round(sampler.server.startup_s, 1)
       results["server_pss_bytes_idle"] = pss_bytes(sampler.server.pids())
       results["throughput"] = [
-          throughput(sampler, int(b), args.prompt_len, args.new_tokens, args.repeats)
-          for b in args.batches.split(",")]
-      results["throughput_setup"] = {"prompt_len": args.prompt_len,
-                                     "new_tokens": args.new_tokens, "temperature": 1.0}
+          throughput(sampler, int(b), _PROMPT_LEN.value, _NEW_TOKENS.value, _REPEATS.value)
+          for b in _BATCHES.value]
+      results["throughput_setup"] = {"prompt_len": _PROMPT_LEN.value,
+                                     "new_tokens": _NEW_TOKENS.value, "temperature": 1.0}
       results["server_pss_bytes_loaded"] = pss_bytes(sampler.server.pids())
       results["handover"] = handover(sampler, dirs, teachers, repeats=4)
-  results["machine"]["loadavg_end"] = os.getloadavg()
-  text = json.dumps(results, indent=2)
-  print(text)
-  if args.json:
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as f:
-      f.write(text + "\n")
+  print(benchmark.write_result(_JSON.value, results))
   return results
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  app.run(main)

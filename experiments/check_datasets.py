@@ -11,9 +11,10 @@ Prints one JSON object of counts (and writes it with --json).
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
+
+from absl import app, flags
 
 from tirjax.env import verify
 from tirjax.env.datasets.bfcl import load_bfcl
@@ -22,6 +23,7 @@ from tirjax.env.datasets.toolhop import load_toolhop
 from tirjax.env.executor import EnvOptions, ToolEnv
 from tirjax.env.sandbox import Sandbox
 from tirjax.env.tools import ToolError
+from tirjax.reporting import benchmark
 
 
 def _step(calls) -> str:
@@ -104,30 +106,28 @@ def check_bfcl(sandbox: Sandbox) -> dict:
   return out
 
 
-def main() -> None:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--toolhop")
-  p.add_argument("--ftrl")
-  p.add_argument("--bfcl", action="store_true")
-  p.add_argument("--json")
-  args = p.parse_args()
+_TOOLHOP = flags.DEFINE_string("toolhop", None, "ToolHop's JSONL file")
+_FTRL = flags.DEFINE_string("ftrl", None, "FTRL's parquet file")
+_BFCL = flags.DEFINE_boolean("bfcl", False, "check BFCL multi-turn (bfcl-eval's own data)")
+_JSON = flags.DEFINE_string("json", None, "also write the report here")
+
+
+def main(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   report = {}
   with Sandbox() as sandbox:
     report["sandbox"] = sandbox.enforced
-    for name, fn in (("toolhop", lambda: args.toolhop and check_toolhop(args.toolhop, sandbox)),
-                     ("ftrl", lambda: args.ftrl and check_ftrl(args.ftrl, sandbox)),
-                     ("bfcl", lambda: args.bfcl and check_bfcl(sandbox))):
+    for name, fn in (("toolhop", lambda: _TOOLHOP.value and check_toolhop(_TOOLHOP.value, sandbox)),
+                     ("ftrl", lambda: _FTRL.value and check_ftrl(_FTRL.value, sandbox)),
+                     ("bfcl", lambda: _BFCL.value and check_bfcl(sandbox))):
       t0 = time.perf_counter()
       result = fn()
       if result:
         report[name] = dict(result, seconds=round(time.perf_counter() - t0, 2))
     report["sandbox_restarts"] = sandbox.restarts
-  text = json.dumps(report, indent=2)
-  print(text)
-  if args.json:
-    with open(args.json, "w") as f:
-      f.write(text + "\n")
+  print(benchmark.write_result(_JSON.value, report))
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

@@ -15,20 +15,20 @@ and prints the table. A run that raises is recorded as failed and shown as such.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
-import platform
 import sys
 import time
 import traceback
 
-import jax
+from absl import app, flags
 
 from tirjax import reporting
+from tirjax.credit.cells import split_labels
+from tirjax.reporting import benchmark
 from tirjax.credit import cells, evaluate
-from tirjax.credit.sampling import RolloutOptions
+from tirjax.credit.chain_rollouts import ChainRolloutOptions
 from tirjax.credit.task import ChainTask
 from tirjax.credit.train import TrainOptions, run_cell
 
@@ -47,29 +47,8 @@ def parse_seeds(text: str) -> list[int]:
   return seeds
 
 
-def split_labels(text: str) -> list[str]:
-  """Comma-separated cell labels; an item with '=' but no '/' continues the previous label's
-  options, so "grpo,portool/omega1=0,fork_scale=none" is two cells."""
-  labels: list[str] = []
-  for item in filter(None, (s.strip() for s in text.split(","))):
-    if "=" in item and "/" not in item:
-      if not labels:
-        raise ValueError(f"--estimators: option '{item}' before any estimator name")
-      labels[-1] += "," + item
-    else:
-      labels.append(item)
-  return labels
-
-
-def machine() -> dict:
-  return {"platform": platform.platform(), "processor": platform.processor() or "unknown",
-          "cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
-          "jax": jax.__version__, "backend": jax.default_backend(),
-          "devices": [str(d) for d in jax.devices()]}
-
-
 def run_all(labels: list[str], seeds: list[int], task: ChainTask, train: TrainOptions,
-            rollouts: RolloutOptions, log=sys.stderr) -> list[dict]:
+            rollouts: ChainRolloutOptions, log=sys.stderr) -> list[dict]:
   runs = []
   for label in labels:
     cell = cells.parse_cell(label, rollouts, task.max_steps)
@@ -93,64 +72,59 @@ def run_all(labels: list[str], seeds: list[int], task: ChainTask, train: TrainOp
   return runs
 
 
-def main(argv=None) -> None:
-  argv = sys.argv[1:] if argv is None else argv
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--json", help="write the results here")
-  parser.add_argument("--markdown", help="write the table here (default: the JSON's .md)")
-  parser.add_argument("--seeds", default="0-4", help="e.g. 0-4 or 0,2,5")
-  parser.add_argument("--estimators", default=None,
-                      help="cell labels, comma-separated (default: every registered estimator "
-                           "and PORTool's ablations)")
-  parser.add_argument("--iterations", type=int, default=TrainOptions.iterations,
-                      help="training batches per run")
-  parser.add_argument("--early-answer", type=float, default=ChainTask.early_answer,
-                      help="R_out of an answer before the chain is done (0: unable_to_answer, "
-                           "a local optimum above a crash's -1; -1 removes it)")
-  args = parser.parse_args(argv)
+_JSON = flags.DEFINE_string("json", None, "write the results here")
+_MARKDOWN = flags.DEFINE_string("markdown", None, "write the table here (default: the JSON's .md)")
+_SEEDS = flags.DEFINE_string("seeds", "0-4", "e.g. 0-4 or 0,2,5")
+_ESTIMATORS = flags.DEFINE_string("estimators", None, "cell labels, comma-separated (default: "
+                                  "every registered estimator and PORTool's ablations)")
+_ITERATIONS = flags.DEFINE_integer("iterations", TrainOptions.iterations,
+                                   "training batches per run", lower_bound=1)
+_EARLY_ANSWER = flags.DEFINE_float("early_answer", ChainTask.early_answer,
+                                   "R_out of an answer before the chain is done (0: "
+                                   "unable_to_answer, a local optimum above a crash's -1; -1 "
+                                   "removes it)")
+
+
+def main(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   try:
-    seeds = parse_seeds(args.seeds)
-    labels = split_labels(args.estimators) if args.estimators else cells.default_labels()
-    task, rollouts = ChainTask(early_answer=args.early_answer), RolloutOptions()
-    train = TrainOptions(iterations=args.iterations)
+    seeds = parse_seeds(_SEEDS.value)
+    labels = split_labels(_ESTIMATORS.value) if _ESTIMATORS.value else cells.default_labels()
+    task, rollouts = ChainTask(early_answer=_EARLY_ANSWER.value), ChainRolloutOptions()
+    train = TrainOptions(iterations=_ITERATIONS.value)
     for label in labels:  # fail on a bad label before any run
       cells.parse_cell(label, rollouts, task.max_steps)
   except (ValueError, KeyError) as e:
-    parser.error(str(e))
+    raise app.UsageError(str(e)) from e
 
   start = time.perf_counter()
   runs = run_all(labels, seeds, task, train, rollouts)
   result = {"bench": "credit_bench",
-            "command": "python -m experiments.credit_bench " + " ".join(argv),
-            "machine": machine(), "task": dataclasses.asdict(task),
+            "command": "python -m experiments.credit_bench " + " ".join(_given_flags()),
+            "machine": benchmark.machine(), "task": dataclasses.asdict(task),
             "train": dataclasses.asdict(train), "rollouts": dataclasses.asdict(rollouts),
             "optimal": evaluate.optimal_value(task),
             "seconds": round(time.perf_counter() - start, 1), "runs": runs}
   markdown = header(result) + reporting.render_markdown(
-      reporting.bench_study(result, args.json or ""))
-  if args.json:
-    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-    with open(args.json, "w") as f:
+      reporting.bench_study(result, _JSON.value or ""))
+  if _JSON.value:
+    os.makedirs(os.path.dirname(_JSON.value) or ".", exist_ok=True)
+    with open(_JSON.value, "w") as f:
       f.write(dumps(result))
-  if args.markdown or args.json:
-    write_markdown(args.markdown or os.path.splitext(args.json)[0] + ".md", markdown)
+  if _MARKDOWN.value or _JSON.value:
+    write_markdown(_MARKDOWN.value or os.path.splitext(_JSON.value)[0] + ".md", markdown)
   print(markdown)
 
 
-NOTES_MARKER = "<!-- notes: written by hand, kept when the bench rewrites this file -->"
+def _given_flags() -> list[str]:
+  """This command's flags that were given, as `--name=value`."""
+  holders = (_JSON, _MARKDOWN, _SEEDS, _ESTIMATORS, _ITERATIONS, _EARLY_ANSWER)
+  return [f"--{h.name}={h.value}" for h in holders if h.present]
 
 
-def write_markdown(path: str, markdown: str) -> None:
-  """Writes the bench's tables to `path`, keeping any hand-written part of the file that
-  follows `NOTES_MARKER` (an explanation of the results stays with them across reruns)."""
-  notes = ""
-  if os.path.exists(path):
-    with open(path) as f:
-      old = f.read()
-    if NOTES_MARKER in old:
-      notes = "\n" + old[old.index(NOTES_MARKER):]
-  with open(path, "w") as f:
-    f.write(markdown.rstrip("\n") + "\n" + notes)
+NOTES_MARKER = benchmark.NOTES_MARKER
+write_markdown = benchmark.write_markdown
 
 
 def dumps(result: dict) -> str:
@@ -170,4 +144,4 @@ def header(result: dict) -> str:
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

@@ -16,22 +16,22 @@ share of that push from the loss aggregation's.
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import app, flags
 
-from experiments.credit_bench import machine, split_labels
 from tirjax import advantages
-from tirjax.credit import cells, sampling
+from tirjax.credit import cells, chain_rollouts
+from tirjax.credit.cells import split_labels
 from tirjax.credit.policy import PolicyOptions, init_policy, log_policy, prior_logits, state_features
 from tirjax.credit.push import logit_push
 from tirjax.credit.task import ANSWER, ChainTask
 from tirjax.loss import LossOptions
+from tirjax.reporting import benchmark
 
 DEFAULT_CELLS = ("portool,portool/loss.aggregation=token_mean,portool/rollouts=independent,"
                  "grpo,grpo/loss.aggregation=token_mean,grpo/rollouts=independent")
@@ -59,14 +59,14 @@ def _row_weights(r, loss: LossOptions) -> np.ndarray:
 
 
 def measure(label: str, task: ChainTask, log_probs: np.ndarray, batches: int, seed: int) -> dict:
-  cell = cells.parse_cell(label, sampling.RolloutOptions(), task.max_steps)
+  cell = cells.parse_cell(label, chain_rollouts.ChainRolloutOptions(), task.max_steps)
   estimator, est_opts = advantages.get(cell.estimator), cell.estimator_options()
   push_fn = jax.jit(logit_push, static_argnames="loss")
   rng = np.random.default_rng(seed)
   logits = jnp.asarray(log_probs)
   early_push, advance_push, early_rows, early_weight = [], [], [], []
   for _ in range(batches):
-    batch = sampling.sample_batch(rng, task, log_probs, cell.rollouts, check=False)
+    batch = chain_rollouts.sample_batch(rng, task, log_probs, cell.rollouts, check=False)
     r = batch.rollouts
     adv = estimator(r, est_opts)
     push = np.asarray(push_fn(logits, batch.states, r, adv.tokens, adv.row_mask, loss=cell.loss))
@@ -85,14 +85,16 @@ def measure(label: str, task: ChainTask, log_probs: np.ndarray, batches: int, se
           "early_row_share": ci(early_rows), "early_weight_share": ci(early_weight)}
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--cells", default=DEFAULT_CELLS)
-  parser.add_argument("--batches", type=int, default=400)
-  parser.add_argument("--early", default="none,0.3,0.5",
-                      help="π(answer | progress 0) of the measured policies; 'none': warm start")
-  parser.add_argument("--json", default=None)
-  args = parser.parse_args()
+_CELLS = flags.DEFINE_string("cells", DEFAULT_CELLS, "cell labels, comma-separated")
+_BATCHES = flags.DEFINE_integer("batches", 400, "rollout batches per measurement", lower_bound=1)
+_EARLY = flags.DEFINE_list("early", ["none", "0.3", "0.5"],
+                           "π(answer | progress 0) of the measured policies; 'none': warm start")
+_JSON = flags.DEFINE_string("json", None, "write the results here")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   task = ChainTask()
   opts = PolicyOptions()
   base = np.asarray(log_policy(init_policy(jax.random.PRNGKey(0), task, opts),
@@ -101,24 +103,25 @@ def main():
   start, results = time.perf_counter(), []
   print("| policy | cell | early-answer push | chain-tool push | early rows | early weight |")
   print("|---|---|---|---|---|---|")
-  for early in args.early.split(","):
+  for early in _EARLY.value:
     policy = base if early == "none" else _with_early_answer(base, task, float(early))
     p0 = float(np.exp(policy[0, ANSWER]))
-    for label in split_labels(args.cells):
-      res = measure(label, task, policy, args.batches, seed=0)
+    for label in split_labels(_CELLS.value):
+      res = measure(label, task, policy, _BATCHES.value, seed=0)
       res["p_early_answer"] = p0
       results.append(res)
       f = lambda v: f"{v[0]:+.4f} ± {v[1]:.4f}"
       print(f"| π(answer)={p0:.2f} | {label} | {f(res['early_answer_push'])} | "
             f"{f(res['advance_push'])} | {res['early_row_share'][0]:.3f} | "
             f"{res['early_weight_share'][0]:.3f} |", flush=True)
-  if args.json:
-    with open(args.json, "w") as fh:
-      json.dump({"command": "python -m experiments.credit_push " + " ".join(
-          f"--{k}={v}" for k, v in vars(args).items() if v is not None),
-                 "machine": machine(), "python": platform.python_version(),
+  if _JSON.value:
+    with open(_JSON.value, "w") as fh:
+      given = [f"--{h.name}={h.serialize().split('=', 1)[-1]}"
+               for h in (_CELLS, _BATCHES, _EARLY, _JSON) if h.present]
+      json.dump({"command": "python -m experiments.credit_push " + " ".join(given),
+                 "machine": benchmark.machine(),
                  "seconds": round(time.perf_counter() - start, 1), "results": results}, fh, indent=1)
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

@@ -11,28 +11,28 @@ learning-curve PNG per curve (mean over seeds with a 95% CI band). Prints report
 
 from __future__ import annotations
 
-import argparse
+from absl import app, flags
 
 from tirjax import reporting
 
+_OUT = flags.DEFINE_string("out", None, "output folder (required)")
+_BASELINE = flags.DEFINE_string("baseline", "grpo", "cell label compared against")
+_LAST_RL = flags.DEFINE_integer("last_rl", 5, "final reward = mean over this many last RL lines",
+                                lower_bound=1)
+_TITLE = flags.DEFINE_string("title", "tirjax report", "the report's title")
 
-def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("paths", nargs="+", help="run directories (or folders of them), or one "
-                      "credit-bench JSON file")
-  parser.add_argument("--out", required=True, help="output folder")
-  parser.add_argument("--baseline", default="grpo", help="cell label compared against")
-  parser.add_argument("--last_rl", type=int, default=5,
-                      help="final reward = mean over this many last RL lines")
-  parser.add_argument("--title", default="tirjax report")
-  args = parser.parse_args(argv)
-  if args.last_rl < 1:
-    parser.error(f"--last_rl: must be >= 1, got {args.last_rl}")
-  study = reporting.load(args.paths, last_rl=args.last_rl, baseline=args.baseline)
-  paths = reporting.write_report(study, args.out, args.title)
+
+def main(argv) -> None:
+  paths = argv[1:]  # run directories (or folders of them), or one credit-bench JSON file
+  if not paths:
+    raise app.UsageError("give at least one run directory or credit-bench JSON file")
+  if not _OUT.value:
+    raise app.UsageError("--out: the output folder is required")
+  study = reporting.load(paths, last_rl=_LAST_RL.value, baseline=_BASELINE.value)
+  paths = reporting.write_report(study, _OUT.value, _TITLE.value)
   with open(paths["report.md"]) as f:
     print(f.read())
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

@@ -9,6 +9,7 @@ TensorBoard events, checkpoints/ and hf_export/ (see `tirjax.rundir`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -31,7 +32,7 @@ from tirjax.experiment.sft_data import SFTData
 from tirjax.experiment import tasks as tasks_lib
 from tirjax.experiment.tasks import TaskSource, load_tokenizer, tokenizer_dir
 from tirjax.models.hf_io import export_hf
-from tirjax.rollout import rollout
+from tirjax.episodes import rollout
 from tirjax.training.batches import SFTBatch, policy_batch, trim_tokens
 from tirjax.training.optimizer import make_optimizer
 from tirjax.training.reference import ReferencePolicy, with_reference_logprobs
@@ -64,7 +65,8 @@ def run(config, workdir: str) -> dict:
   writer = rundir.MetricsWriter(workdir)
   progress = Progress(enabled=config.train.progress_bar)
   try:
-    summary = _train(config, exp, workdir, writer, progress, resuming)
+    with contextlib.ExitStack() as cleanup:  # sampler, checkpointer, tasks: closed however it ends
+      summary = _train(config, exp, workdir, writer, progress, resuming, cleanup)
   except BaseException as e:  # record the failure (Ctrl-C included), then re-raise
     rundir.write_status(workdir, "failed", progress.step, f"{type(e).__name__}: {e}")
     raise
@@ -75,7 +77,8 @@ def run(config, workdir: str) -> dict:
   return summary
 
 
-def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming) -> dict:
+def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
+           cleanup: contextlib.ExitStack) -> dict:
   # -- Mesh -----------------------------------------------------------------------------------
   mesh = sharding.make_mesh(exp.sharding)
   rules = exp.sharding.rules
@@ -87,7 +90,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
   # -- Data and environment -------------------------------------------------------------------
   tok_dir = tokenizer_dir(config.model, config.env.name, tasks_lib.cache_dir(), seed=config.seed)
   tokenizer = load_tokenizer(tok_dir)
-  source = TaskSource(config.env, seed=config.seed)
+  source = cleanup.enter_context(contextlib.closing(TaskSource(config.env, seed=config.seed)))
   train_tasks = source.tasks("train", config.env.train_tasks)
   eval_tasks = source.tasks("eval", config.env.eval_tasks)
   # SFT demonstrates other train-split tasks than RL asks: RL's gains are on queries whose
@@ -110,6 +113,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
   # -- Checkpoint restore ---------------------------------------------------------------------
   ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), run_id=components.run_id(config),
                       options=CheckpointOptions(max_to_keep=config.train.keep_checkpoints))
+  cleanup.callback(ckpt.close)
   phase = "sft" if config.sft.steps > 0 else "rl"
   state = init_state(params, tx[phase], place[phase], jax.random.key(config.seed),
                      data_position={"phase": phase, "sft_step": 0, "rl_step": 0})
@@ -128,6 +132,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
     writer.truncate_after({"sft": 0, "rl": 0, "eval": -1})
   del model, params  # the train state owns the (donated) parameter buffers from here on
   sampler = components.make_sampler(config, graphdef, state, workdir, tok_dir, exp.rollout)
+  cleanup.callback(sampler.close)
 
   run_clock = PhaseClock()  # this process's seconds in SFT, RL and evaluation (summary.json)
 
@@ -136,7 +141,9 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
     with run_clock("eval"):
       sampler.update(components.sampler_params(state), state.policy_version)
       return evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
-                      config.sampler.eval_temperature, seed=config.seed)
+                      config.sampler.eval_temperature, seed=config.seed,
+                      progress=progress.evaluation(len(eval_tasks)),
+                      answer_in_tool_message=config.env.answer_in_tool_message)
 
   # -- Supervised warm-start ------------------------------------------------------------------
   if phase == "sft":
@@ -234,11 +241,6 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming)
     out = os.path.join(workdir, "hf_export")
     model = nnx.merge(graphdef, components.sampler_params(state))
     export_hf(model, out, source_dir=tok_dir, overwrite=True)
-  ckpt.close()
-  sampler_close = getattr(sampler, "close", None)
-  if sampler_close is not None:
-    sampler_close()
-  source.close()
   first_path = os.path.join(workdir, "eval_after_sft.json")
   first = json.load(open(first_path)) if os.path.exists(first_path) else {}
   summary = {"after_sft": first, "after_rl": last_eval, "rl_steps": config.train.steps,

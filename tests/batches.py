@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import strategies as st
 
-from tirjax import synthetic
+from tirjax.testing import synthetic
 from tirjax.rollouts import Rollouts, validate
 
 SHAPE = (24, 6)  # (B, T); K = C = 2 calls, L = 2 + 3T tokens
@@ -31,7 +31,7 @@ PAD_VALUE = {"node_id": -1, "token_step": -1}
 
 
 def as_batch(r: Rollouts) -> dict[str, np.ndarray]:
-  """The numpy arrays of a batch, the input of `tests.reference` functions."""
+  """The numpy arrays of a batch, the input of `tirjax.testing.reference` functions."""
   return {f.name: np.asarray(getattr(r, f.name)) for f in dataclasses.fields(r)
           if f.name in AXES and getattr(r, f.name) is not None}
 

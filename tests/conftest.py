@@ -16,13 +16,32 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
 import hypothesis  # noqa: E402
+import pytest  # noqa: E402
+from absl import flags  # noqa: E402
 
 hypothesis.settings.register_profile(
     "tirjax", deadline=None, max_examples=60, derandomize=True,
     suppress_health_check=[hypothesis.HealthCheck.too_slow, hypothesis.HealthCheck.data_too_large])
+# `make test-fast` (`--hypothesis-profile=fast`): fewer examples per property, same properties.
+hypothesis.settings.register_profile("fast", parent=hypothesis.settings.get_profile("tirjax"),
+                                     max_examples=12)
 hypothesis.settings.load_profile("tirjax")
 
 
 def pytest_addoption(parser):
   parser.addoption("--inject-fault", default=None,
                    help="tests/test_rl_learns.py: run with this pipeline fault (must then fail)")
+
+
+# The entry points' absl flags keep their defaults unless a test sets them
+# (`absl.testing.flagsaver.as_parsed`); nothing parses a command line here.
+flags.FLAGS.mark_as_parsed()
+
+
+def pytest_collection_modifyitems(config, items):
+  """Marks what `make test-fast` leaves out: the vLLM tests (`vllm`: they need the vLLM
+  environment and start servers) besides the `slow` ones. `make test` runs everything."""
+  del config
+  for item in items:
+    if item.module.__name__.split(".")[-1].startswith("test_vllm_"):
+      item.add_marker(pytest.mark.vllm)

@@ -13,7 +13,7 @@ import pytest
 
 from tirjax import rundir
 
-pytestmark = pytest.mark.xdist_group("ablate")
+pytestmark = [pytest.mark.xdist_group("ablate"), pytest.mark.slow]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # One CPU device: the smoke batches (2 rows) do not split over conftest's 8 simulated devices.

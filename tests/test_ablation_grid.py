@@ -5,6 +5,7 @@ command in place of the trainer."""
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -239,8 +240,13 @@ def test_runs_wait_for_their_warm_start_and_skip_a_failed_one(tmp_path, capsys, 
   assert not os.path.exists(os.path.join(jobs[1].workdir, "train.log"))
   out = capsys.readouterr().out
   assert f"6 runs (2 warm starts), 0 finished earlier, 6 to run, {parallel} at a time" in out
-  assert f"[2/6] grpo seed0: not run: its warm start {jobs[0].workdir} did not finish" in out
   assert f"[1/6] {jobs[0].name}: failed in" in out and ": boom (see" in out
+  assert re.search(rf"\[\d/6\] grpo seed0: not run: its warm start {re.escape(jobs[0].workdir)} "
+                   "did not finish", out)
+  # [k/n] counts the jobs ended so far: 1, 2, ..., 6 over the lines that end a job.
+  ended = [int(m[1]) for m in re.finditer(r"^\[(\d)/6\] .*?: (?:finished in|failed in|not run)",
+                                          out, re.M)]
+  assert ended == [1, 2, 3, 4, 5, 6]
   rerun = ablation.run_grid(jobs, workdir, command, parallel=parallel, compilation_cache=False)
   assert [r.state for r in rerun] == ["failed", "blocked", "blocked", "skipped", "skipped",
                                       "skipped"]

@@ -102,6 +102,7 @@ def test_raw_key_data_rng(tmp_path, states):
     np.testing.assert_array_equal(c.restore(target).rng, jax.random.PRNGKey(7))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("save_on, restore_on", [("fsdp8", "data2_tensor4"),
                                                  ("data2_tensor4", None),
                                                  (None, "tensor2")])

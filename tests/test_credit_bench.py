@@ -5,17 +5,18 @@ import json
 
 import numpy as np
 import pytest
+from absl.testing import flagsaver
 
 from experiments import credit_bench
 from tirjax import reporting
-from tirjax.credit import ChainTask, RolloutOptions, TrainOptions, cells, parse_cell, run_cell
+from tirjax.credit import ChainTask, ChainRolloutOptions, TrainOptions, cells, parse_cell, run_cell
 from tirjax.loss import LossOptions
 
 TASK = ChainTask()
 
 
 def train(label, iterations, seed=0):
-  return run_cell(TASK, parse_cell(label, RolloutOptions(), TASK.max_steps), seed,
+  return run_cell(TASK, parse_cell(label, ChainRolloutOptions(), TASK.max_steps), seed,
                   TrainOptions(iterations=iterations))
 
 
@@ -47,11 +48,11 @@ def test_portool_without_trajectory_term_never_unlearns(unlearning):
 
 
 def test_training_reaches_the_optimum_and_logs_a_consistent_curve():
-  out = run_cell(TASK, parse_cell("dapo", RolloutOptions(), TASK.max_steps), 0,
+  out = run_cell(TASK, parse_cell("dapo", ChainRolloutOptions(), TASK.max_steps), 0,
                  TrainOptions(iterations=40, curve_every=1))
   curve, final = out["curve"], out["final"]
   assert len(curve["success"]) == 41 and curve["episodes"][0] == 0
-  rows = RolloutOptions().num_queries * RolloutOptions().group_size
+  rows = ChainRolloutOptions().num_queries * ChainRolloutOptions().group_size
   assert np.all(np.diff(curve["episodes"]) == rows)
   assert curve["success"][0] < 0.2 and final["eval/success"] >= 0.9
   reached = final["episodes_to_threshold"]
@@ -65,16 +66,16 @@ def test_training_reaches_the_optimum_and_logs_a_consistent_curve():
 
 
 def test_parse_cell():
-  c = parse_cell("portool/omega1=0,shared_step_trj=own", RolloutOptions(), 6)
+  c = parse_cell("portool/omega1=0,shared_step_trj=own", ChainRolloutOptions(), 6)
   assert c.estimator == "portool" and c.rollouts.kind == "tree"
   opts = c.estimator_options()
   assert opts.omega1 == 0 and opts.shared_step_trj == "own"
-  c = parse_cell("grpo/rollouts=independent,loss.aggregation=token_mean", RolloutOptions(), 6)
+  c = parse_cell("grpo/rollouts=independent,loss.aggregation=token_mean", ChainRolloutOptions(), 6)
   assert c.rollouts.kind == "independent" and c.loss == LossOptions(aggregation="token_mean")
-  assert parse_cell("dapo", RolloutOptions(), 6).loss.clip_high == 0.28
-  dr = parse_cell("dr_grpo", RolloutOptions(), 6).loss
+  assert parse_cell("dapo", ChainRolloutOptions(), 6).loss.clip_high == 0.28
+  dr = parse_cell("dr_grpo", ChainRolloutOptions(), 6).loss
   assert dr.aggregation == "seq_mean_token_sum_norm" and dr.norm_constant == 6.0
-  assert parse_cell("grpo/loss.aggregation=seq_mean_token_sum_norm", RolloutOptions(),
+  assert parse_cell("grpo/loss.aggregation=seq_mean_token_sum_norm", ChainRolloutOptions(),
                     6).loss.norm_constant == 6.0
 
 
@@ -84,7 +85,7 @@ def test_parse_cell():
     ("grpo/loss.bogus=1", "bogus"), ("grpo/loss.clip_low=2", "clip_low")])
 def test_parse_cell_rejects_bad_labels_by_name(label, match):
   with pytest.raises((ValueError, KeyError), match=match):
-    parse_cell(label, RolloutOptions(), 6)
+    parse_cell(label, ChainRolloutOptions(), 6)
 
 
 def test_default_labels_cover_the_registry_and_the_ablations():
@@ -93,7 +94,7 @@ def test_default_labels_cover_the_registry_and_the_ablations():
   assert set(advantages.names()) <= set(labels)
   assert {"portool/omega1=0", "portool/shared_step_trj=own"} <= set(labels)
   for label in labels:
-    parse_cell(label, RolloutOptions(), 6)
+    parse_cell(label, ChainRolloutOptions(), 6)
 
 
 def test_seeds_and_label_lists():
@@ -128,8 +129,8 @@ def test_command_line_writes_json_and_markdown_and_records_a_crash(tmp_path, mon
 
   monkeypatch.setattr(credit_bench, "run_cell", crash_on_rloo)
   path = tmp_path / "bench.json"
-  credit_bench.main(["--json", str(path), "--seeds=0-1", "--iterations=2",
-                     "--estimators=grpo,rloo"])
+  with flagsaver.as_parsed(json=str(path), seeds="0-1", iterations="2", estimators="grpo,rloo"):
+    credit_bench.main(["credit_bench"])
   data = json.loads(path.read_text())
   assert data["command"].startswith("python -m experiments.credit_bench")
   assert data["machine"]["cpus"] >= 1 and data["task"]["num_stages"] == TASK.num_stages

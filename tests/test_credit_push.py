@@ -9,7 +9,7 @@ import pytest
 
 from tests.test_credit_task import random_policy
 from tirjax import advantages
-from tirjax.credit import sampling
+from tirjax.credit import chain_rollouts
 from tirjax.credit.push import logit_push
 from tirjax.credit.task import ChainTask
 from tirjax.loss import LossOptions
@@ -41,13 +41,13 @@ def reference_push(log_probs, states, tokens, mask, adv, aggregation):
 
 
 @pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean"])
-@pytest.mark.parametrize("kind", sampling.KINDS)
+@pytest.mark.parametrize("kind", chain_rollouts.KINDS)
 def test_push_matches_loops_and_a_small_logit_step(aggregation, kind):
   task = ChainTask()
   rng = np.random.default_rng(3)
   log_probs = np.log(random_policy(rng, task, 0.7)).astype(np.float32)
-  opts = sampling.RolloutOptions(kind=kind, group_size=6, num_queries=3)
-  batch = sampling.sample_batch(rng, task, log_probs, opts)
+  opts = chain_rollouts.ChainRolloutOptions(kind=kind, group_size=6, num_queries=3)
+  batch = chain_rollouts.sample_batch(rng, task, log_probs, opts)
   r = batch.rollouts
   adv = advantages.get("portool")(r, advantages.get("portool").make_options({}))
   loss = LossOptions(aggregation=aggregation)
@@ -79,7 +79,7 @@ def test_push_is_zero_without_advantages():
   task = ChainTask()
   rng = np.random.default_rng(0)
   log_probs = np.log(random_policy(rng, task, 0.5)).astype(np.float32)
-  batch = sampling.sample_batch(rng, task, log_probs, sampling.RolloutOptions(num_queries=2))
+  batch = chain_rollouts.sample_batch(rng, task, log_probs, chain_rollouts.ChainRolloutOptions(num_queries=2))
   r = batch.rollouts
   zeros = jnp.zeros_like(r.old_logprobs)
   push = logit_push(jnp.asarray(log_probs), batch.states, r, zeros, r.row_valid, LossOptions())

@@ -1,4 +1,4 @@
-"""Chain-task rollouts (tirjax.credit.sampling): validated batches, Algorithm-1 invariants, and
+"""Chain-task rollouts (tirjax.credit.chain_rollouts): validated batches, Algorithm-1 invariants, and
 every row's fields replayed against the reference task."""
 
 import collections
@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from tests.reference import credit as reference
+from tirjax.testing.reference import credit as reference
 from tests.test_credit_task import random_policy, tasks
-from tirjax.credit import evaluate, sampling
+from tirjax.credit import chain_rollouts, evaluate
 from tirjax.credit.task import ADVANCE, ANSWER_KIND, FATAL, ChainTask
 
 
 @st.composite
 def setups(draw):
   task = draw(tasks())
-  opts = sampling.RolloutOptions(kind=draw(st.sampled_from(sampling.KINDS)),
+  opts = chain_rollouts.ChainRolloutOptions(kind=draw(st.sampled_from(chain_rollouts.KINDS)),
                                  group_size=draw(st.integers(1, 8)),
                                  branching=draw(st.integers(1, 3)),
                                  num_queries=draw(st.integers(1, 4)))
@@ -28,7 +28,7 @@ def sample(task, opts, seed, probs=None):
   rng = np.random.default_rng(seed)
   probs = random_policy(rng, task, 0.7) if probs is None else probs
   log_probs = np.log(probs)
-  return sampling.sample_batch(rng, task, log_probs, opts), log_probs
+  return chain_rollouts.sample_batch(rng, task, log_probs, opts), log_probs
 
 
 def tree_of(node_id, group_id):
@@ -120,7 +120,7 @@ def test_independent_rollouts_share_nothing(setup):
 
 def test_rows_cut_at_t_max_are_unanswered_failures():
   task = ChainTask()
-  batch, _ = sample(task, sampling.RolloutOptions(num_queries=32), 3)
+  batch, _ = sample(task, chain_rollouts.ChainRolloutOptions(num_queries=32), 3)
   r = batch.rollouts
   kinds, states = task.kinds(), np.asarray(batch.states)
   cut = 0
@@ -137,9 +137,9 @@ def test_optimal_policy_rollouts_all_succeed():
   task = ChainTask()
   with np.errstate(divide="ignore"):
     log_probs = np.log(evaluate.optimal_probs(task))
-  for kind in sampling.KINDS:
-    batch = sampling.sample_batch(np.random.default_rng(0), task, log_probs,
-                                  sampling.RolloutOptions(kind=kind))
+  for kind in chain_rollouts.KINDS:
+    batch = chain_rollouts.sample_batch(np.random.default_rng(0), task, log_probs,
+                                  chain_rollouts.ChainRolloutOptions(kind=kind))
     r = batch.rollouts
     assert np.all(np.asarray(r.outcome) == 1.0)
     assert np.all(np.asarray(r.num_steps) == task.num_stages + 1)
@@ -152,4 +152,4 @@ def test_optimal_policy_rollouts_all_succeed():
                                           (dict(num_queries=0), "num_queries")])
 def test_rollout_options_reject_bad_values_by_name(kwargs, name):
   with pytest.raises(ValueError, match=name):
-    sampling.RolloutOptions(**kwargs)
+    chain_rollouts.ChainRolloutOptions(**kwargs)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from tests.reference import credit as reference
+from tirjax.testing.reference import credit as reference
 from tirjax.credit import evaluate, policy
 from tirjax.credit.task import ADVANCE, ANSWER_KIND, DETOUR, FATAL, ChainTask, transition
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tests.reference import env_calls as ref
+from tirjax.testing.reference import env_calls as ref
 from tirjax.env.call_arrays import encode_row, stack_rows
 from tirjax.matching.encoding import CallEncoder
 from tirjax.matching.similarity import call_similarity

@@ -89,7 +89,7 @@ def test_toolhop_loader(tmp_path, sandbox):
   assert metrics.answer_correctness("The length is 5.", task.answer) == 1.0
 
 
-def _ftrl_table(path):
+def _ftrl_table(path, num_rows=2):
   code = ("def stock_price(ticker, date):\n    import dateutil.parser\n"
           "    day = dateutil.parser.parse(date).strftime('%Y-%m-%d')\n"
           "    return {'ticker': ticker, 'date': day, 'price': 123.4 if ticker == 'ACME' else 1}\n")
@@ -102,7 +102,7 @@ def _ftrl_table(path):
            "codes": json.dumps({"stock_price": code, "noop": "def noop():\n    return 'ok'"}),
            "unsolved_set": json.dumps({"stock_price": ["123.4", "2024-01-02"]}),
            "solve_rate": 0.0, "data_source": "self/single_hop", "split": "test",
-           "answer": "123.4"} for i in range(2)]
+           "answer": "123.4"} for i in range(num_rows)]
   pq.write_table(pa.Table.from_pylist(rows), path)
 
 

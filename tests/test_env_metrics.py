@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from tests.reference import env_metrics as ref
+from tirjax.testing.reference import env_metrics as ref
 from tirjax.env import metrics
 from tirjax.env.executor import EpisodeSummary
 
@@ -76,6 +76,13 @@ def test_answer_correctness_is_containment():
   assert metrics.answer_correctness("It was 1,962.", "1962") == 1.0  # commas ignored
   assert metrics.answer_correctness("Smith, John", "John Smith") == 0.0
   assert metrics.answer_correctness(None, "x") == 0.0
+  # FTRL's scorer's option: an answer that misses it is still correct when the tool response
+  # just before it contains the gold; an empty answer never is.
+  tool = '[{"name": "lookup", "result": "born in 1962"}]'
+  assert metrics.answer_correctness("I could not tell.", "1962") == 0.0
+  assert metrics.answer_correctness("I could not tell.", "1962", tool_message=tool) == 1.0
+  assert metrics.answer_correctness("", "1962", tool_message=tool) == 0.0
+  assert metrics.answer_correctness("I could not tell.", "1963", tool_message=tool) == 0.0
 
 
 def test_metrics_reject_bad_input():

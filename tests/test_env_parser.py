@@ -7,7 +7,7 @@ import re
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tests.reference import env_steps as ref
+from tirjax.testing.reference import env_steps as ref
 from tirjax.env.executor import EnvOptions, ToolEnv
 from tirjax.env.parser import ParseLimits, StepParser, format_reward
 from tirjax.env.tools import Task, Tool, ToolError, agent_tools
@@ -133,6 +133,7 @@ def steps(draw):
 # -- fuzzing: the count of checks, the shape of the reply ----------------------------------
 
 
+@pytest.mark.slow
 @settings(max_examples=1000)
 @given(steps(), st.sampled_from(["response_gen", "answer_tag"]))
 def test_checks_match_reference_and_reply_is_well_formed(text, protocol):
@@ -376,6 +377,31 @@ def test_ftrl_solves_remove_verified_answers():
   assert r.call_solves == [True, False, True, False]
   s = env.summary()
   assert (s.num_calls, s.num_solved, s.num_expected) == (4, 2, 2)
+
+
+def test_solve_scoring_runs_schema_violating_calls_as_ftrls_scorer_does():
+  """bytedance/FTRL's scorer calls the tool function with the arguments as given: a wrong type
+  runs (and may solve), a missing or extra argument fails in the call. "strict" refuses both,
+  and a task without expected answers always refuses; format check 4 fails either way."""
+  task = Task("f", "q", [_tool("echo"), _tool("add")], "x", expected={"echo": ["12"]})
+  calls = [{"name": "echo", "arguments": {"text": 12}},           # wrong type: runs
+           {"name": "add", "arguments": {"a": 1, "b": 2, "c": 3}},  # extra argument: TypeError
+           {"name": "nope", "arguments": {}}]                      # unknown tool: refused
+  env = ToolEnv(task, EnvOptions(max_steps=3))
+  r = env.step(step(calls))
+  assert r.call_results[0] == {"name": "echo", "result": 12} and r.call_solves == [True, False,
+                                                                                    False]
+  assert "TypeError" in r.call_results[1]["error"] and "unknown tool" in r.call_results[2]["error"]
+  assert r.checks_passed == 3
+  assert (env.summary().num_calls, env.summary().num_solved) == (3, 1)
+  strict = ToolEnv(task, EnvOptions(max_steps=3, solve_scoring="strict")).step(step(calls))
+  assert "expected string, got integer 12" in strict.call_results[0]["error"]
+  assert strict.call_solves == [False, False, False] and strict.checks_passed == 3
+  plain = Task("p", "q", [_tool("echo")], "x")  # not Solve-scored: refused under "ftrl" too
+  r = ToolEnv(plain, EnvOptions(max_steps=3)).step(step(calls[:1]))
+  assert "error" in r.call_results[0]
+  with pytest.raises(ValueError, match="solve_scoring"):
+    EnvOptions(solve_scoring="lenient")
 
 
 def test_session_is_opened_per_episode_and_closed():

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tirjax import advantages
-from tirjax.records import GroupRecord, RowRecord, StepRecord, build_rollouts
+from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
 
 ADD = {"name": "add", "arguments": {"a": 1, "b": 2}}
 MUL = {"name": "mul", "arguments": {"x": 3}}

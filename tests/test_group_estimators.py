@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from tests.batches import as_batch, pad, permute_rows, tree_batches
-from tests.reference import REFERENCES
+from tirjax.testing.reference import REFERENCES
 from tirjax import advantages, segments
 from tirjax.advantages.group import DAPOOptions, DrGRPOOptions, GroupOptions, RLOOOptions
 
@@ -103,7 +103,7 @@ def test_invalid_options_name_the_option(make, field):
 def test_dapo_dynamic_sampling_filters_on_outcomes_not_the_shaped_reward():
   """SPEC §4.3 / DAPO Eq. 11: keep a group iff 0 < #correct < G. Rows of different lengths
   get different overlong penalties, which must not keep an all-wrong or all-right group."""
-  from tirjax.records import GroupRecord, RowRecord, StepRecord, build_rollouts
+  from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
 
   def row(outcome, length):
     return RowRecord(outcome=outcome, steps=[StepRecord(tokens=(1,) * length)])

@@ -5,8 +5,8 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 
-from tests.call_batches import SHAPES, from_rows, random_batch, repad, to_batch
-from tests.reference import REFERENCES
+from tirjax.testing.call_batches import SHAPES, from_rows, random_batch, repad, to_batch
+from tirjax.testing.reference import REFERENCES
 from tirjax import advantages
 from tirjax.advantages.hidifftir import HiDiffTIROptions
 from tirjax.segments import ZScore
@@ -151,3 +151,16 @@ def test_degenerate_inputs_are_finite():
 def test_invalid_options_are_named(bad, match):
   with pytest.raises(ValueError, match=match):
     HiDiffTIROptions(**bad)
+
+
+def test_formula_functions_check_ranks_and_dtypes():
+  from tirjax.advantages import hidifftir as h
+  x = np.zeros((4, 3), np.float32)
+  mask = np.ones((4, 3), bool)
+  with pytest.raises(AssertionError, match="rank"):
+    h.turn_weights(x, x, x, mask)  # the advantage is one per row, [B]
+  with pytest.raises(AssertionError, match="type"):
+    h.turn_weights(x, x, x[:, 0], x)  # the step mask is boolean
+  with pytest.raises(AssertionError, match="type"):
+    h.trajectory_level_difficulty(x, x, 3)  # ground-truth turn indices are integers
+  h.turn_weights(x, x, x[:, 0], mask)

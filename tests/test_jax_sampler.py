@@ -18,7 +18,7 @@ import scipy.stats
 from flax import nnx
 from hypothesis import strategies as st
 
-from tests.reference.sampling import kept_margin, nucleus_distribution
+from tirjax.testing.reference.sampling import kept_margin, nucleus_distribution
 from tirjax.models import config, decoder
 from tirjax.models.logprobs import token_logprobs
 from tirjax.sampling.choice import choose, nucleus
@@ -26,7 +26,7 @@ from tirjax.sampling.interface import SamplingParams
 from tirjax.sampling.jax_sampler import Bucket, JaxSampler, JaxSamplerOptions, bucket
 
 # One worker builds the module's model and compiled buckets (make test: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("jax_sampler")
+pytestmark = [pytest.mark.xdist_group("jax_sampler"), pytest.mark.slow]
 
 V = 128
 OPTIONS = JaxSamplerOptions(min_batch=8, max_batch=16, min_prompt_len=16, min_new_tokens=16,

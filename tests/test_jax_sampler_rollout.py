@@ -1,5 +1,5 @@
 """End to end: the `tiny` model (random weights) with the toolworld tokenizer, sampled by the
-JAX sampler through `tirjax.rollout.rollout` (independent and tree modes), feeds every
+JAX sampler through `tirjax.episodes.rollout` (independent and tree modes), feeds every
 registered estimator; the stored log-probs are the model's teacher-forced ones.
 
 Buckets are chosen so that both modes share one executable: 16 rows, 512 prompt tokens
@@ -18,13 +18,13 @@ from tirjax.env import chat
 from tirjax.env.toolworld import build_tokenizer, make_tasks
 from tirjax.models import config, decoder
 from tirjax.models.logprobs import token_logprobs
-from tirjax.rollout import RolloutOptions, Shapes, TreeOptions, rollout
+from tirjax.episodes import RolloutOptions, Shapes, TreeOptions, rollout
 from tirjax.rollouts import validate
 from tirjax.sampling.interface import SamplingParams
 from tirjax.sampling.jax_sampler import Bucket, JaxSampler, JaxSamplerOptions
 
 # One worker builds the module's model and compiled buckets (make test: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("jax_sampler_rollout")
+pytestmark = [pytest.mark.xdist_group("jax_sampler_rollout"), pytest.mark.slow]
 
 SHAPES = Shapes(num_rows=16, max_steps=3, max_calls=4, max_gt_calls=8, max_tokens=512,
                 max_params=4)

@@ -12,6 +12,8 @@ from tirjax.env import judge as J
 from tirjax.env.tools import UNABLE_TO_ANSWER
 from tirjax.env.toolworld import make_tasks
 
+pytestmark = pytest.mark.slow  # left out of `make test-fast`
+
 TOOLHOP = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "toolhop",
                        "toolhop100.jsonl")
 PER_DATASET = 10_000

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from tests.reference import loss_reference as ref
+from tirjax.testing.reference import loss_reference as ref
 from tirjax import advantages, loss
 from tirjax.loss import kl, ratio as ratio_lib
-from tirjax.records import GroupRecord, RowRecord, StepRecord, build_rollouts
+from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
 
 PAIRS = [(-1.0, -1.0), (-0.5, -2.0), (-3.0, -0.2), (-0.01, -30.0), (-30.0, -0.01), (-2.5, -2.4)]
 

@@ -5,13 +5,13 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 
-from tests.call_batches import SHAPES, from_rows, random_batch, repad, to_batch
-from tests.reference import REFERENCES
+from tirjax.testing.call_batches import SHAPES, from_rows, random_batch, repad, to_batch
+from tirjax.testing.reference import REFERENCES
 from tirjax import advantages
 from tirjax.advantages.matchtir import MatchTIRKMOptions, MatchTIROTOptions
 from tirjax.advantages.toolrl import ToolRLOptions
-from tirjax.records import GroupRecord, RowRecord, StepRecord, build_rollouts
-from tirjax.synthetic_calls import random_call_rollouts
+from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
+from tirjax.testing.synthetic_calls import random_call_rollouts
 
 
 def compare(name, r, opts=None, atol=2e-5):

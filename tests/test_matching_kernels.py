@@ -8,11 +8,11 @@ import jax
 import numpy as np
 import pytest
 
-from tests.reference.matching import exact_matching, greedy_matching, sinkhorn_knopp
+from tirjax.testing.reference.matching import exact_matching, greedy_matching, sinkhorn_knopp
 from tirjax.matching.chunks import CHUNK
 from tirjax.matching.greedy import greedy_matching as greedy_kernel
 from tirjax.matching.hungarian import matched_weights, max_weight_matching
-from tirjax.matching.sinkhorn import ot_call_rewards, sinkhorn_plan
+from tirjax.matching.sinkhorn import ot_call_rewards, sinkhorn_plan, solve_spd
 
 N = 6
 SHAPES = [(5, 3), (3, 5), (4, 4), (1, 6), (6, 1)]  # (m, n): m > n, m < n, square, extremes
@@ -212,3 +212,35 @@ def test_non_finite_weights_count_as_unmatched_and_return():
   for fn in (max_weight_matching, greedy_kernel):
     m = fn(w)
     assert np.asarray(m.row_to_col).tolist() == [[1, 0], [-1, 1]], fn.__name__
+
+
+def test_solve_spd_matches_numpy():
+  rng = np.random.default_rng(3)
+  x = rng.normal(size=(64, 8, 12))
+  a = x @ np.swapaxes(x, 1, 2) / 12 + np.geomspace(1e-4, 1.0, 64)[:, None, None] * np.eye(8)
+  b = rng.normal(size=(64, 8))
+  got = np.asarray(jax.jit(solve_spd)(a.astype(np.float32), b.astype(np.float32)))
+  want = np.linalg.solve(a, b[:, :, None])[:, :, 0]
+  np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reg", [0.1, 0.03])
+def test_sinkhorn_tail_is_solved_to_pot_convergence(reg):
+  """A batch large enough that its unconverged tail is gathered over several passes (ties and
+  near-sparse plans make the slow problems): every problem reaches POT's converged plan."""
+  rng = np.random.default_rng(7)
+  count, m_, n_ = 300, 12, 5
+  sim = np.where(rng.random((count, m_, n_)) < 0.4, 0.0,
+                 rng.integers(1, 5, size=(count, m_, n_)) / 4).astype(np.float32)
+  rv, cv = rng.random((count, m_)) < 0.7, rng.random((count, n_)) < 0.9
+  plan = np.asarray(jax.jit(functools.partial(sinkhorn_plan, reg=reg, tol=1e-7))(sim, rv, cv))
+  for b in range(count):
+    S = sim[b][rv[b]][:, cv[b]].astype(np.float64)
+    if S.size == 0:
+      assert np.all(plan[b] == 0)
+      continue
+    P, C = S.shape
+    want = sinkhorn_knopp(np.full(P, 1 / P), np.full(C, 1 / C), S, reg, num_iter_max=200000,
+                          stop_thr=1e-12)
+    np.testing.assert_allclose(plan[b][rv[b]][:, cv[b]], want, atol=1e-5, err_msg=f"problem {b}")

@@ -10,9 +10,11 @@ import pytest
 from flax import nnx
 from hypothesis import given, strategies as st
 
-from tests.reference import model_logprobs as ref
+from tirjax.testing.reference import model_logprobs as ref
 from tirjax.models import config, decoder
 from tirjax.models.logprobs import logprobs_from_hidden, token_logprobs
+
+pytestmark = pytest.mark.slow  # left out of `make test-fast`
 
 B, L, D, V = 3, 9, 8, 37
 

@@ -5,10 +5,10 @@ import pytest
 from hypothesis import given, strategies as st
 
 from tests.batches import SHAPE, as_batch, pad, permute_rows, tree_batches
-from tests.reference import REFERENCES
+from tirjax.testing.reference import REFERENCES
 from tirjax import advantages, segments
 from tirjax.advantages.portool import PORToolOptions
-from tirjax.records import GroupRecord, RowRecord, StepRecord, build_rollouts
+from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
 
 EST = advantages.get("portool")
 H = 1 / np.sqrt(2)  # |z| of either of two distinct values (ddof = 1), up to eps

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tirjax.records import GroupRecord, RowRecord, StepRecord, build_rollouts
+from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
 
 ADD = {"name": "add", "arguments": {"a": 1, "b": 2}}
 ADD_WRONG = {"name": "add", "arguments": {"a": 1, "b": 5}}

@@ -10,6 +10,8 @@ import os
 import numpy as np
 import pytest
 import scipy.stats
+from absl import flags
+from absl.testing import flagsaver
 from hypothesis import given, strategies as st
 
 from experiments import report as report_cli
@@ -203,12 +205,14 @@ def test_bench_results_render_as_a_table():
 
 def test_command_line(run_root, tmp_path, capsys):
   out = str(tmp_path / "report")
-  report_cli.main([run_root, f"--out={out}", "--last_rl=2"])
+  with flagsaver.as_parsed(out=out, last_rl="2"):
+    report_cli.main(["report", run_root])
   assert sorted(os.listdir(out)) == ["curve_eval_accuracy.png", "curve_reward_mean.png",
                                      "paired.csv", "report.md", "summary.csv"]
   assert "Paired comparison against `grpo`" in capsys.readouterr().out
-  with pytest.raises(SystemExit):
-    report_cli.main([run_root, f"--out={out}", "--last_rl=0"])
+  with pytest.raises(flags.IllegalFlagValueError, match="last_rl"):
+    with flagsaver.as_parsed(out=out, last_rl="0"):
+      pass
 
 
 finite = st.floats(-1e3, 1e3, allow_nan=False)
@@ -281,3 +285,37 @@ def test_gain_is_last_minus_first_eval():
            {"phase": "eval", "step": 1, "eval/accuracy": 0.4}]
   assert final_metrics(lines)["gain/accuracy"] == pytest.approx(0.15)
   assert "gain/accuracy" not in final_metrics(lines[:1])
+
+
+def _study(labels, points, seeds=3):
+  rng = np.random.default_rng(0)
+  runs = [runs_lib.Run(label, s, "finished", final={"x": 1.0},
+                       curves={"c": (list(range(points)), list(rng.random(points)))})
+          for label in labels for s in range(seeds)]
+  return runs_lib.Study(runs, (), ("c",), "step", baseline=labels[0])
+
+
+def test_plots_are_readable_at_a_glance():
+  from tirjax.reporting import plots
+  few = [f"cell{i}" for i in range(4)]
+  many = [f"cell{i}" for i in range(12)]
+  # Few cells, long series: one panel, a line per cell, each its own colour, no markers.
+  ax, = plots.figure(_study(few, 40), "c").axes
+  lines = [ln for ln in ax.get_lines() if ln.get_label().startswith("cell")]
+  assert len(lines) == 4 and len({ln.get_color() for ln in lines}) == 4
+  assert all(ln.get_marker() in ("None", None, "") for ln in lines)
+  # Short series get markers (a one-point-per-run series must be visible).
+  ax, = plots.figure(_study(few, 3), "c").axes
+  assert all(ln.get_marker() == "o" for ln in ax.get_lines() if ln.get_label().startswith("cell"))
+  # Many cells: small multiples, one panel per non-baseline cell, each with the baseline in grey.
+  fig = plots.figure(_study(many, 40), "c")
+  panels = [a for a in fig.axes if a.get_visible() and a.axison]
+  assert len(panels) == 11
+  for a in panels:
+    colors = [ln.get_color() for ln in a.get_lines()]
+    assert plots.BASELINE_COLOR in colors and len(set(colors)) == 2
+  assert len({a.get_lines()[-1].get_color() for a in panels}) == 11  # every cell its colour
+  # A single point per cell: a point-range chart with a column per cell.
+  ax, = plots.figure(_study(many, 1), "c").axes
+  assert [t.get_text().split("\n")[0] for t in ax.get_xticklabels()] == many
+  assert plots.figure(_study(few, 3), "missing") is None

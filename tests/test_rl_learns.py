@@ -94,6 +94,7 @@ SEEDS = (0, 1, 2)
 ROWS = 8 * 8  # queries per step × rows per query (grpo: n = 8)
 
 
+@pytest.mark.slow
 def test_grpo_learns_the_good_door_after_sft(tmp_path, fault):
   """Three seeded runs (SFT, then 16 GRPO steps): each raises its training accuracy from
   about chance to near 1, far outside both the binomial noise of a policy that stays put and

@@ -15,8 +15,8 @@ from tirjax.env.tools import UNABLE_TO_ANSWER
 from tirjax.config import config_from_dataclass, dataclass_from_config
 from tirjax.env.toolworld import (DemoOptions, Difficulty, build_tokenizer, make_demos,
                                   make_tasks)
-from tirjax.rollout import ArpoOptions, RolloutOptions, Shapes, rollout
-from tirjax.rollout.options import TreeOptions
+from tirjax.episodes import ArpoOptions, RolloutOptions, Shapes, rollout
+from tirjax.episodes.options import TreeOptions
 from tirjax.sampling.interface import Sample
 
 # One padded shape for the whole file: call_similarity compiles once.

@@ -11,9 +11,11 @@ from tests.rollout_support import (RandomSampler, ScriptedSampler, check_bookkee
                                    distinct_questions)
 from tirjax import advantages
 from tirjax.env.toolworld import Difficulty, build_tokenizer, make_demos, make_tasks
-from tirjax.rollout import (ArpoOptions, RolloutOptions, Shapes, TreeOptions, rollout,
+from tirjax.episodes import (ArpoOptions, RolloutOptions, Shapes, TreeOptions, rollout,
                            time_modes)
 from tirjax.rollouts import validate
+
+pytestmark = pytest.mark.slow  # left out of `make test-fast`
 
 SHAPES = Shapes(num_rows=64, max_steps=6, max_calls=4, max_gt_calls=8, max_tokens=1024,
                 max_params=4)

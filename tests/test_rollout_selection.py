@@ -1,4 +1,4 @@
-"""The pure selection rules of the rollout modes against `tests/reference/rollout_selection.py`."""
+"""The pure selection rules of the rollout modes against `tirjax/testing/reference/rollout_selection.py`."""
 
 import math
 
@@ -7,9 +7,9 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 
-from tests.reference import rollout_selection as ref
-from tirjax.rollout import selection
-from tirjax.rollout.options import ArpoOptions
+from tirjax.testing.reference import rollout_selection as ref
+from tirjax.episodes import selection
+from tirjax.episodes.options import ArpoOptions
 
 SIGMAS = 5.0  # tolerance of frequency checks, in binomial standard deviations
 

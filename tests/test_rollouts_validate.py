@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tirjax.records import GroupRecord, RowRecord, StepRecord, build_rollouts
+from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
 from tirjax.rollouts import Rollouts, RolloutsError, step_to_tokens, validate
 
 ADD = {"name": "add", "arguments": {"a": 1, "b": 2}}

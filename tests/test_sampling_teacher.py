@@ -8,6 +8,7 @@ import pytest
 import scipy.special
 from flax import nnx
 
+from tests.train_support import count_traces
 from tirjax.models import config, decoder
 from tirjax.sampling.teacher import DecoderTeacher, padded_shape
 
@@ -35,8 +36,9 @@ def test_log_probs_of_ragged_sequences_equal_the_models_own(model):
   for seq, g in zip(seqs, got):
     np.testing.assert_allclose(g, reference(model, seq), atol=1e-5, rtol=0)
   # Other lengths in the same padded shape reuse the executable.
-  teacher([rng.integers(0, V, size=n).tolist() for n in (3, 50)])
-  assert teacher._fn._cache_size() == 1
+  with count_traces() as traces:
+    teacher([rng.integers(0, V, size=n).tolist() for n in (3, 50)])
+  assert not traces
 
 
 def test_new_params_change_the_log_probs_without_recompiling(model):
@@ -46,11 +48,12 @@ def test_new_params_change_the_log_probs_without_recompiling(model):
   before = teacher([seq])[0]
   scaled = jax.tree.map(lambda x: 1.25 * x, params)
   teacher.set_params(scaled)
-  after = teacher([seq])[0]
+  with count_traces() as traces:
+    after = teacher([seq])[0]
   np.testing.assert_allclose(after, reference(nnx.merge(graphdef, scaled), seq), atol=1e-4,
                              rtol=0)
   assert np.abs(np.subtract(after, before)).max() > 0.1
-  assert teacher._fn._cache_size() == 1
+  assert not traces
 
 
 @hypothesis.given(st.lists(st.integers(1, 3000), min_size=1, max_size=40))

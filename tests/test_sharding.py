@@ -9,7 +9,7 @@ from flax import nnx
 from jax.sharding import PartitionSpec as P
 
 from tirjax import advantages, loss, sharding
-from tirjax.records import GroupRecord, RowRecord, StepRecord, build_rollouts
+from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
 
 MESHES = {  # name: (mesh axes, number of devices used)
     "data8": ((("data", 8), ("fsdp", 1), ("tensor", 1)), 8),

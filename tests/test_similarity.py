@@ -4,8 +4,8 @@ import hypothesis
 import hypothesis.strategies as st
 import numpy as np
 
-from tests.reference.similarity import similarity
-from tirjax.records import GroupRecord, RowRecord, StepRecord, build_rollouts
+from tirjax.testing.reference.similarity import similarity
+from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
 
 # Few names, keys and values, so that names, keys and values often coincide.
 NAMES = st.sampled_from(["add", "mul", "search"])

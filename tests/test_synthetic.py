@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from tirjax import synthetic
+from tirjax.testing import synthetic
 
 
 def tree_structure(paths: synthetic.Paths):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tirjax.rollouts import validate
-from tirjax.synthetic_calls import random_call_rollouts
+from tirjax.testing.synthetic_calls import random_call_rollouts
 
 
 def test_paper_scale_shapes_and_contract():

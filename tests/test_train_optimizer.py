@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.reference import train_step as ref
+from tirjax.testing.reference import train_step as ref
 from tirjax.models import config
 from tirjax.training import batches, flops
 from tirjax.training.optimizer import (OptimizerOptions, learning_rate, learning_rate_schedule,

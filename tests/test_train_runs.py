@@ -43,6 +43,7 @@ def read_metrics(workdir):
     return [json.loads(line) for line in f]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CONFIGS)
 def test_two_step_smoke_run(name, tmp_path):
   extra = {"sft.steps": 2, "sft.batch_size": 2} if name == "hidifftir" else {}

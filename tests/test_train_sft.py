@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from tests import train_support as ts
-from tests.reference import train_step as ref
+from tirjax.testing.reference import train_step as ref
 from tirjax import sharding, training
 
 STEP = training.StepOptions(num_microbatches=2, logprob_chunk_size=32)

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from tests import train_support as ts
-from tests.reference import train_step as ref
+from tirjax.testing.reference import train_step as ref
 from tirjax import loss, training
+
+pytestmark = pytest.mark.slow  # left out of `make test-fast`
 
 MODES = {
     "token_mean": loss.LossOptions(aggregation="token_mean", clip_high=0.28),

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from tests import train_support as ts
-from tests.reference import train_step as ref
+from tirjax.testing.reference import train_step as ref
 from tirjax import loss, sharding, training
+
+pytestmark = pytest.mark.slow  # left out of `make test-fast`
 
 MESHES = [(1, 1, 1), (8, 1, 1), (2, 4, 1), (2, 2, 2)]
 LOSS = loss.LossOptions(clip_high=0.28, dual_clip=3.0, kl_coef=0.05, entropy_coef=0.01)

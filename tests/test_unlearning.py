@@ -5,12 +5,13 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 from tests.batches import SHAPE, as_batch, tree_batches
-from tests.reference import unlearning as reference
-from tirjax import advantages, synthetic
+from tirjax.testing.reference import unlearning as reference
+from tirjax import advantages
+from tirjax.testing import synthetic
 from tirjax.advantages import unlearning
 from tirjax.advantages.portool import PORToolOptions
 from tirjax.loss.aggregation import AGGREGATIONS
-from tirjax.records import GroupRecord, RowRecord, StepRecord, build_rollouts
+from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
 
 necessary_steps = jax.jit(unlearning.necessary_steps)
 unlearning_rate = unlearning.unlearning_rate

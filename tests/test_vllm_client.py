@@ -452,3 +452,14 @@ def test_measure_gap_rejects_teachers_of_the_wrong_shape_and_flags_non_finite():
 def test_tiny_model_spec_rejects_invalid_sizes(kwargs, match):
   with pytest.raises(ValueError, match=match):
     tiny_hf.TinyQwen3(**kwargs)
+
+
+def test_the_server_command_sets_the_step_token_budget(tmp_path):
+  """vLLM's CPU build dies on a seeded request whose prefill is split across steps: the
+  trainer's servers get a token budget that holds a whole batch's prompts."""
+  command = VLLMServer(ServerOptions(model=str(tmp_path), max_model_len=512,
+                                     max_num_batched_tokens=4096)).command(8000)
+  assert command[command.index("--max-num-batched-tokens") + 1] == "4096"
+  assert "--max-num-batched-tokens" not in VLLMServer(ServerOptions(model=str(tmp_path))).command(1)
+  with pytest.raises(ValueError, match="max_num_batched_tokens: must be >= max_model_len=512"):
+    ServerOptions(model=str(tmp_path), max_model_len=512, max_num_batched_tokens=256)

@@ -21,8 +21,8 @@ from configs import grpo
 from tests.vllm_toolworld import TOL, perturbed
 from tirjax.env import chat
 from tirjax.env.toolworld import make_tasks
-from tirjax.experiment.components import VLLMPolicySampler
-from tirjax.rollout import ArpoOptions, RolloutOptions, Shapes, TreeOptions, rollout
+from tirjax.sampling.vllm_policy import VLLMPolicySampler
+from tirjax.episodes import ArpoOptions, RolloutOptions, Shapes, TreeOptions, rollout
 from tirjax.rollouts import validate
 from tirjax.sampling import handover
 from tirjax.sampling.interface import SamplingParams

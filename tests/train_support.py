@@ -34,18 +34,28 @@ def mesh(shape, rules=sharding.DEFAULT_RULES):
   return sharding.make_mesh(opts, devices=jax.devices()[:int(np.prod(shape))])
 
 
-@contextlib.contextmanager
 def count_compiles():
   """Yields a list that collects the duration of every XLA compilation in the block."""
-  compiles = []
+  return _count_events("/jax/core/compile/backend_compile_duration")
+
+
+def count_traces():
+  """Yields a list that collects every trace of a jitted function to a jaxpr in the block: a
+  retrace shows here even where the persistent compilation cache spares the compile."""
+  return _count_events("/jax/core/compile/jaxpr_trace_duration")
+
+
+@contextlib.contextmanager
+def _count_events(name: str):
+  events = []
 
   def listener(event, duration, **_):
-    if event == "/jax/core/compile/backend_compile_duration":
-      compiles.append(duration)
+    if event == name:
+      events.append(duration)
 
   jax.monitoring.register_event_duration_secs_listener(listener)
   try:
-    yield compiles
+    yield events
   finally:
     jax.monitoring.unregister_event_duration_listener(listener)
 

@@ -25,6 +25,7 @@ Conventions that the SPEC leaves to the implementation, fixed here:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import flax.struct
@@ -96,6 +97,19 @@ class Rollouts:
   @property
   def max_tokens(self) -> int:
     return self.tokens.shape[1]
+
+
+@flax.struct.dataclass(frozen=True)
+class Advantages:
+  """What an estimator returns (SPEC §4), the other half of the contract. Shapes follow
+  `Rollouts`."""
+
+  tokens: jax.Array  # [B, L] f32, 0 outside loss_mask
+  steps: jax.Array  # [B, T] f32, 0 on padding steps
+  rows: jax.Array  # [B] f32 trajectory-level advantage
+  row_reward: jax.Array  # [B] f32, the scalar reward that the trajectory level normalised
+  row_mask: jax.Array  # [B] bool, rows that enter the loss (padding and filtered rows: False)
+  extras: dict = dataclasses.field(default_factory=dict)  # estimator-specific intermediates
 
 
 class RolloutsError(ValueError):
@@ -260,3 +274,21 @@ def step_to_tokens(step_values: jax.Array, token_step: jax.Array) -> jax.Array:
   idx = jnp.clip(token_step, 0, step_values.shape[1] - 1)
   out = jnp.take_along_axis(step_values, idx, axis=1)
   return jnp.where(token_step >= 0, out, 0.0)
+
+
+def write_tokens(arrays: dict, row: int, pos: int, tokens, logprobs=None, step: int = -1) -> int:
+  """Writes `tokens` into row `row` of a batch's numpy arrays from position `pos`; returns the
+  position after them. `step >= 0`: the policy's own tokens of step `step` (in the loss, with
+  their `old_logprobs`); `step = -1`: prompt or tool-response tokens (outside the loss)."""
+  n = len(tokens)
+  if pos + n > arrays["tokens"].shape[1]:
+    raise ValueError(f"shapes.max_tokens={arrays['tokens'].shape[1]} is too small: row {row} "
+                     f"needs {pos + n} tokens")
+  arrays["tokens"][row, pos:pos + n] = tokens
+  arrays["token_valid"][row, pos:pos + n] = True
+  if step >= 0:
+    arrays["loss_mask"][row, pos:pos + n] = True
+    arrays["token_step"][row, pos:pos + n] = step
+    if logprobs is not None:
+      arrays["old_logprobs"][row, pos:pos + n] = logprobs
+  return pos + n

@@ -23,6 +23,7 @@ import time
 from typing import Any, Mapping, Optional
 
 import numpy as np
+from flax import traverse_util
 
 RESUMABLE_KEYS = ("train.steps", "train.eval_every", "train.log_every", "train.progress_bar")
 PHASES = ("sft", "rl", "eval")
@@ -32,15 +33,9 @@ class WorkdirMismatch(RuntimeError):
   """The workdir belongs to a run with a different config."""
 
 
-def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-  out = {}
-  for k, v in d.items():
-    key = f"{prefix}{k}"
-    if isinstance(v, Mapping):
-      out.update(flatten(v, key + "."))
-    else:
-      out[key] = v
-  return out
+def flatten(d: Mapping[str, Any]) -> dict[str, Any]:
+  """Nested mappings as one dict with dotted keys ({"a": {"b": 1}} → {"a.b": 1})."""
+  return traverse_util.flatten_dict(dict(d), sep=".")
 
 
 def write_json(path: str, obj: Any) -> None:

@@ -37,7 +37,7 @@ if [ "$DRY" = 1 ]; then
   export JAX_PLATFORMS=cpu
   TRAIN=(--presets=tiny --meshes=1x1x1 --length=64 --fit_budget_gib=0.05 --repeats=1)
   LOGPROBS=(--batch=1 --length=256 --hidden=64 --vocab=4096 --chunk_size=128 --repeats=1)
-  KERNELS=(--queries=4 --repeats=1 --ref-repeats=1)
+  KERNELS=(--queries=4 --repeats=1 --ref_repeats=1)
   SAMPLER=(--preset=tiny --batches=2,4 --prompt_len=16 --new_tokens=8 --repeats=1)
   LIMITS=(300 300 300 300)
 else
@@ -45,7 +45,7 @@ else
   TRAIN=(--gpu --presets=qwen3_0p6b,qwen3_1p7b --meshes=1x1x1 --length=4096 --repeats=3)
   LOGPROBS=(--batch=1 --length=16384 --time_batch=1 --hidden=1024 --vocab=151936
             --chunk_size=1024 --dtype=bfloat16 --repeats=5)
-  KERNELS=(--queries=2048 --repeats=5 --ref-repeats=1)
+  KERNELS=(--queries=2048 --repeats=5 --ref_repeats=1)
   SAMPLER=(--preset=qwen3_0p6b --batches=64,256 --prompt_len=256 --new_tokens=256 --repeats=3)
   LIMITS=(255 45 120 60)  # seconds per section: 8 min at most in all
 fi

@@ -130,8 +130,10 @@ def run_grid(jobs: Sequence[Job], workdir: str, command: Callable[[Job], list[st
     lock.close()
 
 
-def _line(out: TextIO, i: int, n: int, job: Job, text: str) -> None:
-  print(f"[{i + 1}/{n}] {job.name}: {text}", file=out, flush=True)
+def _line(out: TextIO, done: int, n: int, job: Job, text: str) -> None:
+  """A progress line; `[done/n]` counts the jobs ended so far (finished, failed, skipped,
+  blocked), not the job's index."""
+  print(f"[{done}/{n}] {job.name}: {text}", file=out, flush=True)
 
 
 def _schedule(jobs, todo, command, parallel, env, out) -> list[Result]:
@@ -140,12 +142,13 @@ def _schedule(jobs, todo, command, parallel, env, out) -> list[Result]:
   state = {}  # workdir -> final state, for the jobs that need it
   warm = sum(j.estimator == "sft" for j in jobs)
   print(f"ablate: {n} runs ({warm} warm starts), {n - sum(todo)} finished earlier, "
-        f"{sum(todo)} to run, {parallel} at a time", file=out, flush=True)
+        f"{sum(todo)} to run, {parallel} at a time; [k/n]: k jobs ended so far", file=out,
+        flush=True)
   for i, job in enumerate(jobs):
     if not todo[i]:
       results[i] = Result(job, "skipped")
       state[job.workdir] = FINISHED
-      _line(out, i, n, job, "finished earlier, skipped")
+      _line(out, len(results), n, job, "finished earlier, skipped")
   pending = [i for i in range(n) if todo[i]]
   running: dict[int, tuple[subprocess.Popen, float]] = {}
   try:
@@ -160,17 +163,17 @@ def _schedule(jobs, todo, command, parallel, env, out) -> list[Result]:
         if job.needs is not None and state[job.needs] != FINISHED:
           results[i] = Result(job, "blocked", error=f"warm start {job.needs} did not finish")
           state[job.workdir] = "blocked"
-          _line(out, i, n, job, f"not run: its warm start {job.needs} did not finish")
+          _line(out, len(results), n, job, f"not run: its warm start {job.needs} did not finish")
           continue
         before = run_state(job.workdir)
         running[i] = (_start(job, command, env), time.monotonic())
-        _line(out, i, n, job, "started" + (f" (was {before})" if before else "") +
+        _line(out, len(results), n, job, "started" + (f" (was {before})" if before else "") +
               f", log {os.path.join(job.workdir, 'train.log')}")
       if pending and not running:  # nothing could start: their warm starts are not in `jobs`
         for i in pending:
           error = f"warm start {jobs[i].needs} is not in the grid"
           results[i] = Result(jobs[i], "blocked", error=error)
-          _line(out, i, n, jobs[i], f"not run: its {error}")
+          _line(out, len(results), n, jobs[i], f"not run: its {error}")
         pending = []
       time.sleep(POLL_S if running else 0)
       for i, (proc, t0) in list(running.items()):
@@ -180,7 +183,7 @@ def _schedule(jobs, todo, command, parallel, env, out) -> list[Result]:
         results[i] = _finish(jobs[i], proc.returncode, time.monotonic() - t0)
         state[jobs[i].workdir] = results[i].state
         r = results[i]
-        _line(out, i, n, r.job, f"{r.state} in {r.seconds:.1f} s" +
+        _line(out, len(results), n, r.job, f"{r.state} in {r.seconds:.1f} s" +
               (f": {r.error} (see {os.path.join(r.job.workdir, 'train.log')})" if r.error else ""))
   except KeyboardInterrupt:
     _stop([proc for proc, _ in running.values()])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import chex
 import jax.numpy as jnp
 
 from tirjax import segments
@@ -61,7 +62,7 @@ def arpo(r: Rollouts, opts: GroupOptions) -> Advantages:
   """ARPO: GRPO advantages over entropy-adaptive rollouts.
 
   Dong et al. 2025, "Agentic Reinforced Policy Optimization": the method is on the rollout
-  side (branching after tool responses when entropy rises, `tirjax.rollout` mode "arpo");
+  side (branching after tool responses when entropy rises, `tirjax.episodes` mode "arpo");
   its advantage is GRPO's.
   """
   return grpo(r, opts)
@@ -135,6 +136,7 @@ def overlong_penalty(length, max_len: int, cache: int):
   0 if |y| ≤ L_max − L_cache; ((L_max − L_cache) − |y|) / L_cache inside the cache window;
   −1 beyond L_max.
   """
+  chex.assert_rank(length, 1)  # tokens per row [B]
   start = max_len - cache
   inside = (start - length) / max(cache, 1)
   return jnp.where(length <= start, 0.0, jnp.where(length <= max_len, inside, -1.0))

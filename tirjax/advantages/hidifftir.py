@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -54,6 +55,8 @@ def raw_turn_rewards(r: Rollouts, call_reward: jax.Array, answer_turn: str) -> j
 
   With `answer_turn="judge"` the answering step takes `answer_score` instead (SPEC §4.2).
   """
+  chex.assert_rank(call_reward, 3)  # [B, T, K]
+  chex.assert_equal_shape([call_reward, r.call_valid])
   raw = turns.turn_mean(call_reward, r.call_valid)
   if answer_turn == "judge":
     raw = jnp.where(turns.answer_steps(r), r.answer_score[:, None], raw)
@@ -66,6 +69,9 @@ def trajectory_level_difficulty(gt_mean: jax.Array, gt_turn: jax.Array, num_turn
   Per turn, but it weighs the *trajectory*-level reward R(τ_i) (option
   `trajectory_difficulty`); the turn-level weighting (option `turn_difficulty`) is
   `turn_weights`, from the success rates."""
+  chex.assert_rank([gt_mean, gt_turn], 2)  # [B, C]
+  chex.assert_equal_shape([gt_mean, gt_turn])
+  chex.assert_type(gt_turn, int)
   mean = segments.segment_mean(gt_mean, *turns.gt_turn_segments(gt_turn, num_turns))
   return 1.0 - mean.reshape(-1, num_turns)
 
@@ -76,6 +82,8 @@ def minmax_rescale(x: jax.Array, ids: jax.Array, mask: jax.Array, num_segments: 
   A segment whose spread is below `FLAT` gets r̂ = 1[x > 0]; r̃norm = 0 where Σ r̂ = 0.
   Returns (r̃norm, r̂), 0 outside `mask`.
   """
+  chex.assert_equal_shape([x, ids, mask])
+  chex.assert_type([x, ids, mask], [float, int, bool])
   lo = segments.gather(segments.segment_min(x, ids, mask, num_segments), ids)
   hi = segments.gather(segments.segment_max(x, ids, mask, num_segments), ids)
   flat = hi - lo < FLAT
@@ -96,12 +104,17 @@ def success_rate(count: jax.Array, size: jax.Array, lam: float, mode: str) -> ja
 
 def turn_success(gt_success: jax.Array, gt_turn: jax.Array, num_turns: int) -> jax.Array:
   """s_{i,j} = min of s(c*) over C*_{i,j}, 1 if empty (Eq. 13)."""
+  chex.assert_rank([gt_success, gt_turn], 2)
+  chex.assert_equal_shape([gt_success, gt_turn])
   low = segments.segment_min(gt_success, *turns.gt_turn_segments(gt_turn, num_turns), empty=1.0)
   return low.reshape(-1, num_turns)
 
 
 def turn_weights(raw: jax.Array, s: jax.Array, adv: jax.Array, step_mask: jax.Array):
   """ŵ (Eq. 14-15): w̃ = r/√s on rows with A > 0, else 1; ŵ = w̃ / mean_j w̃ (1 if it is 0)."""
+  chex.assert_rank([raw, s, adv, step_mask], [2, 2, 1, 2])  # [B, T] and A per row [B]
+  chex.assert_equal_shape([raw, s, step_mask])
+  chex.assert_type(step_mask, bool)
   w = jnp.where(adv[:, None] > 0, raw / jnp.sqrt(s), 1.0)
   w = jnp.where(step_mask, w, 0.0)
   mean = jnp.sum(w, axis=1) / jnp.maximum(jnp.sum(step_mask, axis=1), 1)

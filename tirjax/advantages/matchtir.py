@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -62,6 +63,8 @@ class MatchTIROTOptions:
 
 def turn_rewards(r: Rollouts, call_reward: jax.Array) -> jax.Array:
   """r_{i,j}: mean reward of the turn's calls (0 without calls); answering step: answer_score."""
+  chex.assert_rank(call_reward, 3)  # [B, T, K]
+  chex.assert_equal_shape([call_reward, r.call_valid])
   reward = turns.turn_mean(call_reward, r.call_valid)
   reward = jnp.where(turns.answer_steps(r), r.answer_score[:, None], reward)
   return jnp.where(r.step_valid, reward, 0.0)
@@ -69,6 +72,8 @@ def turn_rewards(r: Rollouts, call_reward: jax.Array) -> jax.Array:
 
 def discounted_returns(reward: jax.Array, discount: float) -> jax.Array:
   """G_{i,k} = Σ_{j ≥ k} γ^{j−k} r_{i,j}, [B, T] (reward 0 on padding steps)."""
+  chex.assert_rank(reward, 2)
+  chex.assert_type(reward, float)
   T = reward.shape[1]
   j, k = np.arange(T)[:, None], np.arange(T)[None, :]
   weights = np.where(j >= k, float(discount) ** np.maximum(j - k, 0), 0.0).astype(np.float32)

@@ -10,22 +10,9 @@ import dataclasses
 import functools
 from typing import Any, Callable, Mapping
 
-import flax.struct
 import jax
 
-from tirjax.rollouts import Rollouts
-
-
-@flax.struct.dataclass(frozen=True)
-class Advantages:
-  """What an estimator returns. Shapes follow `Rollouts`."""
-
-  tokens: jax.Array  # [B, L] f32, 0 outside loss_mask
-  steps: jax.Array  # [B, T] f32, 0 on padding steps
-  rows: jax.Array  # [B] f32 trajectory-level advantage
-  row_reward: jax.Array  # [B] f32, the scalar reward that the trajectory level normalised
-  row_mask: jax.Array  # [B] bool, rows that enter the loss (padding and filtered rows: False)
-  extras: dict = dataclasses.field(default_factory=dict)  # estimator-specific intermediates
+from tirjax.rollouts import Advantages, Rollouts  # noqa: F401  (Advantages: re-exported)
 
 
 @dataclasses.dataclass(frozen=True)

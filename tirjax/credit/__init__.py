@@ -1,21 +1,21 @@
 """A fast credit-assignment bench: an abstract tool-choice task with necessary steps.
 
-    from tirjax.credit import ChainTask, RolloutOptions, TrainOptions, parse_cell, run_cell
+    from tirjax.credit import ChainTask, ChainRolloutOptions, TrainOptions, parse_cell, run_cell
     task = ChainTask()
-    cell = parse_cell("portool/omega1=0", RolloutOptions(), task.max_steps)
+    cell = parse_cell("portool/omega1=0", ChainRolloutOptions(), task.max_steps)
     result = run_cell(task, cell, seed=0)       # curve, final metrics, unlearning rates
 
 Modules: `task` (the environment), `evaluate` (exact policy values), `policy` (an MLP
-softmax policy), `sampling` (Algorithm-1 trees and independent rollouts as `Rollouts`),
+softmax policy), `chain_rollouts` (Algorithm-1 trees and independent rollouts as `Rollouts`),
 `cells` (estimator, options, rollouts and loss of a labelled cell), `train` (one run).
 The entry point is `python -m experiments.credit_bench`.
 """
 
 from tirjax.credit.cells import Cell, default_labels, parse_cell
 from tirjax.credit.policy import PolicyOptions
-from tirjax.credit.sampling import RolloutOptions, sample_batch
+from tirjax.credit.chain_rollouts import ChainRolloutOptions, sample_batch
 from tirjax.credit.task import ChainTask
 from tirjax.credit.train import TrainOptions, run_cell
 
-__all__ = ["Cell", "ChainTask", "PolicyOptions", "RolloutOptions", "TrainOptions",
+__all__ = ["Cell", "ChainTask", "PolicyOptions", "ChainRolloutOptions", "TrainOptions",
            "default_labels", "parse_cell", "run_cell", "sample_batch"]

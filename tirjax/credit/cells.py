@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from tirjax import advantages
-from tirjax.credit.sampling import RolloutOptions
+from tirjax.credit.chain_rollouts import ChainRolloutOptions
 from tirjax.loss import LossOptions
 
 
@@ -24,7 +24,7 @@ class Cell:
   label: str
   estimator: str
   options: tuple[tuple[str, Any], ...]  # estimator option overrides, sorted by key
-  rollouts: RolloutOptions
+  rollouts: ChainRolloutOptions
   loss: LossOptions
 
   def estimator_options(self):
@@ -52,7 +52,7 @@ def _value(text: str):
     return text
 
 
-def parse_cell(label: str, rollouts: RolloutOptions, max_tokens: int) -> Cell:
+def parse_cell(label: str, rollouts: ChainRolloutOptions, max_tokens: int) -> Cell:
   """The cell named `label`; unknown estimators and options fail by name.
 
   Args:
@@ -99,4 +99,18 @@ def default_labels() -> list[str]:
       ("grpo", ["rollouts=independent", "loss.aggregation=token_mean"])]:
     if name in labels:
       labels += [f"{name}/{v}" for v in variants]
+  return labels
+
+
+def split_labels(text: str) -> list[str]:
+  """Comma-separated cell labels; an item with '=' but no '/' continues the previous label's
+  options, so "grpo,portool/omega1=0,fork_scale=none" is two cells."""
+  labels: list[str] = []
+  for item in filter(None, (s.strip() for s in text.split(","))):
+    if "=" in item and "/" not in item:
+      if not labels:
+        raise ValueError(f"cell labels: option '{item}' before any estimator name")
+      labels[-1] += "," + item
+    else:
+      labels.append(item)
   return labels

@@ -1,6 +1,6 @@
 """Training one bench cell: sample → registry estimator → PPO-clip policy loss → optax.
 
-Per iteration: the behaviour policy's table samples a batch (`sampling`), the cell's estimator
+Per iteration: the behaviour policy's table samples a batch (`chain_rollouts`), the cell's estimator
 (unchanged, from the registry) gives token advantages and the unlearning diagnostic is
 taken on its step advantages, then `epochs` full-batch Adam steps minimise
 `tirjax.loss.policy_loss` (its `sum / den`). After every update the policy is evaluated
@@ -21,7 +21,7 @@ import optax
 
 from tirjax import advantages
 from tirjax.advantages import unlearning
-from tirjax.credit import evaluate, sampling
+from tirjax.credit import chain_rollouts, evaluate
 from tirjax.credit.cells import Cell
 from tirjax.credit.policy import (PolicyOptions, init_policy, log_policy, prior_logits,
                                   state_features)
@@ -138,7 +138,7 @@ def run_cell(task: ChainTask, cell: Cell, seed: int, opts: TrainOptions = TrainO
       reached = episodes
     if it == opts.iterations:
       break
-    batch = sampling.sample_batch(rng, task, log_probs, cell.rollouts, it, check_batches)
+    batch = chain_rollouts.sample_batch(rng, task, log_probs, cell.rollouts, it, check_batches)
     r = batch.rollouts
     adv = estimator(r, est_opts)
     diag = jax.device_get(unlearning.unlearning_rate(r, adv.steps, loss.aggregation, adv.row_mask))

@@ -25,6 +25,9 @@ from tirjax.env.tools import ANSWER_PROTOCOLS, TERMINAL_TOOL, Task, ToolError, a
 TERMINAL_RESULT = "answer received"
 
 
+SOLVE_SCORING = ("ftrl", "strict")
+
+
 @dataclasses.dataclass(frozen=True)
 class EnvOptions:
   max_steps: int = 6  # T_max
@@ -34,6 +37,12 @@ class EnvOptions:
   # and BFCL tool code) fails check 5; the object is still returned to the agent as the result.
   error_results: bool = True
   max_output_chars: int = 100_000  # longer tool outputs are replaced by an error
+  # Tasks scored by Solve-P/R/F1 (they carry expected answers, FTRL's): "ftrl" executes a call
+  # of a known tool whose arguments violate its schema, as bytedance/FTRL's scorer does (it
+  # calls the tool's Python function with the arguments as given; a missing or extra argument
+  # then fails there, as a TypeError); "strict" refuses it with the schema error. Either way
+  # the violation fails format check 4. Tasks without expected answers always refuse it.
+  solve_scoring: str = "ftrl"
 
   def __post_init__(self):
     if self.max_steps < 1:
@@ -43,6 +52,9 @@ class EnvOptions:
                        f"{self.answer_protocol!r}")
     if self.max_output_chars < 1:
       raise ValueError(f"max_output_chars: must be >= 1, got {self.max_output_chars}")
+    if self.solve_scoring not in SOLVE_SCORING:
+      raise ValueError(f"solve_scoring: must be one of {SOLVE_SCORING}, got "
+                       f"{self.solve_scoring!r}")
 
 
 @dataclasses.dataclass
@@ -113,7 +125,7 @@ class ToolEnv:
           entry = {"name": name, "result": TERMINAL_RESULT}
         else:
           entry = {"name": name, "error": f"{TERMINAL_TOOL} was already called in this step"}
-      elif error is None:
+      elif error is None or self._run_despite_schema(name):
         entry = self._execute(name, call["arguments"])
       else:
         entry = {"name": name, "error": error}
@@ -188,6 +200,11 @@ class ToolEnv:
       return {"name": name, "error": str(e)}
     except Exception as e:  # noqa: BLE001 - a tool's failure is reported to the agent
       return {"name": name, "error": f"{type(e).__name__}: {e}"}
+
+  def _run_despite_schema(self, name: str) -> bool:
+    """FTRL's scoring: a call of a known tool with schema-violating arguments is still run."""
+    return (self.options.solve_scoring == "ftrl" and bool(self.task.expected)
+            and name in self._tools and name != TERMINAL_TOOL)
 
   def _succeeded(self, entry: dict) -> bool:
     if "error" in entry:

@@ -7,8 +7,8 @@ Two judges with one rule for a missing answer (no `response_gen` within T_max â†
   strings normalised, exactly or as whole words of an answer that hedges nothing. The reference `unable_to_answer` is met by an answer that says it cannot answer
   with the verdict "unable_to_answer" (R_out 0, as PORTool's judge defines: such a row never
   counts as correct); an answer that says so to an answerable question gets it too.
-* `LLMJudge`: any OpenAI-compatible `/chat/completions` endpoint (urllib, no extra
-  dependency). It sees the whole trajectory, is asked `votes` (5) times independently, and the
+* `LLMJudge`: any OpenAI-compatible `/chat/completions` endpoint (through httpx's
+  pooled client). It sees the whole trajectory, is asked `votes` (5) times independently, and the
   plurality of the valid votes wins. Explicit rules:
   - a reply is a valid vote when it contains `VERDICT: <verdict>` (the last such line counts)
     or is just a verdict word; anything else is a malformed vote and is discarded;
@@ -25,14 +25,13 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import decimal
-import json
 import math
 import re
 import unicodedata
-import urllib.error
-import urllib.request
 from collections import Counter
 from typing import Optional, Sequence
+
+import httpx
 
 from tirjax.env.tools import UNABLE_TO_ANSWER
 
@@ -280,6 +279,11 @@ class LLMJudge:
   def __init__(self, options: LLMJudgeOptions, rule: RuleOptions = RuleOptions()):
     self.options = options
     self.rule = rule
+    # One pooled client for the votes of every judgement (environment proxies apply).
+    self._http = httpx.Client(limits=httpx.Limits(max_connections=max(options.votes, 1)))
+
+  def close(self) -> None:
+    self._http.close()
 
   def judge(self, trajectory: Trajectory) -> Judgement:
     if trajectory.answer is None or not trajectory.answer.strip():
@@ -305,20 +309,16 @@ class LLMJudge:
   def _request(self, messages: list[dict]) -> Optional[str]:
     """The reply text, or None when the request failed."""
     o = self.options
-    body = json.dumps({"model": o.model, "messages": messages, "temperature": o.temperature,
-                       "max_tokens": o.max_tokens}).encode()
-    headers = {"Content-Type": "application/json"}
-    if o.api_key:
-      headers["Authorization"] = f"Bearer {o.api_key}"
-    req = urllib.request.Request(o.base_url.rstrip("/") + "/chat/completions", data=body,
-                                 headers=headers, method="POST")
+    body = {"model": o.model, "messages": messages, "temperature": o.temperature,
+            "max_tokens": o.max_tokens}
+    headers = {"Authorization": f"Bearer {o.api_key}"} if o.api_key else {}
     try:
-      with urllib.request.urlopen(req, timeout=o.timeout_s) as resp:
-        data = json.loads(resp.read())
-      content = data["choices"][0]["message"]["content"]
+      resp = self._http.post(o.base_url.rstrip("/") + "/chat/completions", json=body,
+                             headers=headers, timeout=o.timeout_s)
+      resp.raise_for_status()
+      content = resp.json()["choices"][0]["message"]["content"]
       return content if isinstance(content, str) else None
-    except (urllib.error.URLError, TimeoutError, OSError, ValueError, KeyError, IndexError,
-            TypeError):
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
       return None
 
 

@@ -43,9 +43,20 @@ def solve_scores(n_match: int, n_gen: int, n_gt: int) -> tuple[float, float, flo
   return precision, n_match / n_gt, 2.0 * n_match / (n_gen + n_gt)
 
 
-def answer_correctness(response: Optional[str], gold: str) -> float:
-  """ToolHop AC: 1 if the gold answer is contained in the final response (FTRL's check)."""
-  return float(response is not None and verify.contains_answer(response, gold))
+def answer_correctness(response: Optional[str], gold: str,
+                       tool_message: Optional[str] = None) -> float:
+  """ToolHop AC (its paper's Eq. 21): 1 if the gold answer is contained in the final response.
+
+  With `tool_message` (the tool response just before the answer), FTRL's reference scorer's
+  rule (bytedance/FTRL, `Code/evaluation/evaluation_toolhop.py`): an answer that fails is still
+  correct when that message contains the gold. Containment as FTRL's `answer_verify`: every
+  ", "-separated part of the gold, lower-cased and without commas, is a substring.
+  """
+  if response is None or not response.strip():
+    return 0.0
+  if verify.contains_answer(response, gold):
+    return 1.0
+  return float(tool_message is not None and verify.contains_answer(tool_message, gold))
 
 
 def portool_metrics(episodes: Sequence[EpisodeSummary], outcomes: Sequence[float],

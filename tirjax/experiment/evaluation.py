@@ -4,26 +4,31 @@ Solve-P/R/F1 where tasks carry expected answers and ToolHop's answer correctness
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from tirjax.env import metrics
 from tirjax.env.tools import Task
-from tirjax.rollout import RolloutOptions, rollout
-from tirjax.rollout.judging import Judge
+from tirjax.episodes import RolloutOptions, rollout
+from tirjax.episodes.judging import Judge
 
 
 def evaluate(sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
-             judge: Optional[Judge] = None, temperature: float = 0.0,
-             seed: int = 0) -> dict[str, float]:
-  """Metrics named `eval/...` over `tasks`, in chunks of the configured batch rows."""
+             judge: Optional[Judge] = None, temperature: float = 0.0, seed: int = 0,
+             progress: Optional[Callable[[int], None]] = None,
+             answer_in_tool_message: bool = False) -> dict[str, float]:
+  """Metrics named `eval/...` over `tasks`, in chunks of the configured batch rows;
+  `progress(tasks done)` is called after each chunk. `answer_in_tool_message`: ToolHop's AC
+  also accepts an answer contained in the tool response before it (FTRL's scorer)."""
   opts = dataclasses.replace(options, mode="independent", n=1, temperature=temperature)
   chunk = opts.shapes.num_rows
   rng = np.random.default_rng(seed)
   episodes = []
   for start in range(0, len(tasks), chunk):
     episodes += rollout(sampler, tokenizer, tasks[start:start + chunk], opts, judge, rng).episodes
+    if progress is not None:
+      progress(len(episodes))
   summaries = [e.summary for e in episodes]
   axes = metrics.portool_metrics(summaries, [e.outcome for e in episodes],
                                  step_cap=opts.max_steps)
@@ -38,5 +43,15 @@ def evaluate(sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
   if all(by_id[e.task_id].metadata.get("dataset") == "toolhop" for e in episodes):
     out["eval/answer_correctness"] = metrics.query_mean(
         [e.task_id for e in episodes],
-        [metrics.answer_correctness(e.answer, by_id[e.task_id].answer) for e in episodes])
+        [metrics.answer_correctness(
+            e.answer, by_id[e.task_id].answer,
+            _preceding_tool_message(e) if answer_in_tool_message else None) for e in episodes])
   return out
+
+
+def _preceding_tool_message(episode) -> Optional[str]:
+  """The tool response of the step before the answering one (None if the row answered first
+  or did not answer)."""
+  if episode.answer is None or len(episode.results) < 2:
+    return None
+  return episode.results[-2].response_content

@@ -1,10 +1,20 @@
-"""What the trainer shows a person: a progress bar, and the final before/after table."""
+"""What the trainer shows a person: progress, and the final before/after table.
+
+With bars on (a person at a terminal), a tqdm bar per phase and one for each evaluation. With
+bars off (a run under `experiments.ablate`, a benchmark), compact lines instead, at most one
+every `LINE_EVERY_S` seconds and at each phase's end, so that a log shows a long SFT warm start
+advancing.
+"""
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+import sys
+import time
+from typing import Callable, Mapping, Optional, TextIO
 
 from tqdm import tqdm
+
+LINE_EVERY_S = 60.0
 
 TABLE_ROWS = (("eval accuracy", "eval/accuracy"), ("average tool-call steps", "eval/avg_steps"),
               ("unanswerable rate", "eval/unanswerable_rate"),
@@ -13,29 +23,60 @@ TABLE_ROWS = (("eval accuracy", "eval/accuracy"), ("average tool-call steps", "e
 
 
 class Progress:
-  """A tqdm bar per phase with the current step, reward and accuracy (off: silent)."""
+  """A tqdm bar per phase with the current step, reward and accuracy, or compact lines."""
 
-  def __init__(self, enabled: bool = True):
+  def __init__(self, enabled: bool = True, out: Optional[TextIO] = None,
+               line_every_s: float = LINE_EVERY_S):
     self.enabled = enabled
     self.step = 0
     self._bar = None
+    self._out = out
+    self._line_every_s = line_every_s
+    self._phase, self._total, self._last_line = "", 0, 0.0
 
   def start(self, phase: str, total: int, done: int) -> None:
     self.close()
     self.step = done
+    self._phase, self._total, self._last_line = phase, total, time.monotonic()
     if self.enabled and total > 0:
       self._bar = tqdm(total=total, initial=done, desc=phase, dynamic_ncols=True)
 
   def update(self, step: int, **values: Optional[float]) -> None:
+    shown = {k: f"{v:.3f}" for k, v in values.items() if v is not None}
     if self._bar is not None:
       self._bar.update(step - self.step)
-      self._bar.set_postfix({k: f"{v:.3f}" for k, v in values.items() if v is not None})
+      self._bar.set_postfix(shown)
+    elif (step == self._total or time.monotonic() - self._last_line >= self._line_every_s):
+      self._last_line = time.monotonic()
+      extra = "".join(f" {k} {v}" for k, v in shown.items())
+      self._line(f"{self._phase} step {step}/{self._total}{extra}")
     self.step = step
+
+  def evaluation(self, total: int) -> Callable[[int], None]:
+    """A callback `done -> None` for an evaluation of `total` tasks (a bar, or a line at the
+    end)."""
+    start = time.monotonic()
+    if self.enabled:
+      bar = tqdm(total=total, desc="eval", leave=False, dynamic_ncols=True)
+
+      def advance(done: int) -> None:
+        bar.update(done - bar.n)
+        if done >= total:
+          bar.close()
+      return advance
+
+    def line(done: int) -> None:
+      if done >= total:
+        self._line(f"eval {total} tasks in {time.monotonic() - start:.1f} s")
+    return line
 
   def close(self) -> None:
     if self._bar is not None:
       self._bar.close()
       self._bar = None
+
+  def _line(self, text: str) -> None:
+    print(text, file=self._out or sys.stdout, flush=True)
 
 
 def summary_table(before: Mapping[str, float], after: Mapping[str, float],

@@ -20,7 +20,7 @@ from tirjax.env.toolworld.demos import DemoOptions
 from tirjax.loss import LossOptions
 from tirjax.models import config as model_config
 from tirjax.models.config import PRESETS as MODEL_PRESETS
-from tirjax.rollout.options import RolloutOptions
+from tirjax.episodes.options import RolloutOptions
 from tirjax.sampling.vllm import TINY_HEAD_DIM
 from tirjax.training.optimizer import OptimizerOptions
 from tirjax.training.sft import SFTOptions
@@ -110,6 +110,8 @@ def resolve(c) -> Experiment:
           f"{c.env.data_path!r} does not exist (env.name={c.env.name})")
   _int_at_least(c, "env.train_tasks", 1)
   _int_at_least(c, "env.eval_tasks", 1)
+  _need(isinstance(c.env.answer_in_tool_message, bool), "env.answer_in_tool_message",
+        f"must be True or False, got {c.env.answer_in_tool_message!r}")
   for key, limit in (("env.train_tasks", MAX_TASKS), ("env.eval_tasks", MAX_TASKS),
                      ("sft.num_demos", MAX_TASKS)):
     value = c.env[key.split(".")[1]] if key.startswith("env") else c.sft.num_demos

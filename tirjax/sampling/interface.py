@@ -7,7 +7,7 @@ sampler returns, and tool responses are tokenised and appended after them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Protocol, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,4 +47,16 @@ class Sampler(Protocol):
   def generate(self, prompts: Sequence[Sequence[int]],
                params: SamplingParams) -> list[list[Sample]]:
     """For each prompt, `params.n` samples."""
+    ...
+
+
+class PolicySampler(Sampler, Protocol):
+  """A sampler the trainer drives: it takes each new policy and is released at the end."""
+
+  def update(self, params: Any, policy_version: int) -> None:
+    """New weights (the policy's parameters, same structure) and their version."""
+    ...
+
+  def close(self) -> None:
+    """Releases what the sampler holds (servers, caches); idempotent."""
     ...

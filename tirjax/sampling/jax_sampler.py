@@ -209,6 +209,10 @@ class JaxSampler:
     self.policy_version = int(policy_version)
     self._cache.clear()
 
+  def close(self) -> None:
+    """Drops the prefix cache (the `PolicySampler` protocol; nothing else to release)."""
+    self._cache.clear()
+
   def generate(self, prompts: Sequence[Sequence[int]],
                params: SamplingParams) -> list[list[Sample]]:
     """For each prompt, `params.n` samples (see the module docstring)."""

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import http.client
-import json
 import os
 import shutil
 import signal
@@ -27,10 +25,11 @@ import subprocess
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from typing import Any, Optional
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from tirjax.sampling import vllm_supervisor
 
@@ -72,6 +71,10 @@ class ServerOptions:
     kv_cache_memory_bytes: KV cache size. On CPU, vLLM otherwise reserves the fraction
       `gpu_memory_utilization` of host memory (0.92 by default): give one of the two.
     gpu_memory_utilization: fraction of accelerator (on CPU: host) memory vLLM may use.
+    max_num_batched_tokens: tokens one engine step may schedule (None: vLLM's default). With
+      a budget below a batch's prompt tokens, vLLM splits prefills across steps (chunked
+      prefill), and on CPU a seeded request's split prefill kills the engine ("CPU Generator
+      does not use offset": it rewinds a torch generator, which CPU generators cannot).
     startup_timeout_s: how long to wait for `/health` after launching.
     grace_s: how long vLLM gets to stop on SIGTERM before its processes are SIGKILLed.
     extra_args: further command-line arguments for vLLM's API server.
@@ -89,6 +92,7 @@ class ServerOptions:
   enable_prefix_caching: bool = True
   kv_cache_memory_bytes: Optional[int] = 64 * 2**20
   gpu_memory_utilization: Optional[float] = None
+  max_num_batched_tokens: Optional[int] = None
   startup_timeout_s: float = 300.0
   grace_s: float = 10.0
   extra_args: tuple[str, ...] = ()
@@ -109,35 +113,38 @@ class ServerOptions:
           f"gpu_memory_utilization: must lie in (0, 1], got {self.gpu_memory_utilization}")
     if self.kv_cache_memory_bytes is None and self.gpu_memory_utilization is None:
       raise ValueError("kv_cache_memory_bytes, gpu_memory_utilization: give one of the two")
+    if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < self.max_model_len:
+      raise ValueError(f"max_num_batched_tokens: must be >= max_model_len={self.max_model_len} "
+                       f"(vLLM's rule), got {self.max_num_batched_tokens}")
     if self.startup_timeout_s <= 0:
       raise ValueError(f"startup_timeout_s: must be > 0, got {self.startup_timeout_s}")
     if self.grace_s < 0:
       raise ValueError(f"grace_s: must be >= 0, got {self.grace_s}")
 
 
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# One pooled client for every request to the local servers: connections are kept alive across
+# requests (and threads); environment proxies never apply to a server on this machine.
+_HTTP = httpx.Client(trust_env=False, limits=httpx.Limits(max_connections=256,
+                                                          max_keepalive_connections=256))
 
 
 def request_json(url: str, payload: Optional[dict] = None, timeout: float = 60.0) -> Any:
   """GETs `url` (or POSTs `payload` as JSON) and returns the decoded JSON answer."""
-  data = None if payload is None else json.dumps(payload).encode()
-  req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
   try:
-    with _NO_PROXY.open(req, timeout=timeout) as resp:
-      body = resp.read()
-  except urllib.error.HTTPError as e:
-    detail = e.read().decode(errors="replace")[:2000]
-    if 400 <= e.code < 500:
-      raise RequestRejected(f"{url}: HTTP {e.code}: {detail}") from None
-    raise ServerError(f"{url}: HTTP {e.code}: {detail}") from None
-  except TimeoutError as e:
+    if payload is None:
+      resp = _HTTP.get(url, timeout=timeout)
+    else:
+      resp = _HTTP.post(url, json=payload, timeout=timeout)
+  except httpx.TimeoutException as e:
     raise ServerUnavailable(f"{url}: no answer within {timeout:g} s") from e
-  except (urllib.error.URLError, http.client.HTTPException, ConnectionError) as e:
-    reason = getattr(e, "reason", e)
-    if isinstance(reason, TimeoutError):
-      raise ServerUnavailable(f"{url}: no answer within {timeout:g} s") from e
-    raise ServerUnavailable(f"{url}: {reason}") from e
-  return json.loads(body) if body.strip() else None
+  except httpx.TransportError as e:
+    raise ServerUnavailable(f"{url}: {e}") from e
+  if resp.status_code >= 400:
+    detail = resp.text[:2000]
+    if resp.status_code < 500:
+      raise RequestRejected(f"{url}: HTTP {resp.status_code}: {detail}")
+    raise ServerError(f"{url}: HTTP {resp.status_code}: {detail}")
+  return resp.json() if resp.content.strip() else None
 
 
 def healthy(url: str, timeout: float = 5.0) -> bool:
@@ -150,20 +157,17 @@ def healthy(url: str, timeout: float = 5.0) -> bool:
 
 
 def metrics(url: str, timeout: float = 10.0) -> dict[str, float]:
-  """The server's Prometheus counters and gauges (`GET /metrics`), summed over label sets,
+  """The server's Prometheus samples (`GET /metrics`), summed over label sets, by sample name,
   e.g. `vllm:prefix_cache_hits_total` and `vllm:prefix_cache_queries_total` (in tokens)."""
-  req = urllib.request.Request(f"{url}/metrics")
   try:
-    with _NO_PROXY.open(req, timeout=timeout) as resp:
-      text = resp.read().decode()
-  except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError) as e:
-    raise ServerUnavailable(f"{url}/metrics: {getattr(e, 'reason', e)}") from e
+    resp = _HTTP.get(f"{url}/metrics", timeout=timeout)
+    resp.raise_for_status()
+  except (httpx.TransportError, httpx.HTTPStatusError) as e:
+    raise ServerUnavailable(f"{url}/metrics: {e}") from e
   out: dict[str, float] = {}
-  for line in text.splitlines():
-    if line and not line.startswith("#"):
-      name, value = line.rsplit(" ", 1)
-      name = name.split("{", 1)[0]
-      out[name] = out.get(name, 0.0) + float(value)
+  for family in text_string_to_metric_families(resp.text):
+    for sample in family.samples:
+      out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
   return out
 
 
@@ -237,6 +241,8 @@ class VLLMServer:
       args += ["--kv-cache-memory-bytes", str(o.kv_cache_memory_bytes)]
     if o.gpu_memory_utilization is not None:
       args += ["--gpu-memory-utilization", str(o.gpu_memory_utilization)]
+    if o.max_num_batched_tokens is not None:
+      args += ["--max-num-batched-tokens", str(o.max_num_batched_tokens)]
     return args + list(o.extra_args)
 
   def _environment(self) -> dict[str, str]:

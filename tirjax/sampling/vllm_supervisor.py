@@ -1,6 +1,6 @@
 """Keeps a vLLM server's process tree from outliving the trainer that started it.
 
-Run as a script (standard library only, so any Python runs it, the vLLM environment's too):
+Run as a script, by the vLLM environment's Python (it needs only psutil, which vLLM requires):
 
   python vllm_supervisor.py --parent PID --grace SECONDS [--cleanup DIR] -- CMD...
 
@@ -35,6 +35,8 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 POLL_S = 0.5
 _PR_SET_PDEATHSIG = 1
 
@@ -47,20 +49,14 @@ def die_with_parent(signum: int) -> None:
 
 
 def group_members(pgid: int) -> list[int]:
-  """Pids of the live (non-zombie) processes in process group `pgid`, read from /proc."""
+  """Pids of the live (non-zombie) processes in process group `pgid`."""
   pids = []
-  for name in os.listdir("/proc"):
-    if not name.isdigit():
-      continue
+  for proc in psutil.process_iter(["status"]):
     try:
-      with open(f"/proc/{name}/stat", "rb") as f:
-        stat = f.read().decode(errors="replace")
-    except OSError:
-      continue
-    # Fields after the parenthesised command name: state, ppid, pgrp, ...
-    state, _, pgrp = stat.rsplit(")", 1)[1].split()[:3]
-    if int(pgrp) == pgid and state != "Z":
-      pids.append(int(name))
+      if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
+        pids.append(proc.pid)
+    except (ProcessLookupError, PermissionError, psutil.Error):
+      continue  # gone since the listing
   return pids
 
 
@@ -69,8 +65,8 @@ def kill_group(pgid: int, skip: int) -> None:
   for pid in group_members(pgid):
     if pid != skip:
       try:
-        os.kill(pid, signal.SIGKILL)
-      except ProcessLookupError:
+        psutil.Process(pid).kill()
+      except psutil.NoSuchProcess:
         pass
 
 

@@ -186,7 +186,7 @@ class TrainStep:
   """`(TrainState, batch) -> (TrainState, metrics)`: one optimizer update per call.
 
   `jitted` is the compiled function `(params, opt_state, batch) -> (params, opt_state,
-  metrics)`; it traces once per batch shape (`jitted._cache_size()` counts compilations).
+  metrics)`; it traces once per batch shape.
   Metrics: the finalised loss statistics, `grad_norm` (global norm before clipping),
   `learning_rate` (of this update), `tokens/loss` (tokens in the loss), `tokens/valid`.
   """

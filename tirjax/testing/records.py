@@ -24,7 +24,7 @@ import numpy as np
 
 from tirjax.matching.encoding import PAD, CallEncoder
 from tirjax.matching.similarity import call_similarity
-from tirjax.rollouts import CallEncoding, Rollouts, validate
+from tirjax.rollouts import CallEncoding, Rollouts, validate, write_tokens
 
 TERMINAL_TOOL = "response_gen"
 
@@ -138,7 +138,7 @@ def build_rollouts(
     for c, call in enumerate(grp.gt_calls):
       a["gt_valid"][b, c] = True
       e["gt_name"][b, c], e["gt_keys"][b, c], e["gt_values"][b, c] = enc.encode(call, P)
-    pos = _put(a, b, 0, row.prompt_tokens, None, -1)
+    pos = write_tokens(a, b, 0, row.prompt_tokens)
     for t, step in enumerate(row.steps):
       a["step_valid"][b, t] = True
       a["format_reward"][b, t] = step.format_reward
@@ -159,8 +159,8 @@ def build_rollouts(
             enc.encode(call, P))
         if step.solves is not None:
           solves[b, t, k] = bool(step.solves[k])
-      pos = _put(a, b, pos, step.tokens, step.logprobs, t)
-      pos = _put(a, b, pos, step.response_tokens, None, -1)
+      pos = write_tokens(a, b, pos, step.tokens, step.logprobs, t)
+      pos = write_tokens(a, b, pos, step.response_tokens)
     if row.ref_logprobs is not None:
       ref[b, :len(row.ref_logprobs)] = row.ref_logprobs
   if next_node > B * T:
@@ -182,14 +182,4 @@ def _row_len(row: RowRecord) -> int:
   return len(row.prompt_tokens) + sum(len(s.tokens) + len(s.response_tokens) for s in row.steps)
 
 
-def _put(a, b: int, pos: int, tokens: Sequence[int], logprobs, step: int) -> int:
-  n = len(tokens)
-  a["tokens"][b, pos:pos + n] = tokens
-  a["token_valid"][b, pos:pos + n] = True
-  if step >= 0:
-    a["loss_mask"][b, pos:pos + n] = True
-    a["token_step"][b, pos:pos + n] = step
-    if logprobs is not None:
-      a["old_logprobs"][b, pos:pos + n] = logprobs
-  return pos + n
 

@@ -25,8 +25,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from tirjax.rollout import selection
-from tirjax.rollout.episode import ACTIVE, Episode, EpisodeRunner
+from tirjax.episodes import selection
+from tirjax.episodes.episode import ACTIVE, Episode, EpisodeRunner
 
 _SEED_RANGE = 2**31 - 1
 

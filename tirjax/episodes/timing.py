@@ -14,8 +14,8 @@ from typing import Sequence
 import numpy as np
 
 from tirjax.env.tools import Task
-from tirjax.rollout.batch import rollout
-from tirjax.rollout.options import RolloutOptions
+from tirjax.episodes.batch import rollout
+from tirjax.episodes.options import RolloutOptions
 from tirjax.sampling.interface import Sampler
 
 

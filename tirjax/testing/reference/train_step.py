@@ -9,7 +9,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from tests.reference.model_logprobs import dense_logprobs
+from tirjax.testing.reference.model_logprobs import dense_logprobs
 from tirjax.loss import policy_loss
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.reference import stats
-from tests.reference.stats import groups, valid_steps, zscore_conventions
+from tirjax.testing.reference import stats
+from tirjax.testing.reference.stats import groups, valid_steps, zscore_conventions
 
 
 def _result(batch: dict, row_adv: dict[int, float]) -> dict:
@@ -41,8 +41,8 @@ def grpo(batch: dict, zscore=None) -> dict:
 
 def grpo_fm(batch: dict, zscore=None) -> dict:
   """A_j = z-score of R_out_j + (1/T_j) Σ_t R_fm(s_{j,t}) (0 for a row without steps)."""
-  reward = {}
-  for b, out in _outcomes(batch).items():
+  reward, outcomes = {}, _outcomes(batch)
+  for b, out in outcomes.items():
     fm = [float(batch["format_reward"][b, t]) for t in valid_steps(batch, b)]
     reward[b] = out + (sum(fm) / len(fm) if fm else 0.0)
   return _result(batch, _grouped(batch, reward, zscore_conventions(zscore)))
@@ -69,8 +69,8 @@ def dapo(batch: dict, zscore=None, dynamic_sampling: bool = True, overlong_shapi
          max_response_tokens: int = 20480, overlong_cache: int = 4096) -> dict:
   """GRPO on R_out + the soft overlong penalty; groups where every row or no row is correct
   (R_out = +1) are masked to 0 (DAPO's Eq. 11 counts correct answers, not shaped rewards)."""
-  reward = {}
-  for b, out in _outcomes(batch).items():
+  reward, outcomes = {}, _outcomes(batch)
+  for b, out in outcomes.items():
     penalty = 0.0
     if overlong_shaping:
       length = int(np.sum(batch["loss_mask"][b]))
@@ -83,7 +83,7 @@ def dapo(batch: dict, zscore=None, dynamic_sampling: bool = True, overlong_shapi
   adv = _grouped(batch, reward, zscore_conventions(zscore))
   if dynamic_sampling:
     for rows in groups(batch).values():
-      num_correct = sum(_outcomes(batch)[b] > 0 for b in rows)
+      num_correct = sum(outcomes[b] > 0 for b in rows)
       if num_correct in (0, len(rows)):
         for b in rows:
           adv[b] = 0.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from tirjax.env.executor import SOLVE_SCORING
 from tirjax.env.tools import ANSWER_PROTOCOLS
 
 MODES = ("independent", "tree", "arpo")
@@ -106,6 +107,8 @@ class RolloutOptions:
     seed: seeds the `numpy.random.Generator` of selections and sampler seeds.
     answer_protocol: "response_gen" or "answer_tag" (SPEC §6).
     judge_workers: answered rows judged in parallel (an LLM judge waits on the network).
+    solve_scoring: "ftrl" (FTRL's scorer: schema-violating calls of a Solve-scored task are
+      still run) or "strict" (refused); see `tirjax.env.executor.EnvOptions`.
   """
 
   mode: str = "independent"
@@ -117,6 +120,7 @@ class RolloutOptions:
   seed: int = 0
   answer_protocol: str = "response_gen"
   judge_workers: int = 1
+  solve_scoring: str = "ftrl"
   tree: TreeOptions = TreeOptions()
   arpo: ArpoOptions = ArpoOptions()
   shapes: Shapes = Shapes()
@@ -128,6 +132,9 @@ class RolloutOptions:
     if self.answer_protocol not in ANSWER_PROTOCOLS:
       raise ValueError(f"answer_protocol: must be one of {ANSWER_PROTOCOLS}, got "
                        f"{self.answer_protocol!r}")
+    if self.solve_scoring not in SOLVE_SCORING:
+      raise ValueError(f"solve_scoring: must be one of {SOLVE_SCORING}, got "
+                       f"{self.solve_scoring!r}")
     if self.temperature < 0:
       raise ValueError(f"temperature: must be >= 0, got {self.temperature}")
     if not 0 < self.top_p <= 1:

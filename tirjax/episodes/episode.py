@@ -21,7 +21,7 @@ from tirjax.env import chat
 from tirjax.env.executor import EnvOptions, StepResult, ToolEnv
 from tirjax.env.parser import ParseLimits, StepParser
 from tirjax.env.tools import Task, agent_tools
-from tirjax.rollout.options import RolloutOptions
+from tirjax.episodes.options import RolloutOptions
 from tirjax.sampling.interface import Sample, Sampler, SamplingParams
 
 ACTIVE, ANSWERED, MAX_STEPS, TRUNCATED = "active", "answered", "max_steps", "truncated"
@@ -77,7 +77,8 @@ class EpisodeRunner:
     self.sampler, self.tokenizer, self.tasks, self.options = sampler, tokenizer, tasks, options
     self.env_options = EnvOptions(
         max_steps=options.max_steps, answer_protocol=options.answer_protocol,
-        limits=ParseLimits(max_calls=s.max_calls, max_arguments=s.max_params))
+        limits=ParseLimits(max_calls=s.max_calls, max_arguments=s.max_params),
+        solve_scoring=options.solve_scoring)
     for task in tasks:
       check_task_fits(task, options)
     self.parsers = [StepParser(agent_tools(t, options.answer_protocol),

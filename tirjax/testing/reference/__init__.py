@@ -8,6 +8,6 @@ Python loops and dicts over groups, trees and rows: slow on purpose, never shari
 the kernels. `REFERENCES` merges the per-module dicts.
 """
 
-from tests.reference import group, matching, portool
+from tirjax.testing.reference import group, matching, portool
 
 REFERENCES = {**group.REFERENCES, **portool.REFERENCES, **matching.REFERENCES}

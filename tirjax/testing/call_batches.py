@@ -12,10 +12,10 @@ import numpy as np
 import jax.numpy as jnp
 
 from tirjax.rollouts import Rollouts, validate
+from tirjax.testing.synthetic_calls import FORMAT_LEVELS
 
 # (B, T, K, C): m = T*K predicted slots above, equal to and below n = C ground-truth slots.
 SHAPES = {"wide": (12, 4, 3, 4), "tall": (9, 2, 2, 6), "square": (8, 3, 2, 6)}
-FORMAT_LEVELS = 0.25 * (2 * np.arange(6) / 5 - 1)
 
 
 def random_batch(rng: np.random.Generator, shape=SHAPES["wide"], *, ties: bool = False,

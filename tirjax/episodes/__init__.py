@@ -1,8 +1,9 @@
-"""Multi-turn episodes over the tool environment with any `Sampler`, and the rollout modes.
+"""Multi-turn episodes over the tool environment with any `Sampler`, and the rollout modes
+(named apart from `tirjax.rollouts`, the data contract the episodes fill).
 
-    from tirjax import rollout
-    opts = rollout.RolloutOptions(mode="tree", shapes=rollout.Shapes(num_rows=64))
-    batch = rollout.rollout(sampler, tokenizer, tasks, opts)   # tasks: 8 queries × n = 8 rows
+    from tirjax import episodes
+    opts = episodes.RolloutOptions(mode="tree", shapes=episodes.Shapes(num_rows=64))
+    batch = episodes.rollout(sampler, tokenizer, tasks, opts)   # tasks: 8 queries × n = 8 rows
     batch.rollouts      # padded `Rollouts` (validated), shapes fixed by `opts.shapes`
     batch.episodes      # one `EpisodeRecord` per row: texts, step results, verdict, summary
 
@@ -12,11 +13,11 @@ token bookkeeping, truncation), `selection` (the pure survival rules of the tree
 `batch` (the entry point), `timing` (tree vs independent rollouts at equal n).
 """
 
-from tirjax.rollout.assemble import EpisodeRecord
-from tirjax.rollout.batch import RolloutBatch, rollout
-from tirjax.rollout.judging import Judge, rule_judge
-from tirjax.rollout.options import MODES, ArpoOptions, RolloutOptions, Shapes, TreeOptions
-from tirjax.rollout.timing import time_modes
+from tirjax.episodes.assemble import EpisodeRecord
+from tirjax.episodes.batch import RolloutBatch, rollout
+from tirjax.episodes.judging import Judge, rule_judge
+from tirjax.episodes.options import MODES, ArpoOptions, RolloutOptions, Shapes, TreeOptions
+from tirjax.episodes.timing import time_modes
 
 __all__ = ["ArpoOptions", "EpisodeRecord", "Judge", "MODES", "RolloutBatch", "RolloutOptions",
            "Shapes", "TreeOptions", "rollout", "rule_judge", "time_modes"]

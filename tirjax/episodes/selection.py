@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from tirjax.rollout.options import ArpoOptions
+from tirjax.episodes.options import ArpoOptions
 
 
 def tree_select(num_candidates: int, num_keep: int, rng: np.random.Generator) -> np.ndarray:

@@ -9,11 +9,11 @@ from typing import Optional, Sequence
 import numpy as np
 
 from tirjax.env.tools import Task
-from tirjax.rollout import assemble, modes
-from tirjax.rollout.assemble import EpisodeRecord
-from tirjax.rollout.episode import EpisodeRunner
-from tirjax.rollout.judging import Judge, judge_all, rule_judge
-from tirjax.rollout.options import RolloutOptions
+from tirjax.episodes import assemble, modes
+from tirjax.episodes.assemble import EpisodeRecord
+from tirjax.episodes.episode import EpisodeRunner
+from tirjax.episodes.judging import Judge, judge_all, rule_judge
+from tirjax.episodes.options import RolloutOptions
 from tirjax.rollouts import Rollouts
 from tirjax.sampling.interface import Sampler
 

@@ -9,8 +9,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from tests.reference import stats
-from tests.reference.stats import groups, valid_steps, zscore_conventions
+from tirjax.testing.reference import stats
+from tirjax.testing.reference.stats import groups, valid_steps, zscore_conventions
 
 
 def tree(batch: dict) -> dict:

@@ -20,9 +20,9 @@ from tirjax.env.judge import OUTCOME, Judgement, Trajectory
 from tirjax.env.tools import Task
 from tirjax.matching.encoding import CallEncoder
 from tirjax.matching.similarity import call_similarity
-from tirjax.rollout.episode import ANSWERED, Episode
-from tirjax.rollout.options import Shapes
-from tirjax.rollouts import Rollouts, validate
+from tirjax.episodes.episode import ANSWERED, Episode
+from tirjax.episodes.options import Shapes
+from tirjax.rollouts import Rollouts, validate, write_tokens
 
 
 @dataclasses.dataclass
@@ -101,12 +101,12 @@ def to_rollouts(rows: Sequence[tuple[int, Episode]], tasks: Sequence[Task],
     a["step_valid"][b, :len(steps)] = True
     a["policy_version"][b] = min((n.policy_version for n in steps), default=0)
     a["num_expected"][b] = sum(len(v) for v in (task.expected or {}).values())
-    pos = _put(a, b, 0, prompts[q], None, -1, L)
+    pos = write_tokens(a, b, 0, prompts[q])
     for t, node in enumerate(steps):
       a["node_id"][b, t] = node_ids.setdefault(node.uid, len(node_ids))
       a["format_reward"][b, t] = node.result.format_reward
-      pos = _put(a, b, pos, node.tokens, node.logprobs, t, L)
-      pos = _put(a, b, pos, node.response, None, -1, L)
+      pos = write_tokens(a, b, pos, node.tokens, node.logprobs, t)
+      pos = write_tokens(a, b, pos, node.response)
     call_rows.append(encode_row(
         encoder, [n.result.calls for n in steps], task.flat_gt_calls, max_steps=T,
         max_calls=K, max_gt_calls=C, max_params=P,
@@ -123,14 +123,3 @@ def to_rollouts(rows: Sequence[tuple[int, Episode]], tasks: Sequence[Task],
       call_solves=call_solves, num_expected=jnp.asarray(num_expected)))
 
 
-def _put(a, b: int, pos: int, tokens, logprobs, step: int, L: int) -> int:
-  n = len(tokens)
-  if pos + n > L:
-    raise ValueError(f"shapes.max_tokens={L} is too small: row {b} needs {pos + n} tokens")
-  a["tokens"][b, pos:pos + n] = tokens
-  a["token_valid"][b, pos:pos + n] = True
-  if step >= 0:
-    a["loss_mask"][b, pos:pos + n] = True
-    a["token_step"][b, pos:pos + n] = step
-    a["old_logprobs"][b, pos:pos + n] = logprobs
-  return pos + n

@@ -25,7 +25,7 @@ KINDS = ("tree", "independent")
 
 
 @dataclasses.dataclass(frozen=True)
-class RolloutOptions:
+class ChainRolloutOptions:
   """Attributes:
     kind: "tree" (PORTool's Algorithm 1) or "independent" (n rows per query).
     group_size: n, rows per query.
@@ -76,7 +76,7 @@ def _sample(rng: np.random.Generator, probs: np.ndarray) -> np.ndarray:
 
 
 def grow(rng: np.random.Generator, task: ChainTask, log_probs: np.ndarray,
-         opts: RolloutOptions) -> Episodes:
+         opts: ChainRolloutOptions) -> Episodes:
   """Samples `num_queries` rollout groups from the policy table `log_probs` [S, A].
 
   Algorithm 1 (SPEC §4.1): n first steps drawn independently; at each later depth every
@@ -183,6 +183,6 @@ def to_batch(task: ChainTask, ep: Episodes, policy_version: int = 0,
 
 
 def sample_batch(rng: np.random.Generator, task: ChainTask, log_probs: np.ndarray,
-                 opts: RolloutOptions, policy_version: int = 0, check: bool = True) -> Batch:
+                 opts: ChainRolloutOptions, policy_version: int = 0, check: bool = True) -> Batch:
   """`grow` then `to_batch`: one training batch from the policy table `log_probs` [S, A]."""
   return to_batch(task, grow(rng, task, log_probs, opts), policy_version, check)

@@ -1,5 +1,5 @@
 """Reference formulas of the rollout selection rules, written from SPEC §4.1 and the ARPO paper
-and code, sharing no code with `tirjax.rollout`.
+and code, sharing no code with `tirjax.episodes`.
 
 * PORTool Algorithm 1 chooses `keep` of `N` candidates uniformly without replacement: each
   candidate is kept with probability keep/N, each pair with keep(keep−1)/(N(N−1)).

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.reference.portool import tree
-from tests.reference.stats import groups, valid_steps
+from tirjax.testing.reference.portool import tree
+from tirjax.testing.reference.stats import groups, valid_steps
 
 
 def necessary_nodes(batch: dict) -> set:

@@ -1,0 +1,155 @@
+"""Evaluate a policy on a dataset with each paper's metrics.
+
+    python -m experiments.evaluate --config=configs/hidifftir.py:env=toolhop \\
+        --policy=runs/default --out=runs/default/eval_toolhop
+
+`--policy`: a Hugging Face checkpoint directory (config.json and safetensors), or a trainer run
+directory, whose `hf_export/` is then evaluated. `--config`: the experiment config whose
+environment, rollout protocol, judge and sampler (`sampler=jax|vllm`) the evaluation follows;
+its `model.hf_checkpoint` becomes the policy. One greedy episode per eval task
+(`env.eval_tasks`, or `--tasks`), as the trainer's evaluation runs it. Writes
+`<out>/results.json` and `<out>/results.md` (an existing result is never overwritten) and
+prints the table. Metrics:
+  * every dataset: PORTool's four axes (accuracy, average tool-call steps, unanswerable rate,
+    formatting reward) and the mean outcome;
+  * FTRL: Solve-P/R/F1 as bytedance/FTRL's scorer counts them (`rollout.solve_scoring`);
+  * ToolHop: answer correctness, the paper's containment (`env.answer_in_tool_message` adds
+    FTRL's scorer's rule).
+BFCL multi-turn is refused: its episodes do not yet follow bfcl-eval's multi-turn loop, so no
+accuracy would be comparable to the benchmark's (README, "Datasets and how they are scored").
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import types
+from typing import Optional
+
+from flax import nnx
+
+from tirjax.experiment import components, resolve
+from tirjax.experiment.evaluation import evaluate
+from tirjax.experiment.progress import Progress
+from tirjax.experiment.tasks import TaskSource, load_tokenizer
+from tirjax.models.hf_io import load_hf
+from tirjax.reporting import benchmark
+
+UNSUPPORTED_ENVS = {"bfcl": "BFCL multi-turn episodes do not yet follow bfcl-eval's multi-turn "
+                            "loop and checker (issue 15); no comparable accuracy exists",
+                    "doors": "the doors bandit is a test task, not a benchmark"}
+_LABELS = (("accuracy", "eval/accuracy"), ("average tool-call steps", "eval/avg_steps"),
+           ("unanswerable rate", "eval/unanswerable_rate"),
+           ("average formatting reward", "eval/format_reward"),
+           ("mean outcome", "eval/mean_outcome"), ("Solve-P", "eval/solve_p"),
+           ("Solve-R", "eval/solve_r"), ("Solve-F1", "eval/solve_f1"),
+           ("ToolHop answer correctness", "eval/answer_correctness"))
+
+
+def policy_directory(policy: str) -> str:
+  """The HF checkpoint directory of `policy` (itself, or a run directory's `hf_export/`)."""
+  if not os.path.isdir(policy):
+    raise ValueError(f"policy: {policy!r} is not a directory")
+  if os.path.exists(os.path.join(policy, "config.json")) and any(
+      f.endswith(".safetensors") for f in os.listdir(policy)):
+    return policy
+  export = os.path.join(policy, "hf_export")
+  if os.path.isdir(export):
+    return export
+  raise ValueError(f"policy: {policy!r} is neither a Hugging Face checkpoint directory "
+                   "(config.json and *.safetensors) nor a run directory with hf_export/ (a run "
+                   "exports when it finishes, with train.export_final=True)")
+
+
+def evaluate_policy(config, policy: str, out: str, tasks: Optional[int] = None,
+                    command: str = "") -> dict:
+  """Evaluates `policy` as `config` says; writes and returns the results."""
+  if config.env.name in UNSUPPORTED_ENVS:
+    raise ValueError(f"env.name={config.env.name}: {UNSUPPORTED_ENVS[config.env.name]}")
+  path = os.path.join(out, "results.json")
+  if os.path.exists(path):
+    raise FileExistsError(f"out: {path} exists; choose another --out (results are never "
+                          "overwritten)")
+  checkpoint = policy_directory(policy)
+  with config.unlocked():
+    config.model.hf_checkpoint = checkpoint
+    config.sft.steps = 0  # nothing is trained: the trainer's sections are only checked
+    if tasks is not None:
+      config.env.eval_tasks = tasks
+  exp = resolve.resolve(config)
+  info = benchmark.machine()
+  start = time.perf_counter()
+  tokenizer = load_tokenizer(checkpoint)
+  source = TaskSource(config.env, seed=config.seed)
+  sampler = None
+  try:
+    eval_tasks = source.tasks("eval", config.env.eval_tasks)
+    judge = components.make_judge(config.judge)
+    graphdef, params = nnx.split(load_hf(checkpoint))
+    os.makedirs(out, exist_ok=True)
+    state = types.SimpleNamespace(params=params, policy_version=0)
+    sampler = components.make_sampler(config, graphdef, state, out, checkpoint, exp.rollout)
+    metrics = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
+                       config.sampler.eval_temperature, seed=config.seed,
+                       progress=Progress(enabled=sys.stderr.isatty()).evaluation(len(eval_tasks)),
+                       answer_in_tool_message=config.env.answer_in_tool_message)
+  finally:
+    if sampler is not None:
+      sampler.close()
+    source.close()
+  result = {"command": command or "experiments.evaluate.evaluate_policy", "policy": policy,
+            "checkpoint": checkpoint, "env": config.env.name, "tasks": len(eval_tasks),
+            "sampler": config.sampler.kind, "temperature": config.sampler.eval_temperature,
+            "answer_protocol": exp.rollout.answer_protocol,
+            "solve_scoring": exp.rollout.solve_scoring,
+            "answer_in_tool_message": config.env.answer_in_tool_message,
+            "metrics": metrics, "seconds": round(time.perf_counter() - start, 1),
+            "machine": info}
+  benchmark.write_result(path, result)
+  with open(os.path.join(out, "results.md"), "w") as f:
+    f.write(markdown(result))
+  return result
+
+
+def markdown(result: dict) -> str:
+  lines = [f"# {result['env']}: {result['checkpoint']}\n",
+           f"{result['tasks']} tasks, {result['sampler']} sampler at temperature "
+           f"{result['temperature']}, {result['answer_protocol']} protocol, "
+           f"{result['seconds']} s.\n", "| metric | value |", "| --- | ---: |"]
+  for label, key in _LABELS:
+    if key in result["metrics"]:
+      lines.append(f"| {label} | {result['metrics'][key]:.3f} |")
+  return "\n".join(lines) + "\n"
+
+
+def _main() -> None:
+  from absl import app, flags  # pylint: disable=import-outside-toplevel
+  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
+
+  # Defined only when run as a command: the tests import this module beside experiments.train,
+  # whose --config flag has the same name.
+  config_flags.DEFINE_config_file("config", None, "the experiment config the evaluation "
+                                  "follows, e.g. configs/hidifftir.py:env=toolhop",
+                                  lock_config=True)
+  policy = flags.DEFINE_string("policy", None, "an HF checkpoint directory or a run directory")
+  out = flags.DEFINE_string("out", None, "where results.json and results.md go")
+  tasks = flags.DEFINE_integer("tasks", None, "eval tasks (default: the config's "
+                               "env.eval_tasks)", lower_bound=1)
+  flags.mark_flags_as_required(["config", "policy", "out"])
+
+  def main(argv):
+    if len(argv) > 1:
+      raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    try:
+      result = evaluate_policy(flags.FLAGS.config, policy.value, out.value, tasks.value,
+                               command="python -m experiments.evaluate " + " ".join(sys.argv[1:]))
+    except (ValueError, FileExistsError) as e:
+      raise app.UsageError(str(e)) from e
+    print(markdown(result))
+
+  app.run(main)
+
+
+if __name__ == "__main__":
+  _main()

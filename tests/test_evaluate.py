@@ -1,0 +1,93 @@
+"""`experiments.evaluate`: a tiny exported policy evaluated on a few tasks of each dataset, with
+each paper's metrics, results written once and never overwritten."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from configs import hidifftir
+from experiments import evaluate
+from tests.test_env_datasets import TOOLHOP_ROW, _ftrl_table
+from tirjax.env.toolworld import build_tokenizer
+from tirjax.experiment.tasks import load_tokenizer
+from tirjax.models import config as model_config
+from tirjax.models.decoder import init
+from tirjax.models.hf_io import export_hf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Context per dataset: ToolHop's and FTRL's tool specs make long prompts for this tokenizer.
+MAX_TOKENS = {"toolworld": 512, "toolhop": 4096, "ftrl": 8192}
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+  root = tmp_path_factory.mktemp("policy")
+  tok_dir = build_tokenizer(str(root / "tokenizer"), seed=0)
+  model = init(model_config.tiny(vocab_size=len(load_tokenizer(str(tok_dir)))), seed=0)
+  return export_hf(model, str(root / "run" / "hf_export"), source_dir=str(tok_dir))
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+  """Small ToolHop and FTRL files in the datasets' own formats (the tests' fixtures), so that
+  the test does not depend on where the real data lies."""
+  root = tmp_path_factory.mktemp("data")
+  toolhop = root / "toolhop.jsonl"
+  toolhop.write_text("".join(json.dumps(dict(TOOLHOP_ROW, id=f"toolhop-{i:03d}")) + "\n"
+                             for i in range(24)))
+  ftrl = str(root / "ftrl.parquet")
+  _ftrl_table(ftrl, num_rows=24)
+  return {"toolhop": str(toolhop), "ftrl": ftrl}
+
+
+def config_for(env: str, data=None):
+  c = hidifftir.get_config(f"model=tiny,env={env}")
+  with c.unlocked():
+    if data and env in data:
+      c.env.data_path = data[env]
+    c.rollout.max_new_tokens = 32
+    c.rollout.max_steps = 2
+    c.rollout.shapes.max_tokens = MAX_TOKENS[env]
+  return c
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env, paper_metrics", [
+    ("toolworld", ()),
+    ("toolhop", ("eval/answer_correctness",)),
+    ("ftrl", ("eval/solve_p", "eval/solve_r", "eval/solve_f1"))])
+def test_each_dataset_gets_its_papers_metrics(policy, data, tmp_path, env, paper_metrics):
+  run_dir = os.path.dirname(policy)  # a run directory: its hf_export/ is evaluated
+  out = str(tmp_path / "eval")
+  result = evaluate.evaluate_policy(config_for(env, data), run_dir, out, tasks=2)
+  assert result["checkpoint"] == policy and result["tasks"] == 2
+  axes = ("eval/accuracy", "eval/avg_steps", "eval/unanswerable_rate", "eval/format_reward")
+  assert set(axes + paper_metrics) <= set(result["metrics"])
+  assert all(0.0 <= result["metrics"][k] <= 1.0 for k in ("eval/accuracy",) + paper_metrics)
+  written = json.load(open(os.path.join(out, "results.json")))
+  assert written["metrics"] == result["metrics"] and written["env"] == env
+  table = open(os.path.join(out, "results.md")).read()
+  assert "| accuracy |" in table and all(
+      label in table for label, key in evaluate._LABELS if key in paper_metrics)
+  with pytest.raises(FileExistsError, match="never overwritten"):
+    evaluate.evaluate_policy(config_for(env, data), run_dir, out, tasks=2)
+
+
+def test_bad_policies_and_bfcl_are_refused_by_name(tmp_path):
+  with pytest.raises(ValueError, match="is not a directory"):
+    evaluate.policy_directory(str(tmp_path / "missing"))
+  with pytest.raises(ValueError, match="neither a Hugging Face checkpoint directory"):
+    evaluate.policy_directory(str(tmp_path))
+  with pytest.raises(ValueError, match="env.name=bfcl: BFCL multi-turn"):
+    evaluate.evaluate_policy(hidifftir.get_config("model=tiny,env=bfcl"), str(tmp_path),
+                             str(tmp_path / "out"))
+
+
+def test_command_line_names_a_missing_flag():
+  proc = subprocess.run([sys.executable, "-m", "experiments.evaluate",
+                         "--config=configs/hidifftir.py:model=tiny"], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode != 0 and "--policy" in proc.stderr

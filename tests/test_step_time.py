@@ -1,0 +1,57 @@
+"""The step-time model (experiments.step_time): its counts and times follow from the named
+constants, and it refuses what cannot run."""
+
+import subprocess
+import sys
+import os
+
+import pytest
+
+from experiments import step_time as st
+from tirjax.models import config as model_config
+from tirjax.models import decoder
+from tirjax.training import flops
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_counts_and_times_follow_the_constants():
+  w = st.Workload(model="qwen3_1p7b", queries=4, rows=2, context=1000, prompt_fraction=0.1,
+                  tool_fraction=0.3, kl=False)
+  chip = st.CHIPS["h200"]
+  r = st.estimate(w, chip, chips=2)
+  cfg = model_config.preset("qwen3_1p7b")
+  params = decoder.num_params(decoder.abstract(cfg))
+  assert (r["tokens_sampled"], r["tokens_prefilled"], r["tokens_trained"]) == (
+      8 * 600, 4 * 100 + 8 * 300, 8 * 1000)
+  train = 8 * 1000 * flops.train_flops_per_token(cfg, 500)
+  assert r["train_flops"] == train
+  assert r["seconds"]["train"] == pytest.approx(train / (2 * chip.peak_flops * st.TRAIN_MFU))
+  assert r["handover_bytes"] == 2 * params
+  assert r["seconds"]["handover"] == pytest.approx(2 * params / st.HANDOVER_BYTES_PER_S)
+  s = r["seconds"]
+  assert s["step"] == pytest.approx(s["sample"] + s["train"] + s["handover"])
+  # The KL reference adds a forward pass (a third of a training token's FLOPs).
+  with_kl = st.estimate(st.Workload(**{**w.__dict__, "kl": True}), chip, chips=2)
+  assert with_kl["train_flops"] == pytest.approx(train * 4 / 3)
+  # Twice the chips: training halves; more rows: more sampled tokens.
+  assert st.estimate(w, chip, 4)["seconds"]["train"] == pytest.approx(s["train"] / 2)
+
+
+def test_what_cannot_run_is_refused_by_name():
+  with pytest.raises(ValueError, match="context: must be >= 1"):
+    st.Workload(context=0)
+  with pytest.raises(ValueError, match="prompt_fraction, tool_fraction"):
+    st.Workload(prompt_fraction=0.6, tool_fraction=0.5)
+  with pytest.raises(ValueError, match="chips: must be >= 1"):
+    st.estimate(st.Workload(), st.CHIPS["h200"], chips=0)
+  tiny_chip = st.Chip("a small chip", 1e12, 1e11, 1e9, "test")
+  with pytest.raises(ValueError, match="do not fit"):
+    st.estimate(st.Workload(model="qwen3_8b"), tiny_chip, chips=1)
+
+
+def test_the_command_prints_the_papers_table():
+  proc = subprocess.run([sys.executable, "-m", "experiments.step_time"], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.count("| qwen3_") == 16 and "Constants:" in proc.stdout

@@ -1,0 +1,99 @@
+"""The vLLM sampler as the trainer drives it: each new policy exported, reloaded, checked.
+
+(`tirjax.sampling.vllm.VLLMSampler` is the client of one server; this adapter adds the
+trainer's side of the hand-over, SPEC §7.)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from flax import nnx
+
+from tirjax.models.hf_io import export_hf
+from tirjax.sampling.teacher import DecoderTeacher
+
+
+# Largest admissible |vLLM − trainer| log-prob gap on the hand-over probe, by compute dtype:
+# float32 on both sides agrees to ~1e-5; bfloat16 kernels differ in rounding (an allowance,
+# not measured here: vLLM on this CPU machine runs float32).
+HANDOVER_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.1}
+
+
+class VLLMPolicySampler:
+  """The vLLM sampler with the trainer's hand-over: export, reload in place, check, tag.
+
+  `update(params, version)` writes the parameters as an HF directory (alternating between two
+  folders, so the server never reads a folder being written), has the server reload it, and
+  checks vLLM's log-probs on a probe batch against the trainer's own teacher-forced ones
+  (`DecoderTeacher`). A run launches its server from the first export (sized to the
+  rollout's `shapes.max_tokens`, in the model's compute dtype), or attaches to
+  `sampler.vllm_url`, which must serve a model of the same architecture.
+
+  Attributes:
+    last_handover: the `HandoverReport` of the last update (timings and the measured gap).
+    last_export_s: seconds the last export took.
+  """
+
+  def __init__(self, config, graphdef, params, tokenizer_source: str, workdir: str):
+    from tirjax.sampling.vllm import VLLMOptions, VLLMSampler
+    from tirjax.sampling.vllm_server import ServerOptions
+    self._graphdef = graphdef
+    self._dirs = [os.path.join(workdir, "vllm_weights", f"slot{k}") for k in (0, 1)]
+    self._slot = 0
+    self._tokenizer_source = tokenizer_source
+    self._teacher = DecoderTeacher(graphdef, params, config.model.logprob_chunk)
+    model_cfg = nnx.merge(graphdef, params).config
+    tolerance = HANDOVER_TOLERANCE[model_cfg.dtype]
+    first = self._export(params)
+    if config.sampler.vllm_url:
+      options = VLLMOptions(url=config.sampler.vllm_url, handover_tolerance=tolerance)
+    else:
+      shapes = config.rollout.shapes
+      server = ServerOptions(
+          model=first, dtype=model_cfg.dtype, max_model_len=shapes.max_tokens,
+          kv_cache_memory_bytes=config.sampler.vllm_kv_cache_mib << 20,
+          # A whole batch's prompts in one engine step: no prefill is split (which vLLM's CPU
+          # build cannot do for seeded requests, see ServerOptions).
+          max_num_batched_tokens=min(2 * shapes.num_rows * shapes.max_tokens, 1 << 18),
+          **({"python": config.sampler.vllm_python} if config.sampler.vllm_python else {}))
+      options = VLLMOptions(server=server, handover_tolerance=tolerance)
+    self._sampler = VLLMSampler(options)
+    self.policy_version = 0
+    self.last_handover = None
+
+  @property
+  def sampler(self):
+    """The underlying `VLLMSampler`."""
+    return self._sampler
+
+  def _export(self, params) -> str:
+    t0 = time.perf_counter()
+    out = self._dirs[self._slot]
+    self._slot = 1 - self._slot
+    export_hf(nnx.merge(self._graphdef, params), out, source_dir=self._tokenizer_source,
+              overwrite=True)
+    self._teacher.set_params(params)
+    self.last_export_s = time.perf_counter() - t0
+    return out
+
+  def update(self, params, policy_version: int) -> None:
+    """Hands `params` to the server as `policy_version` (a no-op if it already holds it).
+
+    Raises:
+      WeightMismatchError: vLLM's log-probs differ from the trainer's by more than the
+        tolerance; the message gives the measured gap.
+    """
+    if policy_version == self.policy_version and self.last_handover is not None:
+      return
+    path = self._export(params)
+    self.last_handover = self._sampler.load_weights(path, version=policy_version,
+                                                    teacher_logprobs=self._teacher)
+    self.policy_version = policy_version
+
+  def generate(self, prompts, params):
+    return self._sampler.generate(prompts, params)
+
+  def close(self) -> None:
+    self._sampler.close()
