@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import time
 
+import psutil
 from absl import app, flags
 
 from tirjax.sampling import tiny_hf
@@ -53,9 +54,8 @@ def pss_bytes(pids) -> int:
   total = 0
   for pid in pids:
     try:
-      with open(f"/proc/{pid}/smaps_rollup") as f:
-        total += sum(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
-    except OSError:
+      total += psutil.Process(pid).memory_full_info().pss
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
       pass
   return total
 

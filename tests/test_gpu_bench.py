@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from absl.testing import flagsaver
 
 from tirjax import advantages
 
@@ -41,8 +42,9 @@ def test_dry_run_writes_every_section(tmp_path):
 def test_summary_reports_a_missing_section_as_not_run_never_as_a_pass(tmp_path):
   with open(tmp_path / "logprobs.json", "w") as f:
     json.dump({"results": {"logprobs": {"memory": {"ratio": 0.2}, "time": {"ratio": 1.0}}}}, f)
-  assert summarize.main([str(tmp_path), "--dry-run=1", "logprobs=ok:3",
-                         "train_step=failed(124):270"]) == 1
+  with flagsaver.flagsaver(dry_run=True):
+    assert summarize.main(["summarize", str(tmp_path), "logprobs=ok:3",
+                           "train_step=failed(124):270"]) == 1
   result = json.load(open(tmp_path / "gpu.json"))
   verdicts = {t["target"]: t["holds"] for t in result["targets"]}
   assert verdicts["MFU >= 0.40, qwen3_1p7b train step"] is None

@@ -41,7 +41,11 @@ def count_compiles():
 
 def count_traces():
   """Yields a list that collects every trace of a jitted function to a jaxpr in the block: a
-  retrace shows here even where the persistent compilation cache spares the compile."""
+  retrace shows here even where the persistent compilation cache spares the compile.
+
+  Not `chex.assert_max_traces`: that wraps a function before it is jitted, and the functions
+  counted here are jitted inside the library (`TrainStep`, the sampler, the reference pass);
+  JAX's public monitoring events count their traces without a test hook in library code."""
   return _count_events("/jax/core/compile/jaxpr_trace_duration")
 
 

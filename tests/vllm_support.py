@@ -3,6 +3,8 @@
 import os
 import time
 
+import psutil
+
 from tirjax.sampling import vllm_server
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -16,25 +18,21 @@ def server_options(model_dir: str, **overrides) -> vllm_server.ServerOptions:
 
 
 def tagged_pids(tag: str) -> list[int]:
-  """Live processes whose environment carries this server tag (read from /proc)."""
-  needle = f"{vllm_server.TAG_ENV}={tag}".encode()
+  """Live processes whose environment carries this server tag."""
   pids = []
-  for name in os.listdir("/proc"):
-    if name.isdigit():
-      try:
-        with open(f"/proc/{name}/environ", "rb") as f:
-          if needle in f.read().split(b"\0"):
-            pids.append(int(name))
-      except OSError:  # gone, or a zombie
-        pass
+  for proc in psutil.process_iter():
+    try:
+      if proc.environ().get(vllm_server.TAG_ENV) == tag:
+        pids.append(proc.pid)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):  # gone
+      pass
   return pids
 
 
 def cmdline(pid: int) -> str:
   try:
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-      return f.read().replace(b"\0", b" ").decode(errors="replace")
-  except OSError:
+    return " ".join(psutil.Process(pid).cmdline())
+  except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
     return ""
 
 

@@ -72,4 +72,4 @@ section kernels "${LIMITS[2]}" -m experiments.bench_kernels "${KERNELS[@]}" \
   --json="$OUT/kernels.json"
 section sampler "${LIMITS[3]}" -m experiments.bench_sampler --sections=jax "${SAMPLER[@]}" \
   --json="$OUT/sampler.json"
-"$PY" benchmarks/gpu/summarize.py "$OUT" --dry-run="$DRY" "${status[@]}"
+"$PY" benchmarks/gpu/summarize.py "$OUT" --dry_run="$DRY" "${status[@]}"

@@ -1,6 +1,6 @@
 """Merges the sections of `benchmarks/gpu/run.sh` into DIR/gpu.json and prints a short table.
 
-    python benchmarks/gpu/summarize.py DIR [--dry-run=0|1] [NAME=ok:SECONDS | NAME=failed(RC):SECONDS ...]
+    python benchmarks/gpu/summarize.py [--dry_run] DIR [NAME=ok:SECONDS | NAME=failed(RC):SECONDS ...]
 
 Checks the issue-19 targets where the numbers exist: MFU >= 0.40 for the 1.7B size; chunked
 log-probs at <= 0.25x the naive peak memory and <= 1.25x its time; every kernel faster than its
@@ -14,6 +14,11 @@ import os
 import platform
 import subprocess
 import sys
+
+from absl import app, flags
+
+flags.DEFINE_bool("dry_run", False, "The sections ran at tiny sizes on the CPU.")
+FLAGS = flags.FLAGS
 
 SECTIONS = ("train_step", "logprobs", "kernels", "sampler")
 
@@ -87,15 +92,13 @@ def table(data: dict, status: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-  if not argv or argv[0].startswith("-"):
-    print(__doc__, file=sys.stderr)
-    return 2
-  directory, rest = argv[0], argv[1:]
-  dry_run = any(a == "--dry-run=1" for a in rest)
+  """argv: the program name, DIR, then one NAME=STATE:SECONDS per section that ran."""
+  if len(argv) < 2:
+    raise app.UsageError("DIR is required")
+  directory, rest = argv[1], argv[2:]
+  dry_run = FLAGS.dry_run
   status = {}
   for item in rest:
-    if item.startswith("--"):
-      continue
     name, _, value = item.partition("=")
     state, _, seconds = value.rpartition(":")
     status[name] = (state, seconds)
@@ -115,4 +118,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main(sys.argv[1:]))
+  app.run(main)

@@ -119,22 +119,22 @@ def build_config(recipe: Recipe) -> ml_collections.ConfigDict:
 
 
 def assign(config: ml_collections.ConfigDict, key: str, value: Any) -> None:
-  """Sets the dotted `key` of a locked config; an unknown key or a value of the wrong type
-  raises `KeyError` / `TypeError` naming the key."""
-  parts = key.split(".")
-  node = config
-  for i, part in enumerate(parts):
-    if not isinstance(node, ml_collections.ConfigDict) or part not in node:
-      where = ".".join(parts[:i]) or "the config"
-      valid = sorted(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
-      raise KeyError(f"unknown config key '{key}' ({where} has no '{part}'; valid: {valid})")
-    if i < len(parts) - 1:
-      node = node[part]
-  if isinstance(node[parts[-1]], ml_collections.ConfigDict):
+  """Sets the dotted `key` of a locked config (`update_from_flattened_dict`); an unknown key,
+  a whole section or a value of the wrong type raises `KeyError` / `TypeError` naming the key."""
+  parent, _, leaf = key.rpartition(".")
+  section = config
+  for part in parent.split(".") if parent else ():
+    found = isinstance(section, ml_collections.ConfigDict) and part in section
+    section = section[part] if found else None
+  if not isinstance(section, ml_collections.ConfigDict) or leaf not in section:
+    valid = sorted(section.keys()) if isinstance(section, ml_collections.ConfigDict) else []
+    raise KeyError(f"unknown config key '{key}' ({parent or 'the config'} has no '{leaf}'; "
+                   f"valid: {valid})")
+  if isinstance(section[leaf], ml_collections.ConfigDict):
     raise KeyError(f"'{key}' is a config section; set one of its keys "
-                   f"{sorted(node[parts[-1]].keys())}")
+                   f"{sorted(section[leaf].keys())}")
   try:
-    node[parts[-1]] = value
+    config.update_from_flattened_dict({key: value})
   except (TypeError, ValueError) as e:
     raise TypeError(f"{key}={value!r}: {e}") from None
 

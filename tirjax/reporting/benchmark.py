@@ -15,9 +15,11 @@ import os
 import platform
 from typing import Optional
 
+import psutil
+
 
 def cpu_model() -> str:
-  """The CPU's model name (from /proc/cpuinfo where there is one)."""
+  """The CPU's model name (from /proc/cpuinfo where there is one: psutil does not report it)."""
   try:
     with open("/proc/cpuinfo") as f:
       for line in f:
@@ -28,12 +30,8 @@ def cpu_model() -> str:
   return platform.processor() or "unknown"
 
 
-def host_memory_gib() -> Optional[float]:
-  try:
-    with open("/proc/meminfo") as f:
-      return round(int(f.readline().split()[1]) / 2**20, 1)
-  except (OSError, ValueError, IndexError):
-    return None
+def host_memory_gib() -> float:
+  return round(psutil.virtual_memory().total / 2**30, 1)
 
 
 def machine(jax_info: bool = True) -> dict:

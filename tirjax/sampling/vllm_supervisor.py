@@ -1,6 +1,7 @@
 """Keeps a vLLM server's process tree from outliving the trainer that started it.
 
-Run as a script, by the vLLM environment's Python (it needs only psutil, which vLLM requires):
+Run as a script, by the vLLM environment's Python (it needs only psutil, which vLLM requires;
+its command line is read with argparse, not absl, which that environment does not have):
 
   python vllm_supervisor.py --parent PID --grace SECONDS [--cleanup DIR] -- CMD...
 
