@@ -9,7 +9,8 @@ $(VENV)/.installed: requirements.txt requirements-test.txt setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt -r requirements-test.txt
-	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23 mpmath
+	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23 mpmath tree_sitter==0.21.3 \
+	  tree-sitter-java==0.21.0 tree-sitter-javascript==0.21.4 "tenacity>=8.5,<10"
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 

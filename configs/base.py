@@ -113,6 +113,8 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
 
   if c.model.preset == "tiny":
     _cpu_scale(c, steps_given="steps" in presets)
+  if env == "bfcl":
+    _bfcl(c)
   if env == "doors":
     _doors(c, steps_given="steps" in presets)
   c.lock()
@@ -158,6 +160,17 @@ def _cpu_scale(c: ml_collections.ConfigDict, steps_given: bool) -> None:
   c.rollout.max_new_tokens = 64
   c.rollout.shapes.max_tokens = 512
   c.rollout.shapes.max_params = 4
+
+
+def _bfcl(c: ml_collections.ConfigDict) -> None:
+  """BFCL multi-turn (SPEC §6.1): all of an entry's user turns in one episode. Its longest
+  ground truth takes 37 steps one call at a time (35 calls over up to 8 turns, plus each turn's
+  closing message), so T_max = 48; C = 40 ground-truth calls, P = 8 arguments (6 at most in
+  the data); L = 16,384 tokens (the system prompt's function docs alone take 4-7k tokens with
+  the toolworld tokenizer)."""
+  c.rollout.max_steps = 48
+  c.rollout.shapes.max_steps = c.rollout.get_ref("max_steps") + 0
+  c.rollout.shapes.update(max_gt_calls=40, max_params=8, max_tokens=16384)
 
 
 def _doors(c: ml_collections.ConfigDict, steps_given: bool) -> None:

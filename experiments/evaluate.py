@@ -15,8 +15,11 @@ prints the table. Metrics:
   * FTRL: Solve-P/R/F1 as bytedance/FTRL's scorer counts them (`rollout.solve_scoring`);
   * ToolHop: answer correctness, the paper's containment (`env.answer_in_tool_message` adds
     FTRL's scorer's rule).
-BFCL multi-turn is refused: its episodes do not yet follow bfcl-eval's multi-turn loop, so no
-accuracy would be comparable to the benchmark's (README, "Datasets and how they are scored").
+  * BFCL multi-turn: accuracy per category and overall, decided by bfcl-eval's own
+    multi-turn checker on episodes that follow its inference loop (user turns in order, held-back
+    functions at their turn, 20 steps a turn); `rollout.max_steps` caps the steps of a whole
+    episode and must hold every turn (an episode cut short fails, as bfcl-eval fails a
+    force-terminated entry). `--split=all` evaluates the whole benchmark (800 entries).
 """
 
 from __future__ import annotations
@@ -36,9 +39,8 @@ from tirjax.experiment.tasks import TaskSource, load_tokenizer
 from tirjax.models.hf_io import load_hf
 from tirjax.reporting import benchmark
 
-UNSUPPORTED_ENVS = {"bfcl": "BFCL multi-turn episodes do not yet follow bfcl-eval's multi-turn "
-                            "loop and checker (issue 15); no comparable accuracy exists",
-                    "doors": "the doors bandit is a test task, not a benchmark"}
+UNSUPPORTED_ENVS = {"doors": "the doors bandit is a test task, not a benchmark"}
+SPLITS = ("eval", "train", "all")
 _LABELS = (("accuracy", "eval/accuracy"), ("average tool-call steps", "eval/avg_steps"),
            ("unanswerable rate", "eval/unanswerable_rate"),
            ("average formatting reward", "eval/format_reward"),
@@ -63,10 +65,15 @@ def policy_directory(policy: str) -> str:
 
 
 def evaluate_policy(config, policy: str, out: str, tasks: Optional[int] = None,
-                    command: str = "") -> dict:
-  """Evaluates `policy` as `config` says; writes and returns the results."""
+                    command: str = "", split: str = "eval") -> dict:
+  """Evaluates `policy` as `config` says on the first `tasks` (default `env.eval_tasks`) of
+  `split`; writes and returns the results."""
   if config.env.name in UNSUPPORTED_ENVS:
     raise ValueError(f"env.name={config.env.name}: {UNSUPPORTED_ENVS[config.env.name]}")
+  if split not in SPLITS:
+    raise ValueError(f"split: must be one of {SPLITS}, got {split!r}")
+  if split == "all" and config.env.name == "toolworld":
+    raise ValueError("split=all: toolworld draws its tasks; evaluate its eval or train split")
   path = os.path.join(out, "results.json")
   if os.path.exists(path):
     raise FileExistsError(f"out: {path} exists; choose another --out (results are never "
@@ -84,7 +91,7 @@ def evaluate_policy(config, policy: str, out: str, tasks: Optional[int] = None,
   source = TaskSource(config.env, seed=config.seed)
   sampler = None
   try:
-    eval_tasks = source.tasks("eval", config.env.eval_tasks)
+    eval_tasks = source.tasks(split, config.env.eval_tasks)
     judge = components.make_judge(config.judge)
     graphdef, params = nnx.split(load_hf(checkpoint))
     os.makedirs(out, exist_ok=True)
@@ -99,7 +106,8 @@ def evaluate_policy(config, policy: str, out: str, tasks: Optional[int] = None,
       sampler.close()
     source.close()
   result = {"command": command or "experiments.evaluate.evaluate_policy", "policy": policy,
-            "checkpoint": checkpoint, "env": config.env.name, "tasks": len(eval_tasks),
+            "checkpoint": checkpoint, "env": config.env.name, "split": split,
+            "tasks": len(eval_tasks),
             "sampler": config.sampler.kind, "temperature": config.sampler.eval_temperature,
             "answer_protocol": exp.rollout.answer_protocol,
             "solve_scoring": exp.rollout.solve_scoring,
@@ -120,6 +128,9 @@ def markdown(result: dict) -> str:
   for label, key in _LABELS:
     if key in result["metrics"]:
       lines.append(f"| {label} | {result['metrics'][key]:.3f} |")
+  for key, value in result["metrics"].items():
+    if key.startswith("eval/bfcl/"):
+      lines.append(f"| BFCL {key.split('/')[-1]} accuracy | {value:.3f} |")
   return "\n".join(lines) + "\n"
 
 
@@ -136,6 +147,9 @@ def _main() -> None:
   out = flags.DEFINE_string("out", None, "where results.json and results.md go")
   tasks = flags.DEFINE_integer("tasks", None, "eval tasks (default: the config's "
                                "env.eval_tasks)", lower_bound=1)
+  split = flags.DEFINE_enum("split", "eval", SPLITS, "which tasks of a real dataset: its eval "
+                            "split (as the trainer's evaluation), train, or all (a benchmark "
+                            "evaluated whole)")
   flags.mark_flags_as_required(["config", "policy", "out"])
 
   def main(argv):
@@ -143,7 +157,8 @@ def _main() -> None:
       raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     try:
       result = evaluate_policy(flags.FLAGS.config, policy.value, out.value, tasks.value,
-                               command="python -m experiments.evaluate " + " ".join(sys.argv[1:]))
+                               command="python -m experiments.evaluate " + " ".join(sys.argv[1:]),
+                               split=split.value)
     except (ValueError, FileExistsError) as e:
       raise app.UsageError(str(e)) from e
     print(markdown(result))

@@ -2,6 +2,7 @@
 multi-turn ground truth (the installed package's data) through `ToolEnv`, compared with
 BFCL's own executor."""
 
+import dataclasses
 import json
 import os
 
@@ -157,12 +158,15 @@ def test_bfcl_replay_matches_its_executor(sandbox, record_property):
   tasks = load_bfcl(sandbox)
   assert len(tasks) == 800
   assert {t.metadata["category"] for t in tasks} == set(MULTI_TURN_CATEGORIES)
-  executed = identical = refused = total = 0
+  executed = identical = schema = held_back = total = 0
   for task in tasks:
     m = task.metadata
     calls = task.flat_gt_calls
     total += len(calls)
-    with ToolEnv(task, EnvOptions(max_steps=len(calls) + 1, error_results=False)) as env:
+    # The calls' execution, not the turn loop (its 20-step limit): all in one turn.
+    one_turn = dataclasses.replace(task, dialogue=dataclasses.replace(
+        task.dialogue, max_steps_per_turn=len(calls)))
+    with ToolEnv(one_turn, EnvOptions(max_steps=len(calls) + 1, error_results=False)) as env:
       ours = [env.step(step(c)) for c in calls]
     theirs = []
     for turn in json.loads(json.dumps(_ground_truth(task))):
@@ -171,21 +175,29 @@ def test_bfcl_replay_matches_its_executor(sandbox, record_property):
                                              long_context="long_context" in m["category"])[0]
     tools = {t.name: t for t in task.tools}
     for call, r, want in zip(calls, ours, theirs):
-      if r.checks_passed == 3:  # the ground truth itself breaks the function doc's schema
-        assert schemas.check_arguments(tools[call["name"]].parameters, call["arguments"])
-        refused += 1
-        continue
-      assert r.checks_passed == 5, (task.task_id, call, r.error)
+      # Run as bfcl-eval runs what decodes, even where check 4 fails: a function held back
+      # until a later turn (replayed here in one turn), or ground truth that breaks its doc.
+      if r.checks_passed == 3:
+        if call["name"] in tools:
+          assert schemas.check_arguments(tools[call["name"]].parameters, call["arguments"])
+          schema += 1
+        else:
+          assert any(call["name"] in names for names in m["missed_function"].values())
+          held_back += 1
+      else:
+        assert r.checks_passed == 5, (task.task_id, call, r.error)
       executed += 1
-      value = r.call_results[0]["result"]
+      entry = r.call_results[0]
+      value = entry["result"] if "result" in entry else "Error during execution: " + entry["error"]
       identical += (value == want if isinstance(value, str) else
                     value == json.loads(want) if isinstance(value, dict) else str(value) == want)
   record_property("bfcl_calls", f"{executed} of {total} executed, {identical} identical, "
-                                f"{refused} refused by schema")
+                                f"{schema} break their doc's schema, {held_back} held back")
   print(f"BFCL replay: {executed} of {total} calls executed, {identical} identical to BFCL's "
-        f"executor, {refused} refused (ground truth breaks its function doc)")
-  assert executed + refused == total and identical == executed
-  assert refused <= total // 500
+        f"executor; {schema} break their function doc's schema, {held_back} call a function "
+        "held back until a later turn")
+  assert executed == total and identical == executed
+  assert schema <= total // 500
 
 
 _ANSWERS = {}

@@ -19,7 +19,7 @@ from tirjax.models.hf_io import export_hf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Context per dataset: ToolHop's and FTRL's tool specs make long prompts for this tokenizer.
-MAX_TOKENS = {"toolworld": 512, "toolhop": 4096, "ftrl": 8192}
+MAX_TOKENS = {"toolworld": 512, "toolhop": 4096, "ftrl": 8192, "bfcl": 8192}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,8 @@ def config_for(env: str, data=None):
 @pytest.mark.parametrize("env, paper_metrics", [
     ("toolworld", ()),
     ("toolhop", ("eval/answer_correctness",)),
-    ("ftrl", ("eval/solve_p", "eval/solve_r", "eval/solve_f1"))])
+    ("ftrl", ("eval/solve_p", "eval/solve_r", "eval/solve_f1")),
+    ("bfcl", ("eval/bfcl/overall",))])
 def test_each_dataset_gets_its_papers_metrics(policy, data, tmp_path, env, paper_metrics):
   run_dir = os.path.dirname(policy)  # a run directory: its hf_export/ is evaluated
   out = str(tmp_path / "eval")
@@ -72,18 +73,26 @@ def test_each_dataset_gets_its_papers_metrics(policy, data, tmp_path, env, paper
   table = open(os.path.join(out, "results.md")).read()
   assert "| accuracy |" in table and all(
       label in table for label, key in evaluate._LABELS if key in paper_metrics)
+  if env == "bfcl":  # per category as bfcl-eval reports it, and their mean
+    categories = [k for k in result["metrics"] if k.startswith("eval/bfcl/multi_turn_")]
+    assert categories and "| BFCL overall accuracy |" in table
+    assert result["metrics"]["eval/bfcl/overall"] == pytest.approx(
+        sum(result["metrics"][k] for k in categories) / len(categories))
   with pytest.raises(FileExistsError, match="never overwritten"):
     evaluate.evaluate_policy(config_for(env, data), run_dir, out, tasks=2)
 
 
-def test_bad_policies_and_bfcl_are_refused_by_name(tmp_path):
+def test_bad_policies_and_splits_are_refused_by_name(tmp_path):
   with pytest.raises(ValueError, match="is not a directory"):
     evaluate.policy_directory(str(tmp_path / "missing"))
   with pytest.raises(ValueError, match="neither a Hugging Face checkpoint directory"):
     evaluate.policy_directory(str(tmp_path))
-  with pytest.raises(ValueError, match="env.name=bfcl: BFCL multi-turn"):
-    evaluate.evaluate_policy(hidifftir.get_config("model=tiny,env=bfcl"), str(tmp_path),
+  with pytest.raises(ValueError, match="env.name=doors: the doors bandit"):
+    evaluate.evaluate_policy(hidifftir.get_config("model=tiny,env=doors"), str(tmp_path),
                              str(tmp_path / "out"))
+  with pytest.raises(ValueError, match="split=all: toolworld draws its tasks"):
+    evaluate.evaluate_policy(hidifftir.get_config("model=tiny"), str(tmp_path),
+                             str(tmp_path / "out"), split="all")
 
 
 def test_command_line_names_a_missing_flag():

@@ -71,7 +71,9 @@ def correctness(r: Rollouts) -> dict:
   """R_correct = 6 · R_max / S_max − 3 per row, with its parts."""
   B, T, K, C = r.call_sim.shape
   s = pair_stats(r.calls)
-  same_name = s["name"] & r.call_valid[..., None] & r.gt_valid[:, None, None, :]
+  # `call_sim > 0` holds for every valid same-name pair, except where the rollout masked the pair
+  # out (a dialogue's call against another user turn's ground truth, SPEC §6.1).
+  same_name = s["name"] & r.call_valid[..., None] & r.gt_valid[:, None, None, :] & (r.call_sim > 0)
   jaccard = jnp.where(s["union"] > 0, s["inter"] / jnp.maximum(s["union"], 1.0), 1.0)
   pair = jnp.where(same_name, jaccard + s["values"], 0.0).reshape(B, T * K, C)
   _, per_gt = matched_weights(pair, max_weight_matching(pair))

@@ -220,6 +220,12 @@ def render_tool_response_ids(tokenizer, content: str) -> list[int]:
                            f"{IM_END}\n{IM_START}assistant\n")
 
 
+def render_user_turn_ids(tokenizer, content: str) -> list[int]:
+  """The ids appended after an assistant step that ended a turn of a dialogue: the user's next
+  message + the next generation prompt."""
+  return encode(tokenizer, f"\n{IM_START}user\n{content}{IM_END}\n{IM_START}assistant\n")
+
+
 def encode_conversation(tokenizer, messages: Sequence[Mapping[str, str]],
                         tools: Sequence[ToolLike] = ()) -> tuple[list[int], list[int]]:
   """Token ids of `render_conversation(messages, tools)` and the SFT loss mask.

@@ -70,6 +70,12 @@ class StepResult:
   answered: bool
   call_solves: list  # per kept call: its output verified a still-unsolved expected answer
   error: Optional[str]  # why the first failed check failed; None if all passed
+  # Dialogue tasks (`Task.dialogue`): the user turn the step belongs to; the next user turn's
+  # message when this step ended a turn (sent instead of a tool response); on the final step,
+  # success by the benchmark's checker.
+  turn: int = 0
+  user_message: Optional[str] = None
+  success: Optional[bool] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,10 +111,15 @@ class ToolEnv:
     self.done = False
     self.answered = False
     self.answer: Optional[str] = None
+    # Dialogue tasks: the decoded calls of each turn's steps, the current turn's step count.
+    self.turn_calls: list[list[list]] = [[]]
+    self._turn_steps = 0
 
   def step(self, text: str) -> StepResult:
     if self.done:
       raise RuntimeError(f"task {self.task.task_id}: step() after the episode ended")
+    if self.task.dialogue is not None:
+      return self._dialogue_step(text)
     parsed = self.parser.parse(text)
     entries: list[dict] = []
     kept, kept_results, solves = [], [], []
@@ -151,6 +162,58 @@ class ToolEnv:
         checks_passed=passed, format_reward=format_reward(passed), done=self.done,
         answer=answer, answered=answered, call_solves=solves,
         error=None if passed == NUM_CHECKS else first_error)
+    self.steps.append(result)
+    self.transcript.append((text, content))
+    if self.done:
+      self.close()
+    return result
+
+  def _dialogue_step(self, text: str) -> StepResult:
+    """A step of a multi-turn dialogue, as bfcl-eval's inference loop takes it: a step whose
+    calls decode is run (every call, schema violations and unknown names included: the
+    benchmark executes what decodes) and the turn goes on; a step without calls (a plain
+    message, the protocol's answer, or calls that do not decode) ends the turn."""
+    d = self.task.dialogue
+    parsed = self.parser.parse(text)
+    calls = [c for c in parsed.calls if not (
+        c["name"] == TERMINAL_TOOL and self.options.answer_protocol == "response_gen")]
+    turn = len(self.turn_calls) - 1
+    entries, user_message, success = [], None, None
+    if calls:
+      entries = [self._execute(c["name"], c["arguments"]) for c in calls]
+      self.turn_calls[-1].append(d.decode(calls))
+      self._turn_steps += 1
+      force_quit = self._turn_steps > d.max_steps_per_turn
+      out_of_steps = len(self.steps) + 1 >= self.options.max_steps
+      self.done = force_quit or out_of_steps
+      if self.done:
+        success = False  # bfcl-eval fails an entry that did not reach its last turn's end
+    elif turn < len(d.user_turns):
+      user_message = d.user_turns[turn]
+      self.turn_calls.append([])
+      self._turn_steps = 0
+      added = d.turn_tools.get(turn + 1, ())
+      if added:
+        self.parser = StepParser([*self.parser.tools.values(), *added],
+                                 self.options.answer_protocol, self.options.limits)
+      self.done = len(self.steps) + 1 >= self.options.max_steps
+      success = False if self.done else None
+    else:
+      self.done = self.answered = True
+      success = bool(d.score(self.turn_calls))
+    passed = parsed.checks_passed
+    if calls and passed == 4 and all(self._succeeded(e) for e in entries):
+      passed = NUM_CHECKS
+    content = user_message if user_message is not None else json.dumps(entries,
+                                                                        ensure_ascii=False)
+    content = content.encode("utf-8", "backslashreplace").decode("utf-8")
+    error = parsed.error or next((e["error"] for e in entries if "error" in e), None)
+    result = StepResult(
+        think=parsed.think, calls=calls, call_results=entries, response_content=content,
+        checks_passed=passed, format_reward=format_reward(passed), done=self.done,
+        answer=None, answered=self.answered, call_solves=[False] * len(calls),
+        error=None if passed == NUM_CHECKS else error, turn=turn, user_message=user_message,
+        success=success)
     self.steps.append(result)
     self.transcript.append((text, content))
     if self.done:

@@ -53,6 +53,31 @@ class ToolSession(Protocol):
     ...
 
 
+@dataclasses.dataclass(frozen=True)
+class Dialogue:
+  """A task whose user speaks several times (BFCL multi-turn, SPEC §6.1).
+
+  The task's `question` is the first user turn; `user_turns` are the later ones, in order. Within
+  a turn the agent takes steps; a step without a tool call (a plain message, or the protocol's
+  answer) ends the turn, and the next user turn follows in the same context; after the last turn
+  the episode ends. More than `max_steps_per_turn` steps with calls in one turn end the episode
+  unsuccessfully (the benchmark's force-quit).
+  """
+
+  user_turns: Sequence[str]
+  max_steps_per_turn: int
+  # A step's calls [{"name", "arguments"}] as the benchmark's checker takes them.
+  decode: Callable[[Sequence[Mapping[str, Any]]], list]
+  # Success of a finished episode from its calls, per turn, per step (decoded): the
+  # benchmark's own checker.
+  score: Callable[[list], bool]
+  # The user turn (0-based) of each ground-truth call, in `Task.flat_gt_calls` order: a
+  # predicted call is matched only against the ground truth of its own turn.
+  gt_call_turns: Sequence[int] = ()
+  # Tools added to the agent's at a turn (BFCL's held-back functions), by turn index.
+  turn_tools: Mapping[int, Sequence["Tool"]] = dataclasses.field(default_factory=dict)
+
+
 @dataclasses.dataclass
 class Task:
   """One query. `gt_calls[s]` are the ground-truth calls of step s (independent calls)."""
@@ -66,6 +91,7 @@ class Task:
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   # Opens fresh per-episode tool state; None: each tool's `fn` is called directly.
   session: Optional[Callable[[], ToolSession]] = None
+  dialogue: Optional[Dialogue] = None  # several user turns (BFCL multi-turn)
 
   @property
   def flat_gt_calls(self) -> list[dict]:

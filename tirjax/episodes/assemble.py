@@ -86,6 +86,8 @@ def to_rollouts(rows: Sequence[tuple[int, Episode]], tasks: Sequence[Task],
       token_step=np.full((B, L), -1, np.int32), old_logprobs=np.zeros((B, L), np.float32),
       policy_version=np.zeros(B, np.int32), num_expected=np.zeros(B, np.int32))
   encoder = CallEncoder()
+  # Dialogue rows: a step's calls are matched only against the ground truth of its user turn.
+  same_turn = np.ones((B, T, C), bool)
   node_ids: dict[int, int] = {}
   call_rows = []
   for b, ((q, ep), verdict) in enumerate(zip(rows, verdicts)):
@@ -107,11 +109,21 @@ def to_rollouts(rows: Sequence[tuple[int, Episode]], tasks: Sequence[Task],
       a["format_reward"][b, t] = node.result.format_reward
       pos = write_tokens(a, b, pos, node.tokens, node.logprobs, t)
       pos = write_tokens(a, b, pos, node.response)
+    if task.dialogue is not None:
+      gt_turn = np.full(C, -1, np.int32)
+      gt_turn[:len(task.dialogue.gt_call_turns)] = task.dialogue.gt_call_turns
+      step_turn = np.array([n.result.turn for n in steps], np.int32)
+      same_turn[b, :len(steps)] = step_turn[:, None] == gt_turn[None, :]
     call_rows.append(encode_row(
         encoder, [n.result.calls for n in steps], task.flat_gt_calls, max_steps=T,
         max_calls=K, max_gt_calls=C, max_params=P,
         step_solves=[n.result.call_solves for n in steps]))
   while len(call_rows) < B:
+    if task.dialogue is not None:
+      gt_turn = np.full(C, -1, np.int32)
+      gt_turn[:len(task.dialogue.gt_call_turns)] = task.dialogue.gt_call_turns
+      step_turn = np.array([n.result.turn for n in steps], np.int32)
+      same_turn[b, :len(steps)] = step_turn[:, None] == gt_turn[None, :]
     call_rows.append(encode_row(encoder, [], [], max_steps=T, max_calls=K, max_gt_calls=C,
                                 max_params=P))
   calls, call_valid, gt_valid, call_solves = stack_rows(call_rows)
@@ -119,7 +131,8 @@ def to_rollouts(rows: Sequence[tuple[int, Episode]], tasks: Sequence[Task],
   return validate(Rollouts(
       **{k: jnp.asarray(v) for k, v in a.items()},
       call_valid=call_valid, gt_valid=gt_valid,
-      call_sim=call_similarity(calls, call_valid, gt_valid), calls=calls,
+      call_sim=call_similarity(calls, call_valid, gt_valid) * same_turn[:, :, None, :],
+      calls=calls,
       call_solves=call_solves, num_expected=jnp.asarray(num_expected)))
 
 

@@ -53,8 +53,14 @@ def rollout(sampler: Sampler, tokenizer, tasks: Sequence[Task], options: Rollout
   by_query, trace = modes.MODES[options.mode](runner, rng)
   rows = [(q, ep) for q in range(len(tasks)) for ep in by_query[q]]
   t1 = time.perf_counter()
-  judged = judge_all(judge, [assemble.trajectory(tasks[q], ep) for q, ep in rows],
+  # Dialogue tasks (BFCL multi-turn) are scored by their benchmark's checker at the episode's
+  # end (`StepResult.success`), not by a judge of a final answer.
+  judged = judge_all(judge, [None if tasks[q].dialogue is not None
+                             else assemble.trajectory(tasks[q], ep) for q, ep in rows],
                      options.judge_workers)
+  judged = [("true" if ep.steps and ep.steps[-1].result.success else "false", None)
+            if tasks[q].dialogue is not None else verdict
+            for (q, ep), verdict in zip(rows, judged)]
   stats = dict(runner.stats, judge_s=time.perf_counter() - t1, rollout_s=t1 - t0,
                rows=len(rows))
   verdicts = [v for v, _ in judged]

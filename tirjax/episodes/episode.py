@@ -4,7 +4,9 @@ A row is a path of `StepNode`s from the query's prompt. Rows of a tree share the
 common prefix (the same objects, hence the same tokens). Token-in/token-out (SPEC §7): a row's
 tokens are the prompt ids, then per step the sampler's ids exactly (the end-of-turn token
 included) and, if the row goes on, the tool-response ids of `chat.render_tool_response_ids`
-(`loss_mask = 0`). Nothing is re-encoded; the step text is decoded only for the parser.
+(`loss_mask = 0`), or, where a dialogue's step ended a user turn, the next user turn's ids
+(`chat.render_user_turn_ids`). Nothing is re-encoded; the step text is decoded only for the
+parser.
 
 A row ends answered (terminal tool / `<answer>`), at T_max (`max_steps`), or `truncated` when
 its next step could not fit: when length + tool response + `max_new_tokens` > L. The tool
@@ -198,7 +200,9 @@ class EpisodeRunner:
     if result.done:
       ep.status = ANSWERED if result.answered else MAX_STEPS
     else:
-      ids = chat.render_tool_response_ids(self.tokenizer, result.response_content)
+      ids = (chat.render_tool_response_ids(self.tokenizer, result.response_content)
+             if result.user_message is None
+             else chat.render_user_turn_ids(self.tokenizer, result.user_message))
       if ep.length + len(ids) + self.options.max_new_tokens > self.options.shapes.max_tokens:
         ep.status = TRUNCATED
       else:

@@ -46,6 +46,20 @@ def evaluate(sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
         [metrics.answer_correctness(
             e.answer, by_id[e.task_id].answer,
             _preceding_tool_message(e) if answer_in_tool_message else None) for e in episodes])
+  if all(by_id[e.task_id].metadata.get("dataset") == "bfcl" for e in episodes):
+    out.update(bfcl_accuracy(episodes, by_id))
+  return out
+
+
+def bfcl_accuracy(episodes, by_id) -> dict[str, float]:
+  """BFCL multi-turn accuracy as bfcl-eval reports it: per category, the share of entries its
+  checker accepts; `overall`, the unweighted mean over the categories evaluated (bfcl-eval's
+  multi-turn summary)."""
+  by_category: dict[str, list] = {}
+  for e in episodes:
+    by_category.setdefault(by_id[e.task_id].metadata["category"], []).append(e.verdict == "true")
+  out = {f"eval/bfcl/{c}": float(np.mean(v)) for c, v in sorted(by_category.items())}
+  out["eval/bfcl/overall"] = float(np.mean([np.mean(v) for v in by_category.values()]))
   return out
 
 

@@ -35,7 +35,8 @@ class TaskSource:
     self._cache: dict[str, list[Task]] = {}
 
   def tasks(self, split: str, n: int, hop_weights: Sequence[float] = ()) -> list[Task]:
-    """The first `n` tasks of `split` (a fixed list: iterate over it with a data position);
+    """The first `n` tasks of `split` ("train", "eval", or "all" of a real dataset: a benchmark
+    evaluated whole) (a fixed list: iterate over it with a data position);
     toolworld's `hop_weights`, when given, replace the environment's query mix (SFT's
     curriculum)."""
     if self.name == "doors":
@@ -48,7 +49,7 @@ class TaskSource:
     if split not in self._cache:
       every = self._load_all()
       self._cache = {s: [t for t in every if _split_of(t.task_id) == s] for s in ("train", "eval")}
-    tasks = self._cache[split]
+    tasks = self._cache["train"] + self._cache["eval"] if split == "all" else self._cache[split]
     if not tasks:
       raise ValueError(f"env {self.name}: the {split} split is empty")
     return tasks[:n]

@@ -12,12 +12,20 @@ worker like ToolHop and FTRL code: each episode opens a `BfclSession`, which ins
 entry's classes from its `initial_config` in a fresh, stateful sandbox namespace (calls are
 replayed after a worker restart) and drops it when the episode closes.
 
-Mapping to `Task`: the question is the first user turn; later turns, `missed_function`,
-`excluded_function` and the per-turn ground truth are in `metadata` for a multi-turn runner.
-The tools are the function docs of the involved classes (types mapped to JSON Schema: dict →
-object, float → number, tuple → array, any → untyped) minus the excluded functions; on a name
-clash the later class wins, as in BFCL's executor. `gt_calls` has one call per step, since the
-calls of a turn are sequential.
+Mapping to `Task` (SPEC §6.1: the episode as bfcl-eval's multi-turn inference loop runs it):
+the question is the first user turn and the later ones are a `Dialogue`, in order. A
+`missed_function` is held back: it is not among the tools until the turn that the entry names,
+and that turn's (empty) user message becomes bfcl-eval's prompting-mode message listing the
+added function docs. `excluded_function` is kept in `metadata` only: bfcl-eval 2026.3.23 offers
+every function of the involved classes (its code never reads the field), and so does this
+loader. The tools' schemas map BFCL's types to JSON Schema (dict → object, float → number,
+tuple → array, any → untyped); on a name clash the later class wins, as in BFCL's executor.
+`gt_calls` has one call per step (the calls of a turn are sequential), and
+`Dialogue.gt_call_turns` gives each call's turn, so that matching estimators match a turn's
+calls against that turn's ground truth only. Success is bfcl-eval's own
+`multi_turn_checker` (state and response checks per turn), called as a library inside the
+sandbox on the episode's decoded calls (bfcl-eval's `convert_to_function_call` of each step's
+calls); turns without ground truth expect no call, as that checker has it.
 """
 
 from __future__ import annotations
@@ -25,12 +33,14 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import threading
+import weakref
 from importlib import util
 from typing import Any, Mapping, Optional, Sequence
 
 from tirjax.env.datasets.pycalls import function_params, parse_call
 from tirjax.env.sandbox import Sandbox
-from tirjax.env.tools import Task, Tool, ToolError
+from tirjax.env.tools import Dialogue, Task, Tool, ToolError
 
 MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
                          "multi_turn_long_context")
@@ -43,6 +53,32 @@ for _name in classes:
         _obj._load_scenario(copy.deepcopy(config.get(_name, {})), long_context=long_context)
     globals()[_name] = _obj
 """
+# bfcl-eval's checker, run in the sandbox worker. It keeps the instances it builds in its module's
+# globals under "<model name>_<entry id>_<class>_instance"; each check takes a fresh model name
+# and removes them afterwards, so that checks never share state and memory stays bounded.
+_CHECKER_NS = "bfcl/checker"
+_CHECKER = """
+import re
+from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker as _checker
+from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils as _utils
+_checks = [0]
+
+def check(decoded, ground_truth, entry, category):
+    _checks[0] += 1
+    model = "tirjax_check_%d" % _checks[0]
+    try:
+        out = _checker.multi_turn_checker(decoded, ground_truth, entry, category, model)
+        return {"valid": bool(out["valid"]), "error_type": out.get("error_type"),
+                "error_message": str(out.get("error_message", ""))[:300]}
+    except Exception as e:
+        return {"valid": False, "error_type": "checker_raised",
+                "error_message": ("%s: %s" % (type(e).__name__, e))[:300]}
+    finally:
+        prefix = re.sub(r"[-./:]", "_", model)
+        for key in [k for k in vars(_utils) if k.startswith(prefix)]:
+            del vars(_utils)[key]
+"""
+MAX_STEPS_PER_TURN = 20  # bfcl-eval's MAXIMUM_STEP_LIMIT (constants.default_prompts)
 _session_ids = itertools.count()
 
 
@@ -129,32 +165,90 @@ def _make_session(sandbox: Sandbox, spec: Mapping[str, Any]):
   return lambda: BfclSession(sandbox, spec)
 
 
+def checker_verdict(sandbox: Sandbox, decoded: list, ground_truth: Sequence[Sequence[str]],
+                    entry: Mapping[str, Any], category: str) -> dict:
+  """bfcl-eval's `multi_turn_checker` on `decoded` (per turn, per step, the call strings):
+  {"valid", "error_type", "error_message"}. Runs in the sandbox (it `eval`s the calls)."""
+  with _checker_lock:
+    if sandbox not in _has_checker:
+      sandbox.define(_CHECKER_NS, _CHECKER)  # the sandbox re-defines it after a restart
+      _has_checker.add(sandbox)
+  task_entry = {k: entry[k] for k in ("id", "initial_config", "involved_classes")}
+  try:
+    return sandbox.call(_CHECKER_NS, "check", {
+        "decoded": decoded, "ground_truth": [list(t) for t in ground_truth],
+        "entry": task_entry, "category": category})
+  except ToolError as e:
+    return {"valid": False, "error_type": "sandbox", "error_message": str(e)[:300]}
+
+
+_checker_lock = threading.Lock()
+_has_checker: "weakref.WeakSet[Sandbox]" = weakref.WeakSet()
+
+
+def decode_calls(calls: Sequence[Mapping[str, Any]]) -> list[str]:
+  """A step's calls as bfcl-eval's handlers decode them (`convert_to_function_call`)."""
+  from bfcl_eval.model_handler.utils import convert_to_function_call
+  return convert_to_function_call([{c["name"]: dict(c["arguments"])} for c in calls])
+
+
+def _user_turns(entry: dict, held_back: Mapping[str, list]) -> list[str]:
+  """The user messages of turns 1.., with bfcl-eval's substitution at a held-back turn."""
+  from bfcl_eval.constants.default_prompts import (
+      DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING as HELD_BACK_PROMPT)
+  turns = []
+  for i, messages in enumerate(entry["question"][1:], 1):
+    if str(i) in held_back:
+      turns.append(HELD_BACK_PROMPT.format(functions=held_back[str(i)]))
+    else:
+      turns.append("\n".join(m["content"] for m in messages))
+  return turns
+
+
+def _tool(doc: Mapping[str, Any]) -> Tool:
+  return Tool(name=doc["name"], description=doc.get("description", ""),
+              parameters=to_json_schema(doc["parameters"]))
+
+
 def bfcl_task(entry: dict, ground_truth: Sequence[Sequence[str]], category: str,
               sandbox: Sandbox, backend: _Backend) -> Task:
   classes = list(entry["involved_classes"])
-  excluded = set(entry.get("excluded_function") or ())
   owner, docs = {}, {}
   for cls in classes:
     for doc in backend.docs.get(cls, ()):
       owner[doc["name"]] = cls
       docs[doc["name"]] = doc
-  tools = [Tool(name=n, description=d.get("description", ""),
-                parameters=to_json_schema(d["parameters"]))
-           for n, d in docs.items() if n not in excluded]
+  missed = entry.get("missed_function") or {}
+  held_back = {turn: [docs[n] for n in names if n in docs] for turn, names in missed.items()}
+  withheld = {d["name"] for turn_docs in held_back.values() for d in turn_docs}
+  tools = [_tool(d) for n, d in docs.items() if n not in withheld]
   params = {n: backend.params(owner[n]).get(n, []) for n in owner}
   gt_turns = [[parse_call(text, params) for text in turn] for turn in ground_truth]
   spec = {"id": entry["id"], "classes": classes, "modules": backend.modules,
           "stateless": backend.stateless, "config": entry.get("initial_config") or {},
           "long_context": "long_context" in category, "owner": owner}
+  checker_entry = {"id": entry["id"], "initial_config": spec["config"],
+                   "involved_classes": classes}
+
+  def score(decoded: list) -> bool:
+    return checker_verdict(sandbox, decoded, ground_truth, checker_entry, category)["valid"]
+
+  dialogue = Dialogue(
+      user_turns=_user_turns(entry, held_back), max_steps_per_turn=MAX_STEPS_PER_TURN,
+      decode=decode_calls, score=score,
+      gt_call_turns=[i for i, turn in enumerate(gt_turns) for _ in turn],
+      turn_tools={int(turn): [_tool(d) for d in turn_docs]
+                  for turn, turn_docs in held_back.items()})
   first = entry["question"][0] if entry["question"] else []
   return Task(
       task_id=entry["id"], question="\n".join(m["content"] for m in first), tools=tools,
       answer=None, gt_calls=[[c] for turn in gt_turns for c in turn],
       metadata={"dataset": "bfcl", "category": category, "turns": entry["question"],
-                "gt_turns": gt_turns, "missed_function": entry.get("missed_function") or {},
-                "excluded_function": sorted(excluded), "involved_classes": classes,
-                "initial_config": spec["config"]},
-      session=_make_session(sandbox, spec))
+                "gt_turns": gt_turns, "ground_truth": [list(t) for t in ground_truth],
+                "missed_function": missed,
+                "excluded_function": sorted(entry.get("excluded_function") or ()),
+                "involved_classes": classes, "initial_config": spec["config"]},
+      session=_make_session(sandbox, spec), dialogue=dialogue)
 
 
 def load_bfcl(sandbox: Sandbox, data_dir: Optional[str] = None,
