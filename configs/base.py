@@ -34,6 +34,25 @@ PRESET_KEYS = {"model": tuple(MODEL_PRESETS), "env": ENVS, "sampler": SAMPLERS, 
                "rollout": MODES, "steps": None}
 
 
+def hidifftir_protocol() -> dict:
+  """How HiDiffTIR trains itself and its baselines (§4.1, App. A.5): groups of 16 independent
+  rollouts at temperature 1.0, at most 10 turns, answers in `<answer>` tags; KL 0.001 (k3),
+  entropy bonus 0.001, lr 1e-6. `make(arg, estimator=..., **hidifftir_protocol())`."""
+  return dict(rollout=dict(mode="independent", n=16, max_steps=10, temperature=1.0,
+                           answer_protocol="answer_tag", shapes=dict(max_steps=10)),
+              loss=dict(kl_coef=0.001, kl_estimator="k3", entropy_coef=0.001),
+              optim=dict(learning_rate=1e-6))
+
+
+def portool_protocol(mode: str = "independent", rollout: dict | None = None,
+                     loss: dict | None = None) -> dict:
+  """How PORTool compares its baselines: groups of n = 8 rollouts (`mode`), T_max = 6, the
+  clipped surrogate (ε = 0.2) averaged per trajectory, no KL term; `rollout` and `loss` add to
+  or replace these."""
+  return dict(rollout=dict(dict(mode=mode, n=8, max_steps=6), **(rollout or {})),
+              loss=dict(dict(kl_coef=0.0, aggregation="seq_mean_token_mean"), **(loss or {})))
+
+
 def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
          loss: dict | None = None, optim: dict | None = None,
          advantage: dict | None = None) -> ml_collections.ConfigDict:
@@ -54,6 +73,7 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
       # ToolHop's AC also accepts an answer contained in the tool response before it (FTRL's
       # reference scorer; False: containment in the answer only, the paper's Eq. 21)
       answer_in_tool_message=False,
+      cache_dir="",  # built artefacts (toolworld's tokenizer); "" = $TIRJAX_CACHE or ~/.cache/tirjax
       # toolworld only: the query mix
       hop_weights=(0.25, 0.35, 0.25, 0.15), p_parallel=0.5, p_down=0.1,
   ))

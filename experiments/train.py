@@ -88,7 +88,8 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   exp = resolve.fit_to_mesh(exp, shards, config.sft.batch_size if config.sft.steps else shards)
 
   # -- Data and environment -------------------------------------------------------------------
-  tok_dir = tokenizer_dir(config.model, config.env.name, tasks_lib.cache_dir(), seed=config.seed)
+  tok_dir = tokenizer_dir(config.model, config.env.name,
+                          tasks_lib.cache_dir(config.env.cache_dir), seed=config.seed)
   tokenizer = load_tokenizer(tok_dir)
   source = cleanup.enter_context(contextlib.closing(TaskSource(config.env, seed=config.seed)))
   train_tasks = source.tasks("train", config.env.train_tasks)

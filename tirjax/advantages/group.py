@@ -22,6 +22,7 @@ class GroupOptions:
 
 def broadcast_rows(r: Rollouts, row_adv, row_reward, row_mask=None, **extras) -> Advantages:
   """Row advantages → steps → tokens; everything 0 on padding and on masked-out rows."""
+  chex.assert_shape([row_adv, row_reward], r.row_valid.shape)  # [B]
   row_mask = r.row_valid if row_mask is None else row_mask & r.row_valid
   row_adv = jnp.where(row_mask, row_adv, 0.0)
   steps = jnp.where(r.step_valid, row_adv[:, None], 0.0)
@@ -30,6 +31,8 @@ def broadcast_rows(r: Rollouts, row_adv, row_reward, row_mask=None, **extras) ->
 
 def broadcast_steps(r: Rollouts, steps, row_adv, row_reward, row_mask=None, **extras):
   """Step advantages [B, T] → tokens [B, L] through `token_step`."""
+  chex.assert_equal_shape([steps, r.step_valid])
+  chex.assert_shape([row_adv, row_reward], r.row_valid.shape)
   row_mask = r.row_valid if row_mask is None else row_mask & r.row_valid
   steps = jnp.where(r.step_valid & row_mask[:, None], steps, 0.0).astype(jnp.float32)
   tokens = jnp.where(r.loss_mask, step_to_tokens(steps, r.token_step), 0.0)
@@ -39,6 +42,8 @@ def broadcast_steps(r: Rollouts, steps, row_adv, row_reward, row_mask=None, **ex
 
 
 def group_zscore(r: Rollouts, x, opts: segments.ZScore):
+  """z-score of the row values x [B] within each query's group (SPEC §3)."""
+  chex.assert_shape(x, r.row_valid.shape)
   return segments.zscore(x, r.group_id, r.row_valid, r.num_rows, opts)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -80,12 +81,14 @@ def outcome_terms(r: Rollouts, gamma: float) -> jax.Array:
 
 def node_max(x: jax.Array, r: Rollouts) -> jax.Array:
   """[B, T] max of `x` over the steps of each step's node, i.e. over the rows m(s)."""
+  chex.assert_equal_shape([x, r.node_id])
   num_nodes = r.num_rows * r.max_steps
   return segments.gather(segments.segment_max(x, r.node_id, r.step_valid, num_nodes), r.node_id)
 
 
 def node_mean(x: jax.Array, r: Rollouts) -> jax.Array:
   """[B, T] mean of `x` over the steps of each step's node, i.e. over the rows m(s)."""
+  chex.assert_equal_shape([x, r.node_id])
   num_nodes = r.num_rows * r.max_steps
   return segments.gather(segments.segment_mean(x, r.node_id, r.step_valid, num_nodes),
                          r.node_id)
@@ -126,12 +129,15 @@ def fork_advantage(r: Rollouts, tree: tree_lib.Tree, reward: jax.Array,
 
   PORTool Eq. 3: each child of p counts once in its z-score, however many rows carry it.
   """
+  chex.assert_equal_shape([reward, r.step_valid])
+  chex.assert_type(reward, float)
   z = segments.zscore(reward, tree.parent, tree.first, tree_lib.num_parent_segments(r), opts)
   return jnp.where(tree_lib.parent_is_fork(r, tree), tree_lib.node_value(z, r, tree), 0.0)
 
 
 def shared_trajectory_advantage(r: Rollouts, a_trj: jax.Array, mode: str) -> jax.Array:
   """[B, T] Ā_trj(s): mean of A_trj(τ_k) over k ∈ m(s) ("mean"), or the row's own ("own")."""
+  chex.assert_shape(a_trj, r.row_valid.shape)  # [B]
   own = jnp.broadcast_to(a_trj[:, None], r.step_valid.shape)
   return own if mode == "own" else node_mean(own, r)
 

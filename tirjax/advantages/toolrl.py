@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -56,6 +57,8 @@ def format_score(r: Rollouts, format_checks: int) -> jax.Array:
 
 def name_jaccard(r: Rollouts, same_name: jax.Array) -> jax.Array:
   """r_name: multiset Jaccard of predicted and ground-truth tool names (1 if both empty)."""
+  chex.assert_equal_shape([same_name, r.call_sim])  # [B, T, K, C]
+  chex.assert_type(same_name, bool)
   calls = r.calls
   gt_same = (calls.gt_name[:, :, None] == calls.gt_name[:, None, :]) & r.gt_valid[:, None, :]
   n_gt_name = jnp.sum(gt_same, axis=2)  # [B, C] multiplicity of c*'s name among the gt calls

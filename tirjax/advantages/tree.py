@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -77,5 +78,6 @@ def node_value(x: jax.Array, r: Rollouts, tree: Tree) -> jax.Array:
   For values that every row of a node carries alike (its format reward) or that only the
   `first` step holds (a per-node statistic taken over `first` steps).
   """
+  chex.assert_equal_shape([x, r.node_id])
   num_nodes = r.num_rows * r.max_steps
   return segments.gather(segments.segment_sum(x, r.node_id, tree.first, num_nodes), r.node_id)

@@ -7,6 +7,7 @@ group use the segment key `group_id * T + t` (one segment per query and turn ind
 
 from __future__ import annotations
 
+import chex
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -47,6 +48,9 @@ def match_calls(r: Rollouts, method: str = "hungarian") -> CallMatch:
 
 def turn_mean(call_values: jax.Array, call_valid: jax.Array) -> jax.Array:
   """Mean over each turn's calls, [B, T]; 0 for a turn without calls (HiDiffTIR Eq. 3)."""
+  chex.assert_rank(call_values, 3)  # [B, T, K]
+  chex.assert_equal_shape([call_values, call_valid])
+  chex.assert_type(call_valid, bool)
   n = jnp.sum(call_valid, axis=2)
   total = jnp.sum(jnp.where(call_valid, call_values, 0.0), axis=2)
   return total / jnp.maximum(n, 1)
@@ -67,6 +71,7 @@ def turn_segments(r: Rollouts):
 
 def group_zscore_turns(r: Rollouts, x: jax.Array, opts: segments.ZScore) -> jax.Array:
   """z-score of x [B, T] among the rows of the same query at the same turn index."""
+  chex.assert_equal_shape([x, r.step_valid])
   ids, mask, n = turn_segments(r)
   return segments.zscore(x, ids, mask, n, opts)
 
@@ -74,6 +79,8 @@ def group_zscore_turns(r: Rollouts, x: jax.Array, opts: segments.ZScore) -> jax.
 def gt_turn_segments(gt_turn: jax.Array, num_turns: int):
   """Segment ids [B, C] (row · T + turn), mask and count of the sets C*_{i,j}: the
   ground-truth calls matched to a call of turn j of row i."""
+  chex.assert_rank(gt_turn, 2)  # [B, C]
+  chex.assert_type(gt_turn, int)
   B = gt_turn.shape[0]
   ids = jnp.arange(B, dtype=jnp.int32)[:, None] * num_turns + gt_turn
   return ids, gt_turn >= 0, B * num_turns
@@ -82,6 +89,7 @@ def gt_turn_segments(gt_turn: jax.Array, num_turns: int):
 def gt_group_sum(r: Rollouts, per_gt: jax.Array) -> jax.Array:
   """Sum of per_gt [B, C] over the rows of each query, per ground-truth call, read back at
   every row of the query (0 on padding)."""
+  chex.assert_equal_shape([per_gt, r.gt_valid])  # [B, C]
   B, C = per_gt.shape
   ids = r.group_id[:, None] * C + jnp.arange(C, dtype=jnp.int32)[None, :]
   mask = r.row_valid[:, None] & r.gt_valid

@@ -84,11 +84,12 @@ class TaskSource:
       self._sandbox.close()
 
 
-def cache_dir() -> str:
-  """Where built artefacts (toolworld's tokenizer) are cached: $TIRJAX_CACHE or
-  ~/.cache/tirjax. A build records its inputs, so a cached one is reused only when equal."""
-  return os.environ.get("TIRJAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                         "tirjax")
+def cache_dir(configured: str = "") -> str:
+  """Where built artefacts (toolworld's tokenizer) are cached: the config's `env.cache_dir`,
+  else $TIRJAX_CACHE, else ~/.cache/tirjax. A build records its inputs, so a cached one is
+  reused only when equal."""
+  return configured or os.environ.get("TIRJAX_CACHE") or os.path.join(
+      os.path.expanduser("~"), ".cache", "tirjax")
 
 
 def load_tokenizer(directory: str):
