@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
+from tirjax import rollouts
 from tirjax.rollouts import Rollouts, RolloutsError, step_to_tokens, validate
 
 ADD = {"name": "add", "arguments": {"a": 1, "b": 2}}
@@ -115,3 +116,43 @@ def test_step_to_tokens():
   steps = jnp.array([[1.0, 2.0, 3.0]])
   np.testing.assert_array_equal(step_to_tokens(steps, jnp.array([[-1, 0, 0, 2, -1]])),
                                 [[0.0, 1.0, 1.0, 3.0, 0.0]])
+
+
+def test_padding_values_live_in_the_contract_and_round_trip():
+  r = base()
+  a = rollouts.to_numpy(r)
+  assert "calls.pred_name" in a and "ref_logprobs" in a
+  back = rollouts.to_numpy(rollouts.from_numpy(a))
+  assert set(back) == set(a) and all(np.array_equal(back[k], a[k]) for k in a)
+  empty = rollouts.from_numpy(rollouts.empty_arrays(B=3, T=2, K=2, C=1, L=4))
+  assert not np.any(empty.row_valid) and np.all(np.asarray(empty.node_id) == -1)
+  assert np.all(np.asarray(empty.token_step) == -1) and empty.ref_logprobs is None
+  assert rollouts.fill_value("calls.gt_keys") == -1 and rollouts.fill_value("outcome") == 0.0
+
+
+def test_take_rows_keeps_the_rows_in_order_and_pads_the_rest():
+  r = base()
+  taken = rollouts.take_rows(r, [2, 0], num_rows=4)
+  src = rollouts.to_numpy(r)
+  for name, value in taken.items():
+    assert np.array_equal(value[0], src[name][2]) and np.array_equal(value[1], src[name][0])
+    assert np.all(value[2:] == rollouts.fill_value(name)), name
+  with pytest.raises(ValueError, match="do not fit num_rows=1"):
+    rollouts.take_rows(r, [0, 1], num_rows=1)
+
+
+def test_take_groups_copies_kept_groups_renumbers_ids_and_moves_records():
+  from tirjax.experiment.refill import take_groups
+  Rec = dataclasses.make_dataclass("Rec", ["row", "group"])
+  r = base()
+  parts = [(r, [Rec(0, 0), Rec(1, 0), Rec(2, 1)]), (r, [Rec(2, 1), Rec(3, 1)])]
+  out, records = take_groups(parts, [(1, 1), (0, 0)], num_rows=6)
+  src, got = rollouts.to_numpy(r), rollouts.to_numpy(out)
+  assert got["group_id"][:4].tolist() == [0, 0, 1, 1] and got["row_valid"].tolist() == [
+      True] * 4 + [False] * 2
+  for i, b in enumerate([2, 3, 0, 1]):
+    assert np.array_equal(got["tokens"][i], src["tokens"][b])
+  node = got["node_id"]
+  assert sorted(set(node[node >= 0].tolist())) == list(range(len(set(node[node >= 0].tolist()))))
+  assert node[2, 0] == node[3, 0]  # the shared node stays shared
+  assert [(x.row, x.group) for x in records] == [(0, 0), (1, 0), (2, 1), (3, 1)]

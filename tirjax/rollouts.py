@@ -117,29 +117,85 @@ class RolloutsError(ValueError):
 
 
 _SPEC = {
-    # field: (shape symbols, dtype kind)
-    "group_id": ("B", "i"),
-    "row_valid": ("B", "b"),
-    "outcome": ("B", "f"),
-    "num_steps": ("B", "i"),
-    "answered": ("B", "b"),
-    "step_valid": ("BT", "b"),
-    "node_id": ("BT", "i"),
-    "format_reward": ("BT", "f"),
-    "call_valid": ("BTK", "b"),
-    "call_sim": ("BTKC", "f"),
-    "gt_valid": ("BC", "b"),
-    "answer_score": ("B", "f"),
-    "tokens": ("BL", "i"),
-    "token_valid": ("BL", "b"),
-    "loss_mask": ("BL", "b"),
-    "token_step": ("BL", "i"),
-    "old_logprobs": ("BL", "f"),
-    "policy_version": ("B", "i"),
-    "ref_logprobs": ("BL", "f"),
-    "call_solves": ("BTK", "b"),
-    "num_expected": ("B", "i"),
+    # field: (shape symbols, dtype kind, padding value)
+    "group_id": ("B", "i", 0),
+    "row_valid": ("B", "b", False),
+    "outcome": ("B", "f", 0.0),
+    "num_steps": ("B", "i", 0),
+    "answered": ("B", "b", False),
+    "step_valid": ("BT", "b", False),
+    "node_id": ("BT", "i", -1),
+    "format_reward": ("BT", "f", 0.0),
+    "call_valid": ("BTK", "b", False),
+    "call_sim": ("BTKC", "f", 0.0),
+    "gt_valid": ("BC", "b", False),
+    "answer_score": ("B", "f", 0.0),
+    "tokens": ("BL", "i", 0),
+    "token_valid": ("BL", "b", False),
+    "loss_mask": ("BL", "b", False),
+    "token_step": ("BL", "i", -1),
+    "old_logprobs": ("BL", "f", 0.0),
+    "policy_version": ("B", "i", 0),
+    "ref_logprobs": ("BL", "f", 0.0),
+    "call_solves": ("BTK", "b", False),
+    "num_expected": ("B", "i", 0),
 }
+_DTYPES = {"i": np.int32, "b": np.bool_, "f": np.float32}
+CALL_PAD = -1  # every `CallEncoding` field's padding value
+OPTIONAL = ("ref_logprobs", "call_solves", "num_expected")
+
+
+def fill_value(name: str):
+  """The padding value of field `name` (`calls.<field>` for the call encodings)."""
+  return CALL_PAD if name.startswith("calls.") else _SPEC[name][2]
+
+
+def empty_arrays(B: int, T: int, K: int, C: int, L: int,
+                 optional: tuple = ("call_solves", "num_expected")) -> dict[str, np.ndarray]:
+  """Numpy arrays of every required field (and of `optional` ones), all padding: a builder
+  writes its rows into them and hands them to `from_numpy`."""
+  sizes = {"B": B, "T": T, "K": K, "C": C, "L": L}
+  return {name: np.full(tuple(sizes[s] for s in symbols), fill, _DTYPES[kind])
+          for name, (symbols, kind, fill) in _SPEC.items()
+          if name not in OPTIONAL or name in optional}
+
+
+def to_numpy(r: Rollouts) -> dict[str, np.ndarray]:
+  """The batch's fields as numpy arrays, the call encodings under `calls.<field>`; absent
+  optional fields are left out."""
+  out = {}
+  for f in dataclasses.fields(r):
+    value = getattr(r, f.name)
+    if value is None:
+      continue
+    if f.name == "calls":
+      out.update({f"calls.{g.name}": np.asarray(getattr(value, g.name))
+                  for g in dataclasses.fields(value)})
+    else:
+      out[f.name] = np.asarray(value)
+  return out
+
+
+def from_numpy(arrays: dict) -> Rollouts:
+  """The validated batch of `to_numpy`'s (or `empty_arrays`'s) layout."""
+  calls = {k[len("calls."):]: jnp.asarray(v) for k, v in arrays.items() if k.startswith("calls.")}
+  fields = {k: jnp.asarray(v) for k, v in arrays.items() if not k.startswith("calls.")}
+  return validate(Rollouts(**fields, calls=CallEncoding(**calls) if calls else None))
+
+
+def take_rows(r, rows, num_rows: int) -> dict[str, np.ndarray]:
+  """Rows `rows` of `r` (a `Rollouts`, or arrays in `to_numpy`'s layout), in that order, as
+  the first rows of a `num_rows` batch, the rest padding; numpy arrays in `to_numpy`'s layout,
+  for the caller to renumber ids and then `from_numpy`."""
+  rows = np.asarray(rows, np.int64)
+  if len(rows) > num_rows:
+    raise ValueError(f"take_rows: {len(rows)} rows do not fit num_rows={num_rows}")
+  out = {}
+  for name, value in (to_numpy(r) if isinstance(r, Rollouts) else r).items():
+    arr = np.full((num_rows,) + value.shape[1:], fill_value(name), value.dtype)
+    arr[:len(rows)] = value[rows]
+    out[name] = arr
+  return out
 
 
 def validate(r: Rollouts) -> Rollouts:
@@ -159,7 +215,7 @@ def validate(r: Rollouts) -> Rollouts:
   _, _, K, C = a["call_sim"].shape
   L = a["tokens"].shape[1]
   sizes = {"B": B, "T": T, "K": K, "C": C, "L": L}
-  for name, (symbols, kind) in _SPEC.items():
+  for name, (symbols, kind, _) in _SPEC.items():
     x = a[name]
     if x is None:
       continue

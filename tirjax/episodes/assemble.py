@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Sequence
 
-import jax.numpy as jnp
 import numpy as np
 
 from tirjax.env.call_arrays import encode_row, stack_rows
@@ -22,7 +21,7 @@ from tirjax.matching.encoding import CallEncoder
 from tirjax.matching.similarity import call_similarity
 from tirjax.episodes.episode import ANSWERED, Episode
 from tirjax.episodes.options import Shapes
-from tirjax.rollouts import Rollouts, validate, write_tokens
+from tirjax.rollouts import Rollouts, empty_arrays, from_numpy, write_tokens
 
 
 @dataclasses.dataclass
@@ -76,15 +75,7 @@ def to_rollouts(rows: Sequence[tuple[int, Episode]], tasks: Sequence[Task],
                       shapes.max_tokens, shapes.max_params)
   if len(rows) > B:
     raise ValueError(f"shapes.num_rows={B} is too small for {len(rows)} rows")
-  a = dict(
-      group_id=np.zeros(B, np.int32), row_valid=np.zeros(B, bool),
-      outcome=np.zeros(B, np.float32), num_steps=np.zeros(B, np.int32),
-      answered=np.zeros(B, bool), step_valid=np.zeros((B, T), bool),
-      node_id=np.full((B, T), -1, np.int32), format_reward=np.zeros((B, T), np.float32),
-      answer_score=np.zeros(B, np.float32), tokens=np.zeros((B, L), np.int32),
-      token_valid=np.zeros((B, L), bool), loss_mask=np.zeros((B, L), bool),
-      token_step=np.full((B, L), -1, np.int32), old_logprobs=np.zeros((B, L), np.float32),
-      policy_version=np.zeros(B, np.int32), num_expected=np.zeros(B, np.int32))
+  a = empty_arrays(B, T, K, C, L, optional=("num_expected",))
   encoder = CallEncoder()
   # Dialogue rows: a step's calls are matched only against the ground truth of its user turn.
   same_turn = np.ones((B, T, C), bool)
@@ -127,12 +118,9 @@ def to_rollouts(rows: Sequence[tuple[int, Episode]], tasks: Sequence[Task],
     call_rows.append(encode_row(encoder, [], [], max_steps=T, max_calls=K, max_gt_calls=C,
                                 max_params=P))
   calls, call_valid, gt_valid, call_solves = stack_rows(call_rows)
-  num_expected = a.pop("num_expected")
-  return validate(Rollouts(
-      **{k: jnp.asarray(v) for k, v in a.items()},
-      call_valid=call_valid, gt_valid=gt_valid,
-      call_sim=call_similarity(calls, call_valid, gt_valid) * same_turn[:, :, None, :],
-      calls=calls,
-      call_solves=call_solves, num_expected=jnp.asarray(num_expected)))
+  sim = call_similarity(calls, call_valid, gt_valid) * same_turn[:, :, None, :]
+  a.update(call_valid=call_valid, gt_valid=gt_valid, call_sim=sim, call_solves=call_solves,
+           **{f"calls.{f.name}": getattr(calls, f.name) for f in dataclasses.fields(calls)})
+  return from_numpy(a)
 
 

@@ -13,31 +13,9 @@ import dataclasses
 from typing import Callable, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from tirjax.rollouts import Rollouts, validate
-
-_PAD_MINUS_ONE = ("node_id", "token_step")
-
-
-def _pad_value(path: str) -> int:
-  return -1 if path in _PAD_MINUS_ONE or path.startswith("calls.") else 0
-
-
-def _leaves(r: Rollouts) -> dict[str, np.ndarray]:
-  out = {}
-  for f in dataclasses.fields(r):
-    v = getattr(r, f.name)
-    if v is None:
-      continue
-    if f.name == "calls":
-      out.update({f"calls.{g.name}": np.asarray(getattr(v, g.name))
-                  for g in dataclasses.fields(v)})
-    else:
-      out[f.name] = np.asarray(v)
-  return out
-
+from tirjax.rollouts import Rollouts, from_numpy, take_rows, to_numpy
 
 def take_groups(parts: Sequence[tuple[Rollouts, list]], keep: Sequence[tuple[int, int]],
                 num_rows: int) -> tuple[Rollouts, list]:
@@ -46,7 +24,7 @@ def take_groups(parts: Sequence[tuple[Rollouts, list]], keep: Sequence[tuple[int
   `parts` are (rollouts, episode records) pairs of one shape; records (with `.row` and
   `.group`) follow their rows. Returns (rollouts, records).
   """
-  leaves = [_leaves(r) for r, _ in parts]
+  leaves = [to_numpy(r) for r, _ in parts]
   sources = []  # (part, row)
   for new_group, (p, g) in enumerate(keep):
     rows = np.flatnonzero(leaves[p]["row_valid"] & (leaves[p]["group_id"] == g))
@@ -54,12 +32,9 @@ def take_groups(parts: Sequence[tuple[Rollouts, list]], keep: Sequence[tuple[int
   if len(sources) > num_rows:
     raise ValueError(f"take_groups: the kept groups have {len(sources)} rows; num_rows is "
                      f"{num_rows}")
-  out = {}
-  for name, first in leaves[0].items():
-    arr = np.full((num_rows,) + first.shape[1:], _pad_value(name), first.dtype)
-    for i, (p, b, _) in enumerate(sources):
-      arr[i] = leaves[p][name][b]
-    out[name] = arr
+  offsets = np.cumsum([0] + [len(leaf["group_id"]) for leaf in leaves])
+  stacked = {name: np.concatenate([leaf[name] for leaf in leaves]) for name in leaves[0]}
+  out = take_rows(stacked, [offsets[p] + b for p, b, _ in sources], num_rows)
   out["group_id"][:len(sources)] = [g for _, _, g in sources]
   node = out["node_id"]
   part_of = np.zeros(num_rows, np.int64)
@@ -67,13 +42,7 @@ def take_groups(parts: Sequence[tuple[Rollouts, list]], keep: Sequence[tuple[int
   keys = np.where(node >= 0, part_of[:, None] * (node.max() + 2) + node, -1)
   uniq, inv = np.unique(keys[node >= 0], return_inverse=True)
   node[node >= 0] = inv
-  r0 = parts[0][0]
-  calls = None
-  if r0.calls is not None:
-    calls = r0.calls.replace(**{k[6:]: jnp.asarray(v) for k, v in out.items()
-                                if k.startswith("calls.")})
-  fields = {k: jnp.asarray(v) for k, v in out.items() if not k.startswith("calls.")}
-  rollouts = validate(Rollouts(**fields, calls=calls))
+  rollouts = from_numpy(out)
   records = []
   by_source = {(p, rec.row): rec for p, (_, recs) in enumerate(parts) for rec in recs}
   for i, (p, b, g) in enumerate(sources):
