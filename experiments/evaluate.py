@@ -32,7 +32,8 @@ from typing import Optional
 
 from flax import nnx
 
-from tirjax.experiment import components, resolve
+from tirjax.episodes import judging
+from tirjax.experiment import resolve, samplers
 from tirjax.experiment.evaluation import evaluate
 from tirjax.experiment.progress import Progress
 from tirjax.experiment.tasks import TaskSource, load_tokenizer
@@ -92,11 +93,11 @@ def evaluate_policy(config, policy: str, out: str, tasks: Optional[int] = None,
   sampler = None
   try:
     eval_tasks = source.tasks(split, config.env.eval_tasks)
-    judge = components.make_judge(config.judge)
+    judge = judging.make_judge(config.judge)
     graphdef, params = nnx.split(load_hf(checkpoint))
     os.makedirs(out, exist_ok=True)
     state = types.SimpleNamespace(params=params, policy_version=0)
-    sampler = components.make_sampler(config, graphdef, state, out, checkpoint, exp.rollout)
+    sampler = samplers.make_sampler(config, graphdef, state, out, checkpoint, exp.rollout)
     metrics = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
                        config.sampler.eval_temperature, seed=config.seed,
                        progress=Progress(enabled=sys.stderr.isatty()).evaluation(len(eval_tasks)),

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+from typing import Optional
 
 import jax
 import numpy as np
@@ -24,7 +25,8 @@ from ml_collections import config_flags
 
 from tirjax import rundir, sharding
 from tirjax.checkpoint import CheckpointOptions, Checkpointer
-from tirjax.experiment import components, refill, resolve
+from tirjax.episodes import judging
+from tirjax.experiment import policy, refill, resolve, samplers
 from tirjax.experiment.evaluation import evaluate
 from tirjax.experiment.progress import Progress, summary_table
 from tirjax.experiment.rl_metrics import PhaseClock, rl_metrics
@@ -99,11 +101,11 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   demo_tasks = source.tasks("train", config.env.train_tasks + config.sft.num_demos,
                             hop_weights=config.sft.hop_weights)[
       config.env.train_tasks:] if config.sft.steps else []
-  judge = components.make_judge(config.judge)
-  queries = components.QueryOrder(len(train_tasks), config.train.queries_per_step, seed=config.seed)
+  judge = judging.make_judge(config.judge)
+  queries = tasks_lib.QueryOrder(len(train_tasks), config.train.queries_per_step, seed=config.seed)
 
   # -- Model and optimizer --------------------------------------------------------------------
-  model = components.build_model(config.model, len(tokenizer), rules, seed=config.seed)
+  model = policy.build_model(config.model, len(tokenizer), rules, seed=config.seed)
   graphdef, params = split_model(model)
   sft_tx, rl_tx = make_optimizer(exp.sft_optim), make_optimizer(exp.optim)
   place = {"sft": placement(params, sft_tx, mesh, rules), "rl": placement(params, rl_tx, mesh, rules)}
@@ -112,7 +114,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   tx = {"sft": sft_tx, "rl": rl_tx}
 
   # -- Checkpoint restore ---------------------------------------------------------------------
-  ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), run_id=components.run_id(config),
+  ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), run_id=rundir.run_id(config),
                       options=CheckpointOptions(max_to_keep=config.train.keep_checkpoints))
   cleanup.callback(ckpt.close)
   phase = "sft" if config.sft.steps > 0 else "rl"
@@ -132,7 +134,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   elif resuming:
     writer.truncate_after({"sft": 0, "rl": 0, "eval": -1})
   del model, params  # the train state owns the (donated) parameter buffers from here on
-  sampler = components.make_sampler(config, graphdef, state, workdir, tok_dir, exp.rollout)
+  sampler = samplers.make_sampler(config, graphdef, state, workdir, tok_dir, exp.rollout)
   cleanup.callback(sampler.close)
 
   run_clock = PhaseClock()  # this process's seconds in SFT, RL and evaluation (summary.json)
@@ -140,11 +142,20 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   def evaluate_now() -> dict:
     """Hands the current weights to the sampler and evaluates them (greedy by default)."""
     with run_clock("eval"):
-      sampler.update(components.sampler_params(state), state.policy_version)
+      sampler.update(policy.sampler_params(state), state.policy_version)
       return evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
                       config.sampler.eval_temperature, seed=config.seed,
                       progress=progress.evaluation(len(eval_tasks)),
                       answer_in_tool_message=config.env.answer_in_tool_message)
+
+  def evaluate_and_log(step: int, stage: Optional[str] = None) -> dict:
+    """`evaluate_now`, written as the metrics' eval row `step`; with `stage` ("sft": after the
+    warm start, "start": before RL without one) also the run's first evaluation."""
+    result = evaluate_now()
+    if stage is not None:
+      rundir.write_json(os.path.join(workdir, "eval_after_sft.json"), result)
+    writer.write("eval", step, {**result, "eval/stage": stage} if stage else result)
+    return result
 
   # -- Supervised warm-start ------------------------------------------------------------------
   if phase == "sft":
@@ -163,9 +174,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
         ckpt.save(state)
     run_clock.seconds["sft"] = time.perf_counter() - sft_start
     # SFT is done: evaluate, then start RL with a fresh optimizer (one checkpoint marks it).
-    after_sft = evaluate_now()
-    rundir.write_json(os.path.join(workdir, "eval_after_sft.json"), after_sft)
-    writer.write("eval", 0, {**after_sft, "eval/stage": "sft"})
+    evaluate_and_log(0, stage="sft")
     phase = "rl"
     state = init_state(state.params, rl_tx, place["rl"], state.rng, step=state.step,
                        data_position={**state.data_position, "phase": "rl"},
@@ -173,14 +182,12 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
     ckpt.save(state)
   elif (config.train.eval_at_start and state.data_position["rl_step"] == 0
         and not os.path.exists(os.path.join(workdir, "eval_after_sft.json"))):
-    start = evaluate_now()
-    rundir.write_json(os.path.join(workdir, "eval_after_sft.json"), start)
-    writer.write("eval", 0, {**start, "eval/stage": "start"})
+    evaluate_and_log(0, stage="start")
 
   # -- RL loop: sample, execute, judge, Rollouts, advantages, update, hand-over, evaluate ----
   reference = None
   if exp.loss.kl_coef > 0:  # the KL reference: the policy as RL starts (kept across restarts)
-    reference = ReferencePolicy(graphdef, components.reference_params(state, workdir),
+    reference = ReferencePolicy(graphdef, policy.reference_params(state, workdir),
                                 place["rl"], exp.step)
   progress.start("rl", config.train.steps, state.data_position["rl_step"])
   last_eval = None
@@ -189,7 +196,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
     i = state.data_position["rl_step"]
     clock = PhaseClock()  # every phase waited on before its clock stops (asynchronous dispatch)
     with clock("handover"):
-      sampler.update(components.sampler_params(state), state.policy_version)
+      sampler.update(policy.sampler_params(state), state.policy_version)
     rng = np.random.default_rng([config.seed, i])
     tasks = [train_tasks[q] for q in queries.step(i)]
     with clock("rollout"):
@@ -220,8 +227,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
     every = config.train.eval_every
     if (every and (i + 1) % every == 0) or i + 1 == config.train.steps:
       with clock("eval"):
-        last_eval = evaluate_now()
-      writer.write("eval", i + 1, last_eval)
+        last_eval = evaluate_and_log(i + 1)
       stats["time/eval_s"] = clock.seconds["eval"]
     if (i + 1) % config.train.log_every == 0:
       writer.write("rl", i + 1, stats)
@@ -240,7 +246,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
     last_eval = evaluate_now()
   if config.train.export_final:
     out = os.path.join(workdir, "hf_export")
-    model = nnx.merge(graphdef, components.sampler_params(state))
+    model = nnx.merge(graphdef, policy.sampler_params(state))
     export_hf(model, out, source_dir=tok_dir, overwrite=True)
   first_path = os.path.join(workdir, "eval_after_sft.json")
   first = json.load(open(first_path)) if os.path.exists(first_path) else {}

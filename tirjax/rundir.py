@@ -16,6 +16,7 @@ steps, may change on a restart).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -132,3 +133,11 @@ class MetricsWriter:
   def close(self) -> None:
     if self._tb is not None:
       self._tb.close()
+
+
+def run_id(config) -> str:
+  """A name for the run's identity: its config without the keys a restart may change."""
+  flat = flatten(json.loads(json.dumps(config.to_dict(), default=str)))
+  kept = {k: v for k, v in flat.items() if k not in RESUMABLE_KEYS}
+  digest = hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
+  return f"{config.advantage.name}-{digest}"

@@ -10,7 +10,8 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Callable, Optional, Sequence, Union
 
-from tirjax.env.judge import VERDICTS, Judgement, RuleOptions, Trajectory, rule_verdict
+from tirjax.env.judge import (VERDICTS, Judgement, LLMJudge, LLMJudgeOptions, RuleOptions,
+                              Trajectory, rule_verdict)
 
 Judge = Callable[[Trajectory], Union[str, Judgement]]
 
@@ -41,3 +42,12 @@ def judge_all(judge: Judge, trajectories: Sequence[Optional[Trajectory]],
     return [one(t) for t in trajectories]
   with concurrent.futures.ThreadPoolExecutor(workers) as pool:
     return list(pool.map(one, trajectories))
+
+
+def make_judge(judge_cfg):
+  """The rule-based verifier, or the LLM judge (five votes, majority) on an endpoint."""
+  if judge_cfg.kind == "rule":
+    return rule_judge()
+  llm = LLMJudge(LLMJudgeOptions(base_url=judge_cfg.base_url, model=judge_cfg.model,
+                                 votes=judge_cfg.votes))
+  return llm.judge

@@ -11,6 +11,8 @@ import hashlib
 import os
 from typing import Optional, Sequence
 
+import numpy as np
+
 from tirjax.env import bandit
 from tirjax.env.tools import Task
 from tirjax.env.toolworld import Difficulty, build_tokenizer, make_tasks
@@ -111,3 +113,29 @@ def tokenizer_dir(model_cfg, env_name: str, cache_dir: str, seed: int = 0) -> st
     return str(bandit.build_tokenizer(os.path.join(cache_dir, f"doors_tokenizer_seed{seed}"),
                                       toolworld))
   return str(toolworld)
+
+
+class QueryOrder:
+  """Which training queries step i uses: consecutive slices of epoch-seeded permutations.
+
+  A pure function of the step, so a resumed run draws exactly the queries an uninterrupted
+  run would. `extra(i, k)` gives DAPO's refill queries for round k of step i, from a separate
+  stream.
+  """
+
+  def __init__(self, num_tasks: int, per_step: int, seed: int):
+    self.n, self.per_step, self.seed = num_tasks, per_step, seed
+
+  def _take(self, stream: int, start: int, count: int) -> list[int]:
+    out = []
+    while len(out) < count:
+      epoch, offset = divmod(start + len(out), self.n)
+      order = np.random.default_rng([self.seed, stream, epoch]).permutation(self.n)
+      out.extend(int(q) for q in order[offset:offset + count - len(out)])
+    return out
+
+  def step(self, i: int) -> list[int]:
+    return self._take(0, i * self.per_step, self.per_step)
+
+  def extra(self, i: int, k: int, count: int) -> list[int]:
+    return self._take(1 + k, i * count, count)
