@@ -21,7 +21,8 @@ import ml_collections
 
 from tirjax import advantages, sharding
 from tirjax.config import config_from_dataclass, dataclass_from_config, parse_preset_arg
-from tirjax.experiment.resolve import ENVS, SAMPLERS
+from tirjax.experiment import sections
+from tirjax.experiment.sections import ENVS, SAMPLERS
 from tirjax.loss import LossOptions
 from tirjax.models.config import PRESETS as MODEL_PRESETS
 from tirjax.episodes.options import MODES, RolloutOptions
@@ -61,36 +62,15 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   c = ml_collections.ConfigDict()
   c.seed = 0
 
-  c.model = ml_collections.ConfigDict(dict(
-      preset=presets.get("model", "tiny"),
-      hf_checkpoint="",  # a local HF directory (weights + tokenizer); needed by real presets
-      logprob_chunk=1024,  # positions whose [chunk, vocab] logits exist at a time
-  ))
-
+  # The experiment's own sections, generated from their options (`tirjax.experiment.sections`),
+  # then the presets (checked only by `resolve`: a dataset file need not exist to build one).
+  for name, options in sections.SECTIONS.items():
+    c[name] = config_from_dataclass(options)
   env = presets.get("env", "toolworld")
-  c.env = ml_collections.ConfigDict(dict(
-      name=env, data_path=DATA[env], train_tasks=2000, eval_tasks=64,
-      # ToolHop's AC also accepts an answer contained in the tool response before it (FTRL's
-      # reference scorer; False: containment in the answer only, the paper's Eq. 21)
-      answer_in_tool_message=False,
-      cache_dir="",  # built artefacts (toolworld's tokenizer); "" = $TIRJAX_CACHE or ~/.cache/tirjax
-      # toolworld only: the query mix
-      hop_weights=(0.25, 0.35, 0.25, 0.15), p_parallel=0.5, p_down=0.1,
-  ))
-
-  c.judge = ml_collections.ConfigDict(dict(
-      kind="rule",  # or "llm": an OpenAI-compatible endpoint, `votes` votes, majority
-      base_url="", model="", votes=5))
-
-  c.sampler = ml_collections.ConfigDict(dict(
-      kind=presets.get("sampler", "jax"),
-      eval_temperature=0.0,  # greedy evaluation
-      vllm_url="",  # attach to a running server instead of launching one
-      vllm_python="",  # interpreter of the vLLM environment ("" = .venv-vllm or $TIRJAX_VLLM_PYTHON)
-      vllm_kv_cache_mib=64,
-      # JAX sampler: continue each row's KV cache across turns (False: re-prefill every turn)
-      reuse_cache=True,
-  ))
+  c.model.preset = presets.get("model", "tiny")
+  c.env.update(name=env, data_path=DATA[env])
+  c.sampler.kind = presets.get("sampler", "jax")
+  c.train.steps = int(presets.get("steps", 100))
 
   c.rollout = config_from_dataclass(dataclass_from_config(RolloutOptions, rollout, "rollout"))
   if "rollout" in presets:
@@ -104,23 +84,8 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   c.loss = config_from_dataclass(dataclass_from_config(LossOptions, loss, "loss"))
   c.optim = config_from_dataclass(dataclass_from_config(OptimizerOptions, optim, "optim"))
 
-  c.sft = ml_collections.ConfigDict(dict(
-      steps=0, batch_size=16, num_demos=2000, p_recover=0.15, p_detour=0.1, p_reorder=0.3,
-      p_confuse=0.0,  # toolworld: demos that take compare/sort/filter/convert's direction at random
-      # toolworld: the demonstrations' query mix (hops 1-4); () = env.hop_weights
-      hop_weights=()))
   c.sft.optim = config_from_dataclass(OptimizerOptions(learning_rate=1e-5, warmup_steps=10))
   c.sft.loss = config_from_dataclass(SFTOptions())
-
-  c.train = ml_collections.ConfigDict(dict(
-      steps=int(presets.get("steps", 100)),
-      queries_per_step=8,  # rows per batch = queries_per_step × rows per query
-      micro_batches=1,
-      eval_every=20,  # RL steps between evaluations; 0: after the last step only
-      eval_at_start=True, checkpoint_every=10, keep_checkpoints=3,
-      log_every=1, progress_bar=True, export_final=True, log_entropy=False,
-      dynamic_sampling_tries=4,  # DAPO: extra rollout rounds to refill filtered groups
-  ))
 
   # Rows per batch follow the queries per step and the rows per query (a live reference).
   per_query = (c.rollout.arpo.get_ref("total_rollouts") if c.rollout.mode == "arpo"

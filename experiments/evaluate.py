@@ -89,30 +89,31 @@ def evaluate_policy(config, policy: str, out: str, tasks: Optional[int] = None,
   info = benchmark.machine()
   start = time.perf_counter()
   tokenizer = load_tokenizer(checkpoint)
-  source = TaskSource(config.env, seed=config.seed)
+  source = TaskSource(exp.env, seed=config.seed)
   sampler = None
   try:
-    eval_tasks = source.tasks(split, config.env.eval_tasks)
-    judge = judging.make_judge(config.judge)
+    eval_tasks = source.tasks(split, exp.env.eval_tasks)
+    judge = judging.make_judge(exp.judge)
     graphdef, params = nnx.split(load_hf(checkpoint))
     os.makedirs(out, exist_ok=True)
     state = types.SimpleNamespace(params=params, policy_version=0)
-    sampler = samplers.make_sampler(config, graphdef, state, out, checkpoint, exp.rollout)
+    sampler = samplers.make_sampler(exp.sampler, exp.model, graphdef, state, out, checkpoint,
+                                     exp.rollout)
     metrics = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
-                       config.sampler.eval_temperature, seed=config.seed,
+                       exp.sampler.eval_temperature, seed=config.seed,
                        progress=Progress(enabled=sys.stderr.isatty()).evaluation(len(eval_tasks)),
-                       answer_in_tool_message=config.env.answer_in_tool_message)
+                       answer_in_tool_message=exp.env.answer_in_tool_message)
   finally:
     if sampler is not None:
       sampler.close()
     source.close()
   result = {"command": command or "experiments.evaluate.evaluate_policy", "policy": policy,
-            "checkpoint": checkpoint, "env": config.env.name, "split": split,
+            "checkpoint": checkpoint, "env": exp.env.name, "split": split,
             "tasks": len(eval_tasks),
-            "sampler": config.sampler.kind, "temperature": config.sampler.eval_temperature,
+            "sampler": exp.sampler.kind, "temperature": exp.sampler.eval_temperature,
             "answer_protocol": exp.rollout.answer_protocol,
             "solve_scoring": exp.rollout.solve_scoring,
-            "answer_in_tool_message": config.env.answer_in_tool_message,
+            "answer_in_tool_message": exp.env.answer_in_tool_message,
             "metrics": metrics, "seconds": round(time.perf_counter() - start, 1),
             "machine": info}
   benchmark.write_result(path, result)

@@ -65,7 +65,7 @@ def run(config, workdir: str) -> dict:
         label=config.advantage.name, estimator=config.advantage.name,
         options=dataclasses.asdict(exp.advantage), seed=config.seed))
   writer = rundir.MetricsWriter(workdir)
-  progress = Progress(enabled=config.train.progress_bar)
+  progress = Progress(enabled=exp.train.progress_bar)
   try:
     with contextlib.ExitStack() as cleanup:  # sampler, checkpointer, tasks: closed however it ends
       summary = _train(config, exp, workdir, writer, progress, resuming, cleanup)
@@ -75,7 +75,7 @@ def run(config, workdir: str) -> dict:
   finally:
     progress.close()
     writer.close()
-  rundir.write_status(workdir, "finished", config.train.steps)
+  rundir.write_status(workdir, "finished", exp.train.steps)
   return summary
 
 
@@ -87,25 +87,25 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   batch_axes = sharding.batch_spec(rules)[0] or ()
   shards = int(np.prod([mesh.shape[a] for a in (batch_axes if isinstance(batch_axes, tuple)
                                                  else (batch_axes,))]))
-  exp = resolve.fit_to_mesh(exp, shards, config.sft.batch_size if config.sft.steps else shards)
+  exp = resolve.fit_to_mesh(exp, shards, exp.sft.batch_size if exp.sft.steps else shards)
 
   # -- Data and environment -------------------------------------------------------------------
-  tok_dir = tokenizer_dir(config.model, config.env.name,
-                          tasks_lib.cache_dir(config.env.cache_dir), seed=config.seed)
+  tok_dir = tokenizer_dir(exp.model, exp.env.name,
+                          tasks_lib.cache_dir(exp.env.cache_dir), seed=config.seed)
   tokenizer = load_tokenizer(tok_dir)
-  source = cleanup.enter_context(contextlib.closing(TaskSource(config.env, seed=config.seed)))
-  train_tasks = source.tasks("train", config.env.train_tasks)
-  eval_tasks = source.tasks("eval", config.env.eval_tasks)
+  source = cleanup.enter_context(contextlib.closing(TaskSource(exp.env, seed=config.seed)))
+  train_tasks = source.tasks("train", exp.env.train_tasks)
+  eval_tasks = source.tasks("eval", exp.env.eval_tasks)
   # SFT demonstrates other train-split tasks than RL asks: RL's gains are on queries whose
   # answers SFT did not show (with the same tasks, RL only re-reads what SFT memorised).
-  demo_tasks = source.tasks("train", config.env.train_tasks + config.sft.num_demos,
-                            hop_weights=config.sft.hop_weights)[
-      config.env.train_tasks:] if config.sft.steps else []
-  judge = judging.make_judge(config.judge)
-  queries = tasks_lib.QueryOrder(len(train_tasks), config.train.queries_per_step, seed=config.seed)
+  demo_tasks = source.tasks("train", exp.env.train_tasks + exp.sft.num_demos,
+                            hop_weights=exp.sft.hop_weights)[
+      exp.env.train_tasks:] if exp.sft.steps else []
+  judge = judging.make_judge(exp.judge)
+  queries = tasks_lib.QueryOrder(len(train_tasks), exp.train.queries_per_step, seed=config.seed)
 
   # -- Model and optimizer --------------------------------------------------------------------
-  model = policy.build_model(config.model, len(tokenizer), rules, seed=config.seed)
+  model = policy.build_model(exp.model, len(tokenizer), rules, seed=config.seed)
   graphdef, params = split_model(model)
   sft_tx, rl_tx = make_optimizer(exp.sft_optim), make_optimizer(exp.optim)
   place = {"sft": placement(params, sft_tx, mesh, rules), "rl": placement(params, rl_tx, mesh, rules)}
@@ -115,9 +115,9 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
 
   # -- Checkpoint restore ---------------------------------------------------------------------
   ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), run_id=rundir.run_id(config),
-                      options=CheckpointOptions(max_to_keep=config.train.keep_checkpoints))
+                      options=CheckpointOptions(max_to_keep=exp.train.keep_checkpoints))
   cleanup.callback(ckpt.close)
-  phase = "sft" if config.sft.steps > 0 else "rl"
+  phase = "sft" if exp.sft.steps > 0 else "rl"
   state = init_state(params, tx[phase], place[phase], jax.random.key(config.seed),
                      data_position={"phase": phase, "sft_step": 0, "rl_step": 0})
   if ckpt.latest_step() is not None:
@@ -134,7 +134,8 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   elif resuming:
     writer.truncate_after({"sft": 0, "rl": 0, "eval": -1})
   del model, params  # the train state owns the (donated) parameter buffers from here on
-  sampler = samplers.make_sampler(config, graphdef, state, workdir, tok_dir, exp.rollout)
+  sampler = samplers.make_sampler(exp.sampler, exp.model, graphdef, state, workdir, tok_dir,
+                                   exp.rollout)
   cleanup.callback(sampler.close)
 
   run_clock = PhaseClock()  # this process's seconds in SFT, RL and evaluation (summary.json)
@@ -144,9 +145,9 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
     with run_clock("eval"):
       sampler.update(policy.sampler_params(state), state.policy_version)
       return evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
-                      config.sampler.eval_temperature, seed=config.seed,
+                      exp.sampler.eval_temperature, seed=config.seed,
                       progress=progress.evaluation(len(eval_tasks)),
-                      answer_in_tool_message=config.env.answer_in_tool_message)
+                      answer_in_tool_message=exp.env.answer_in_tool_message)
 
   def evaluate_and_log(step: int, stage: Optional[str] = None) -> dict:
     """`evaluate_now`, written as the metrics' eval row `step`; with `stage` ("sft": after the
@@ -160,17 +161,17 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   # -- Supervised warm-start ------------------------------------------------------------------
   if phase == "sft":
     data = SFTData.from_sequences(
-        source.demonstrations(demo_tasks, tokenizer, exp.demos, config.sft.num_demos),
+        source.demonstrations(demo_tasks, tokenizer, exp.demos, exp.sft.num_demos),
         exp.rollout.shapes.max_tokens, seed=config.seed)
-    progress.start("sft", config.sft.steps, state.data_position["sft_step"])
+    progress.start("sft", exp.sft.steps, state.data_position["sft_step"])
     sft_start = time.perf_counter()
-    while state.data_position["sft_step"] < config.sft.steps:
+    while state.data_position["sft_step"] < exp.sft.steps:
       i = state.data_position["sft_step"]
-      state, metrics = steps["sft"](state, SFTBatch(**data.batch(i, config.sft.batch_size)))
+      state, metrics = steps["sft"](state, SFTBatch(**data.batch(i, exp.sft.batch_size)))
       state = dataclasses.replace(state, data_position={**state.data_position, "sft_step": i + 1})
       rec = writer.write("sft", i + 1, jax.device_get(metrics))
       progress.update(i + 1, loss=rec["loss"])
-      if (i + 1) % config.train.checkpoint_every == 0 and i + 1 < config.sft.steps:
+      if (i + 1) % exp.train.checkpoint_every == 0 and i + 1 < exp.sft.steps:
         ckpt.save(state)
     run_clock.seconds["sft"] = time.perf_counter() - sft_start
     # SFT is done: evaluate, then start RL with a fresh optimizer (one checkpoint marks it).
@@ -180,7 +181,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
                        data_position={**state.data_position, "phase": "rl"},
                        policy_version=state.policy_version)
     ckpt.save(state)
-  elif (config.train.eval_at_start and state.data_position["rl_step"] == 0
+  elif (exp.train.eval_at_start and state.data_position["rl_step"] == 0
         and not os.path.exists(os.path.join(workdir, "eval_after_sft.json"))):
     evaluate_and_log(0, stage="start")
 
@@ -189,10 +190,10 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   if exp.loss.kl_coef > 0:  # the KL reference: the policy as RL starts (kept across restarts)
     reference = ReferencePolicy(graphdef, policy.reference_params(state, workdir),
                                 place["rl"], exp.step)
-  progress.start("rl", config.train.steps, state.data_position["rl_step"])
+  progress.start("rl", exp.train.steps, state.data_position["rl_step"])
   last_eval = None
   rl_start, eval_before_rl = time.perf_counter(), run_clock.seconds.get("eval", 0.0)
-  while state.data_position["rl_step"] < config.train.steps:
+  while state.data_position["rl_step"] < exp.train.steps:
     i = state.data_position["rl_step"]
     clock = PhaseClock()  # every phase waited on before its clock stops (asynchronous dispatch)
     with clock("handover"):
@@ -204,11 +205,11 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
       rollouts, episodes, extra_rounds = batch.rollouts, batch.episodes, 0
       if exp.advantage_filters_groups:
         def resample(k, i=i, rng=rng):
-          more = [train_tasks[q] for q in queries.extra(i, k, config.train.queries_per_step)]
+          more = [train_tasks[q] for q in queries.extra(i, k, exp.train.queries_per_step)]
           return rollout(sampler, tokenizer, more, exp.rollout, judge, rng)
         rollouts, episodes, extra_rounds = refill.dapo_refill(
-            batch, exp.estimator, exp.advantage, resample, config.train.queries_per_step,
-            config.train.dynamic_sampling_tries)
+            batch, exp.estimator, exp.advantage, resample, exp.train.queries_per_step,
+            exp.train.dynamic_sampling_tries)
       rollouts = trim_tokens(rollouts)  # the rows' longest length, not the context bound
     with clock("advantages"):
       adv = jax.block_until_ready(exp.estimator(rollouts, exp.advantage))
@@ -224,37 +225,37 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
                        exp.rollout.max_steps, exp.loss.aggregation)
     stats.update(clock.metrics(batch.stats))
     stats["dapo/extra_rounds"] = extra_rounds
-    every = config.train.eval_every
-    if (every and (i + 1) % every == 0) or i + 1 == config.train.steps:
+    every = exp.train.eval_every
+    if (every and (i + 1) % every == 0) or i + 1 == exp.train.steps:
       with clock("eval"):
         last_eval = evaluate_and_log(i + 1)
       stats["time/eval_s"] = clock.seconds["eval"]
-    if (i + 1) % config.train.log_every == 0:
+    if (i + 1) % exp.train.log_every == 0:
       writer.write("rl", i + 1, stats)
     progress.update(i + 1, reward=stats["reward/mean"],
                     accuracy=None if last_eval is None else last_eval["eval/accuracy"])
-    if (i + 1) % config.train.checkpoint_every == 0 or i + 1 == config.train.steps:
+    if (i + 1) % exp.train.checkpoint_every == 0 or i + 1 == exp.train.steps:
       ckpt.save(state)
   ckpt.wait()
   run_clock.seconds["rl"] = (time.perf_counter() - rl_start -
                              (run_clock.seconds.get("eval", 0.0) - eval_before_rl))
 
   # -- Final evaluation, export, summary ------------------------------------------------------
-  if last_eval is None and config.train.steps == 0 and config.sft.steps > 0:
+  if last_eval is None and exp.train.steps == 0 and exp.sft.steps > 0:
     last_eval = json.load(open(os.path.join(workdir, "eval_after_sft.json")))  # the same weights
   if last_eval is None:  # resumed after the last step, or no RL steps
     last_eval = evaluate_now()
-  if config.train.export_final:
+  if exp.train.export_final:
     out = os.path.join(workdir, "hf_export")
     model = nnx.merge(graphdef, policy.sampler_params(state))
     export_hf(model, out, source_dir=tok_dir, overwrite=True)
   first_path = os.path.join(workdir, "eval_after_sft.json")
   first = json.load(open(first_path)) if os.path.exists(first_path) else {}
-  summary = {"after_sft": first, "after_rl": last_eval, "rl_steps": config.train.steps,
+  summary = {"after_sft": first, "after_rl": last_eval, "rl_steps": exp.train.steps,
              "policy_version": state.policy_version,
              "seconds": {k: round(v, 1) for k, v in run_clock.seconds.items()}}
   rundir.write_json(os.path.join(workdir, "summary.json"), summary)
-  print(summary_table(first, last_eval, stage="SFT" if config.sft.steps else "start"),
+  print(summary_table(first, last_eval, stage="SFT" if exp.sft.steps else "start"),
         file=sys.stdout, flush=True)
   return summary
 

@@ -23,6 +23,7 @@ from tirjax.env import chat
 from tirjax.env.toolworld import make_tasks
 from tirjax.sampling.vllm_policy import VLLMPolicySampler
 from tirjax.episodes import ArpoOptions, RolloutOptions, Shapes, TreeOptions, rollout
+from tirjax.experiment import resolve
 from tirjax.rollouts import validate
 from tirjax.sampling import handover
 from tirjax.sampling.interface import SamplingParams
@@ -155,7 +156,9 @@ def test_trainer_handover_changes_outputs_and_a_corrupted_one_is_caught(toolworl
   config = grpo.get_config("model=tiny,sampler=vllm")
   config.sampler.vllm_url = toolworld.sampler.url
   graphdef, params = split_model(toolworld.model)
-  policy = VLLMPolicySampler(config, graphdef, params, toolworld.tokenizer_dir, str(tmp_path))
+  exp = resolve.resolve(config)
+  policy = VLLMPolicySampler(exp.sampler, exp.model.logprob_chunk, exp.rollout.shapes, graphdef,
+                             params, toolworld.tokenizer_dir, str(tmp_path))
   try:
     prompts = chat_prompts(toolworld.tokenizer, 3, seed=9)
     greedy = SamplingParams(temperature=0.0, max_new_tokens=16)

@@ -21,7 +21,7 @@ def build_model(model_cfg, vocab_size: int, rules, seed: int):
     return load_hf(model_cfg.hf_checkpoint, rules=rules)
   cfg = model_config.preset(model_cfg.preset)
   if model_cfg.preset == "tiny":
-    cfg = model_config.tiny(vocab_size=vocab_size, **model_cfg.get("tiny", {}))
+    cfg = model_config.tiny(vocab_size=vocab_size, **dict(model_cfg.tiny))
   return init(cfg, seed=seed, rules=rules)
 
 

@@ -1,14 +1,16 @@
 """From a locked experiment config to checked option objects, before any compute.
 
-Every section becomes the frozen options dataclass of the component that uses it (whose
-`__post_init__` rejects bad values); cross-section rules are checked here. Every error names
-the config key: `ConfigError("rollout.shapes.num_rows: ...")`.
+Every section becomes a frozen options dataclass (whose `__post_init__` rejects bad values):
+the experiment's own sections (`sections.py`: model, env, judge, sampler, train, sft) and the
+options of the components that use the others. `resolve` is one loop over them plus the rules
+that span sections. Every error names the config key:
+`ConfigError("rollout.shapes.num_rows: ...")`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
+import re
 from typing import Any
 
 import jax
@@ -19,18 +21,18 @@ from tirjax.env.toolworld import Difficulty
 from tirjax.env.toolworld.demos import DemoOptions
 from tirjax.loss import LossOptions
 from tirjax.models import config as model_config
-from tirjax.models.config import PRESETS as MODEL_PRESETS
 from tirjax.episodes.options import RolloutOptions
 from tirjax.sampling.vllm import TINY_HEAD_DIM
 from tirjax.training.optimizer import OptimizerOptions
 from tirjax.training.sft import SFTOptions
 from tirjax.training.step import StepOptions
 
-MAX_TASKS = 200_000  # tasks or demonstrations a run may ask for (see `resolve`)
-ENVS = ("toolworld", "toolhop", "ftrl", "bfcl", "doors")
-DEMO_ENVS = ("toolworld", "doors")  # environments with built-in SFT demonstrations
-SAMPLERS = ("jax", "vllm")
-JUDGES = ("rule", "llm")
+from tirjax.experiment.sections import (DEMO_ENVS, ENVS, JUDGES, MAX_TASKS, SAMPLERS, SECTIONS,
+                                       SUBSECTIONS, EnvOptions, JudgeOptions, ModelOptions,
+                                       SamplerOptions, SFTOptions as SFTSection, TrainOptions)
+
+__all__ = ["ConfigError", "Experiment", "resolve", "fit_to_mesh", "ENVS", "SAMPLERS", "JUDGES",
+           "DEMO_ENVS", "MAX_TASKS"]
 
 
 class ConfigError(ValueError):
@@ -41,6 +43,12 @@ class ConfigError(ValueError):
 class Experiment:
   """The checked options of one run (see `resolve`)."""
 
+  model: ModelOptions
+  env: EnvOptions
+  judge: JudgeOptions
+  sampler: SamplerOptions
+  train: TrainOptions
+  sft: SFTSection
   estimator: advantages.Estimator
   advantage: Any  # the estimator's options dataclass
   rollout: RolloutOptions
@@ -66,83 +74,26 @@ def _section(cls, cfg, key: str):
     raise ConfigError(str(e)) from None
 
 
+def _own_section(name: str, c):
+  """One of the experiment's own sections; a bad value names its key as `section.key`."""
+  values = {k: v for k, v in c[name].to_dict().items() if k not in SUBSECTIONS.get(name, ())}
+  try:
+    return dataclass_from_config(SECTIONS[name], values, name)
+  except ValueError as e:
+    raise ConfigError(re.sub(rf"^{name}: (\w[\w.]*): ", rf"{name}.\1: ", str(e))) from None
+
+
 def _need(ok: bool, key: str, problem: str) -> None:
   if not ok:
     raise ConfigError(f"{key}: {problem}")
 
 
-def _int_at_least(c, key: str, low: int) -> None:
-  value = c
-  for part in key.split("."):
-    value = value[part]
-  _need(isinstance(value, int) and not isinstance(value, bool) and value >= low, key,
-        f"must be an integer >= {low}, got {value!r}")
-
-
 def resolve(c) -> Experiment:
   """Checks the whole config `c`; returns its option objects or raises `ConfigError`."""
-  _need(c.model.preset in MODEL_PRESETS, "model.preset",
-        f"unknown preset {c.model.preset!r}; valid presets are {sorted(MODEL_PRESETS)}")
-  if c.model.hf_checkpoint:
-    _need(os.path.isdir(c.model.hf_checkpoint), "model.hf_checkpoint",
-          f"{c.model.hf_checkpoint!r} is not a directory")
-  else:
-    _need(c.model.preset == "tiny" and c.env.name in DEMO_ENVS, "model.hf_checkpoint",
-          f"required for model.preset={c.model.preset!r} / env.name={c.env.name!r} (weights and "
-          f"tokenizer); only the tiny model on {' or '.join(DEMO_ENVS)} trains from scratch")
-  _int_at_least(c, "model.logprob_chunk", 1)
-  _int_at_least(c, "seed", 0)
-  if c.model.preset == "tiny" and not c.model.hf_checkpoint and "tiny" in c.model:
-    for key in c.model.tiny:
-      _int_at_least(c, f"model.tiny.{key}", 1)
-    try:  # the whole model config, as the trainer will build it (vocabulary aside)
-      model_config.tiny(**c.model.tiny.to_dict())
-    except (TypeError, ValueError) as e:
-      raise ConfigError(f"model.tiny.{e}") from None
-    if c.sampler.kind == "vllm":
-      _need(c.model.tiny.head_dim >= TINY_HEAD_DIM, "model.tiny.head_dim",
-            f"vLLM's CPU attention needs a head size >= {TINY_HEAD_DIM}, got "
-            f"{c.model.tiny.head_dim}")
-
-  _need(c.env.name in ENVS, "env.name", f"must be one of {ENVS}, got {c.env.name!r}")
-  if c.env.name in ("toolhop", "ftrl"):
-    _need(os.path.exists(c.env.data_path), "env.data_path",
-          f"{c.env.data_path!r} does not exist (env.name={c.env.name})")
-  _int_at_least(c, "env.train_tasks", 1)
-  _int_at_least(c, "env.eval_tasks", 1)
-  _need(isinstance(c.env.answer_in_tool_message, bool), "env.answer_in_tool_message",
-        f"must be True or False, got {c.env.answer_in_tool_message!r}")
-  for key, limit in (("env.train_tasks", MAX_TASKS), ("env.eval_tasks", MAX_TASKS),
-                     ("sft.num_demos", MAX_TASKS)):
-    value = c.env[key.split(".")[1]] if key.startswith("env") else c.sft.num_demos
-    _need(value <= limit, key, f"{value} exceeds the limit of {limit} (toolworld draws about "
-          "2,000 tasks a second, so larger lists take minutes before anything else happens)")
-  if c.env.name == "toolworld":
-    for key, weights in (("env", c.env.hop_weights), ("sft", c.sft.hop_weights or
-                                                        c.env.hop_weights)):
-      try:
-        Difficulty(hop_weights=tuple(weights), p_parallel=c.env.p_parallel, p_down=c.env.p_down)
-      except (TypeError, ValueError) as e:
-        field = str(e).split(":")[0]
-        raise ConfigError(f"{key if field == 'hop_weights' else 'env'}.{e}") from None
-
-  _need(c.judge.kind in JUDGES, "judge.kind", f"must be one of {JUDGES}, got {c.judge.kind!r}")
-  if c.judge.kind == "llm":
-    _need(bool(c.judge.base_url) and bool(c.judge.model), "judge.base_url",
-          "the LLM judge needs judge.base_url and judge.model")
-    _int_at_least(c, "judge.votes", 1)
-  _need(c.sampler.kind in SAMPLERS, "sampler.kind",
-        f"must be one of {SAMPLERS}, got {c.sampler.kind!r}")
-  _need(c.sampler.eval_temperature >= 0, "sampler.eval_temperature", "must be >= 0")
-
-  for key in ("train.steps", "sft.steps"):
-    _int_at_least(c, key, 0)
-  _int_at_least(c, "train.eval_every", 0)
-  for key in ("train.queries_per_step", "train.micro_batches",
-              "train.checkpoint_every", "train.keep_checkpoints", "train.log_every",
-              "sft.batch_size", "sft.num_demos"):
-    _int_at_least(c, key, 1)
-  _int_at_least(c, "train.dynamic_sampling_tries", 0)
+  _need(isinstance(c.seed, int) and not isinstance(c.seed, bool) and c.seed >= 0, "seed",
+        f"must be an integer >= 0, got {c.seed!r}")
+  own = {name: _own_section(name, c) for name in SECTIONS}
+  model, env, sft = own["model"], own["env"], own["sft"]
   rollout = _section(RolloutOptions, c.rollout, "rollout")
   try:
     estimator = advantages.get(c.advantage.name)
@@ -152,10 +103,32 @@ def resolve(c) -> Experiment:
   loss = _section(LossOptions, c.loss, "loss")
   optim = _section(OptimizerOptions, c.optim, "optim")
   # Without SFT steps the SFT optimizer never runs (a cosine over 0 steps is not an error then).
-  sft_optim = (_section(OptimizerOptions, c.sft.optim, "sft.optim") if c.sft.steps
+  sft_optim = (_section(OptimizerOptions, c.sft.optim, "sft.optim") if sft.steps
                else OptimizerOptions())
   sft_loss = _section(SFTOptions, c.sft.loss, "sft.loss")
   shard = _section(sharding.ShardingOptions, c.sharding, "sharding")
+
+  # -- Rules that span sections ---------------------------------------------------------------
+  if not model.hf_checkpoint:
+    _need(model.preset == "tiny" and env.name in DEMO_ENVS, "model.hf_checkpoint",
+          f"required for model.preset={model.preset!r} / env.name={env.name!r} (weights and "
+          f"tokenizer); only the tiny model on {' or '.join(DEMO_ENVS)} trains from scratch")
+    if model.tiny:
+      try:  # the whole model config, as the trainer will build it (vocabulary aside)
+        model_config.tiny(**model.tiny)
+      except (TypeError, ValueError) as e:
+        raise ConfigError(f"model.tiny.{e}") from None
+      if own["sampler"].kind == "vllm":
+        _need(model.tiny.get("head_dim", TINY_HEAD_DIM) >= TINY_HEAD_DIM, "model.tiny.head_dim",
+              f"vLLM's CPU attention needs a head size >= {TINY_HEAD_DIM}, got "
+              f"{model.tiny.get('head_dim')}")
+  if env.name == "toolworld":
+    for key, weights in (("env", env.hop_weights), ("sft", sft.hop_weights or env.hop_weights)):
+      try:
+        Difficulty(hop_weights=tuple(weights), p_parallel=env.p_parallel, p_down=env.p_down)
+      except (TypeError, ValueError) as e:
+        field = str(e).split(":")[0]
+        raise ConfigError(f"{key if field == 'hop_weights' else 'env'}.{e}") from None
   devices = shard.num_devices or jax.device_count()
   _need(devices <= jax.device_count(), "sharding.num_devices",
         f"{devices} requested, {jax.device_count()} exist")
@@ -163,37 +136,35 @@ def resolve(c) -> Experiment:
     sharding.mesh_shape(shard.mesh, devices)
   except ValueError as e:
     raise ConfigError(f"sharding.{e}") from None
-  if c.sampler.kind == "vllm":
-    _int_at_least(c, "sampler.vllm_kv_cache_mib", 1)
-
-  rows = c.train.queries_per_step * rollout.rows_per_query
+  train = own["train"]
+  rows = train.queries_per_step * rollout.rows_per_query
   _need(rollout.shapes.num_rows >= rows, "rollout.shapes.num_rows",
         f"{rollout.shapes.num_rows} rows cannot hold train.queries_per_step="
-        f"{c.train.queries_per_step} × {rollout.rows_per_query} rows per query")
-  _need(rollout.shapes.num_rows % c.train.micro_batches == 0, "train.micro_batches",
-        f"{c.train.micro_batches} does not divide the batch rows {rollout.shapes.num_rows}")
-  _need(c.env.name != "doors" or rollout.answer_protocol == "answer_tag",
+        f"{train.queries_per_step} × {rollout.rows_per_query} rows per query")
+  _need(rollout.shapes.num_rows % train.micro_batches == 0, "train.micro_batches",
+        f"{train.micro_batches} does not divide the batch rows {rollout.shapes.num_rows}")
+  _need(env.name != "doors" or rollout.answer_protocol == "answer_tag",
         "rollout.answer_protocol", "env doors answers in one <answer> step: needs answer_tag")
-  _need(c.sft.steps == 0 or c.env.name in DEMO_ENVS, "sft.steps",
+  _need(sft.steps == 0 or env.name in DEMO_ENVS, "sft.steps",
         f"demonstrations exist for {' and '.join(DEMO_ENVS)} only; set sft.steps=0 for "
-        f"env.name={c.env.name!r} "
+        f"env.name={env.name!r} "
         "(warm-start from an SFT checkpoint with model.hf_checkpoint)")
-  _need(c.sft.batch_size % c.train.micro_batches == 0, "sft.batch_size",
-        f"must be a multiple of train.micro_batches={c.train.micro_batches}")
+  _need(sft.batch_size % train.micro_batches == 0, "sft.batch_size",
+        f"must be a multiple of train.micro_batches={train.micro_batches}")
   if loss.aggregation == "seq_mean_token_sum_norm":
     _need(loss.norm_constant is not None, "loss.norm_constant", "required by this aggregation")
   try:
-    demos = DemoOptions(p_recover=c.sft.p_recover, p_detour=c.sft.p_detour,
-                        p_reorder=c.sft.p_reorder, p_confuse=c.sft.p_confuse,
+    demos = DemoOptions(p_recover=sft.p_recover, p_detour=sft.p_detour,
+                        p_reorder=sft.p_reorder, p_confuse=sft.p_confuse,
                         answer_protocol=rollout.answer_protocol)
   except ValueError as e:
     raise ConfigError(f"sft.{e}") from None
 
-  step = StepOptions(num_microbatches=c.train.micro_batches,
-                     logprob_chunk_size=c.model.logprob_chunk, log_entropy=c.train.log_entropy)
+  step = StepOptions(num_microbatches=train.micro_batches,
+                     logprob_chunk_size=model.logprob_chunk, log_entropy=train.log_entropy)
   sft_step = dataclasses.replace(step, log_entropy=False)
-  return Experiment(estimator=estimator, advantage=advantage, rollout=rollout, loss=loss,
-                    optim=optim, step=step, sft_optim=sft_optim, sft_loss=sft_loss,
+  return Experiment(**own, estimator=estimator, advantage=advantage, rollout=rollout,
+                    loss=loss, optim=optim, step=step, sft_optim=sft_optim, sft_loss=sft_loss,
                     sft_step=sft_step, demos=demos, sharding=shard)
 
 

@@ -7,16 +7,17 @@ from flax import nnx
 
 from tirjax.checkpoint import TrainState
 from tirjax.experiment.policy import sampler_params
+from tirjax.experiment.sections import ModelOptions, SamplerOptions
 from tirjax.sampling.interface import PolicySampler
 from tirjax.sampling.jax_sampler import JaxSampler, JaxSamplerOptions, bucket
 from tirjax.sampling.vllm_policy import VLLMPolicySampler
 
 
-def make_sampler(config, graphdef, state: TrainState, workdir: str, tokenizer_source: str,
-                 rollout_options) -> PolicySampler:
+def make_sampler(options: SamplerOptions, model: ModelOptions, graphdef, state: TrainState,
+                 workdir: str, tokenizer_source: str, rollout_options) -> PolicySampler:
   """The configured sampler, holding the current policy (version `state.policy_version`)."""
   params = sampler_params(state)
-  if config.sampler.kind == "jax":
+  if options.kind == "jax":
     # Buckets as large as a batch's rows and context: a run compiles a handful of executables
     # (tree candidates can double the rows) instead of one per prompt length met. Prompts get
     # their own bucket (a step's first call prefills queries_per_step prompts, not its rows),
@@ -28,6 +29,7 @@ def make_sampler(config, graphdef, state: TrainState, workdir: str, tokenizer_so
         min_prompt_len=bucket(shapes.max_tokens - rollout_options.max_new_tokens, 1),
         min_new_tokens=bucket(rollout_options.max_new_tokens, 1),
         min_suffix_len=bucket(rollout_options.max_new_tokens, 16),
-        reuse_cache=config.sampler.reuse_cache)
+        reuse_cache=options.reuse_cache)
     return JaxSampler(nnx.merge(graphdef, params), options, policy_version=state.policy_version)
-  return VLLMPolicySampler(config, graphdef, params, tokenizer_source, workdir)
+  return VLLMPolicySampler(options, model.logprob_chunk, rollout_options.shapes, graphdef, params,
+                           tokenizer_source, workdir)

@@ -36,28 +36,30 @@ class VLLMPolicySampler:
     last_export_s: seconds the last export took.
   """
 
-  def __init__(self, config, graphdef, params, tokenizer_source: str, workdir: str):
+  def __init__(self, sampler_options, logprob_chunk: int, shapes, graphdef, params,
+               tokenizer_source: str, workdir: str):
+    """`sampler_options`: the run's `SamplerOptions` (`sampler.*`); `shapes`: the rollout's
+    `Shapes`."""
     from tirjax.sampling.vllm import VLLMOptions, VLLMSampler
     from tirjax.sampling.vllm_server import ServerOptions
     self._graphdef = graphdef
     self._dirs = [os.path.join(workdir, "vllm_weights", f"slot{k}") for k in (0, 1)]
     self._slot = 0
     self._tokenizer_source = tokenizer_source
-    self._teacher = DecoderTeacher(graphdef, params, config.model.logprob_chunk)
+    self._teacher = DecoderTeacher(graphdef, params, logprob_chunk)
     model_cfg = nnx.merge(graphdef, params).config
     tolerance = HANDOVER_TOLERANCE[model_cfg.dtype]
     first = self._export(params)
-    if config.sampler.vllm_url:
-      options = VLLMOptions(url=config.sampler.vllm_url, handover_tolerance=tolerance)
+    if sampler_options.vllm_url:
+      options = VLLMOptions(url=sampler_options.vllm_url, handover_tolerance=tolerance)
     else:
-      shapes = config.rollout.shapes
       server = ServerOptions(
           model=first, dtype=model_cfg.dtype, max_model_len=shapes.max_tokens,
-          kv_cache_memory_bytes=config.sampler.vllm_kv_cache_mib << 20,
+          kv_cache_memory_bytes=sampler_options.vllm_kv_cache_mib << 20,
           # A whole batch's prompts in one engine step: no prefill is split (which vLLM's CPU
           # build cannot do for seeded requests, see ServerOptions).
           max_num_batched_tokens=min(2 * shapes.num_rows * shapes.max_tokens, 1 << 18),
-          **({"python": config.sampler.vllm_python} if config.sampler.vllm_python else {}))
+          **({"python": sampler_options.vllm_python} if sampler_options.vllm_python else {}))
       options = VLLMOptions(server=server, handover_tolerance=tolerance)
     self._sampler = VLLMSampler(options)
     self.policy_version = 0

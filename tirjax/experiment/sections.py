@@ -1,0 +1,177 @@
+"""The experiment config's own sections as typed options: model, env, judge, sampler, train, sft.
+
+The other sections are the options dataclasses of the components they configure (rollout,
+advantage, loss, optim, sharding). Each class here is a frozen dataclass whose defaults are the
+base config's and whose `__post_init__` rejects a bad value naming the key; `configs/base.py`
+generates its sections from them, and `resolve` turns them back into these objects, so that
+the trainer's parts take typed options, never raw config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Mapping
+
+MAX_TASKS = 200_000  # tasks or demonstrations a run may ask for
+ENVS = ("toolworld", "toolhop", "ftrl", "bfcl", "doors")
+DEMO_ENVS = ("toolworld", "doors")  # environments with built-in SFT demonstrations
+SAMPLERS = ("jax", "vllm")
+JUDGES = ("rule", "llm")
+
+
+def _int_at_least(owner, name: str, low: int) -> None:
+  value = getattr(owner, name)
+  if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
+
+
+def _one_of(owner, name: str, allowed) -> None:
+  value = getattr(owner, name)
+  if value not in allowed:
+    raise ValueError(f"{name}: must be one of {allowed}, got {value!r}")
+
+
+def _bool(owner, name: str) -> None:
+  if not isinstance(getattr(owner, name), bool):
+    raise ValueError(f"{name}: must be True or False, got {getattr(owner, name)!r}")
+
+
+def _within_limit(owner, name: str) -> None:
+  value = getattr(owner, name)
+  if value > MAX_TASKS:
+    raise ValueError(f"{name}: {value} exceeds the limit of {MAX_TASKS} (toolworld draws about "
+                     "2,000 tasks a second, so larger lists take minutes before anything else "
+                     "happens)")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelOptions:
+  preset: str = "tiny"  # `tirjax.models.config.PRESETS`
+  hf_checkpoint: str = ""  # a local HF directory (weights + tokenizer); needed by real presets
+  logprob_chunk: int = 1024  # positions whose [chunk, vocab] logits exist at a time
+  # The tiny model's sizes (`tirjax.models.config.tiny` keyword arguments).
+  tiny: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    from tirjax.models.config import PRESETS  # pylint: disable=import-outside-toplevel
+    if self.preset not in PRESETS:
+      raise ValueError(f"preset: unknown preset {self.preset!r}; valid presets are "
+                       f"{sorted(PRESETS)}")
+    if self.hf_checkpoint and not os.path.isdir(self.hf_checkpoint):
+      raise ValueError(f"hf_checkpoint: {self.hf_checkpoint!r} is not a directory")
+    _int_at_least(self, "logprob_chunk", 1)
+    for key, value in dict(self.tiny).items():
+      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"tiny.{key}: must be an integer >= 1, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvOptions:
+  name: str = "toolworld"
+  data_path: str = ""  # the dataset file (ToolHop, FTRL); "" = built in or bfcl-eval's own
+  train_tasks: int = 2000
+  eval_tasks: int = 64
+  # ToolHop's AC also accepts an answer contained in the tool response before it (FTRL's
+  # reference scorer; False: containment in the answer only, the paper's Eq. 21)
+  answer_in_tool_message: bool = False
+  cache_dir: str = ""  # built artefacts (toolworld's tokenizer); "" = $TIRJAX_CACHE or ~/.cache
+  # toolworld only: the query mix
+  hop_weights: tuple = (0.25, 0.35, 0.25, 0.15)
+  p_parallel: float = 0.5
+  p_down: float = 0.1
+
+  def __post_init__(self):
+    _one_of(self, "name", ENVS)
+    if self.name in ("toolhop", "ftrl") and not os.path.exists(self.data_path):
+      raise ValueError(f"data_path: {self.data_path!r} does not exist (env.name={self.name})")
+    for name in ("train_tasks", "eval_tasks"):
+      _int_at_least(self, name, 1)
+      _within_limit(self, name)
+    _bool(self, "answer_in_tool_message")
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeOptions:
+  kind: str = "rule"  # or "llm": an OpenAI-compatible endpoint, `votes` votes, majority
+  base_url: str = ""
+  model: str = ""
+  votes: int = 5
+
+  def __post_init__(self):
+    _one_of(self, "kind", JUDGES)
+    if self.kind == "llm":
+      if not (self.base_url and self.model):
+        raise ValueError("base_url: the LLM judge needs judge.base_url and judge.model")
+      _int_at_least(self, "votes", 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerOptions:
+  kind: str = "jax"
+  eval_temperature: float = 0.0  # greedy evaluation
+  vllm_url: str = ""  # attach to a running server instead of launching one
+  vllm_python: str = ""  # interpreter of the vLLM environment ("" = .venv-vllm or $TIRJAX_VLLM_PYTHON)
+  vllm_kv_cache_mib: int = 64
+  # JAX sampler: continue each row's KV cache across turns (False: re-prefill every turn)
+  reuse_cache: bool = True
+
+  def __post_init__(self):
+    _one_of(self, "kind", SAMPLERS)
+    if not self.eval_temperature >= 0:
+      raise ValueError(f"eval_temperature: must be >= 0, got {self.eval_temperature!r}")
+    if self.kind == "vllm":
+      _int_at_least(self, "vllm_kv_cache_mib", 1)
+    _bool(self, "reuse_cache")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainOptions:
+  steps: int = 100  # RL steps
+  queries_per_step: int = 8  # rows per batch = queries_per_step × rows per query
+  micro_batches: int = 1
+  eval_every: int = 20  # RL steps between evaluations; 0: after the last step only
+  eval_at_start: bool = True
+  checkpoint_every: int = 10
+  keep_checkpoints: int = 3
+  log_every: int = 1
+  progress_bar: bool = True
+  export_final: bool = True
+  log_entropy: bool = False
+  dynamic_sampling_tries: int = 4  # DAPO: extra rollout rounds to refill filtered groups
+
+  def __post_init__(self):
+    for name in ("steps", "eval_every", "dynamic_sampling_tries"):
+      _int_at_least(self, name, 0)
+    for name in ("queries_per_step", "micro_batches", "checkpoint_every", "keep_checkpoints",
+                 "log_every"):
+      _int_at_least(self, name, 1)
+    for name in ("eval_at_start", "progress_bar", "export_final", "log_entropy"):
+      _bool(self, name)
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTOptions:
+  """The warm start's own keys; its `optim` and `loss` subsections are the optimizer's and
+  the SFT loss's options (resolved beside it)."""
+
+  steps: int = 0
+  batch_size: int = 16
+  num_demos: int = 2000
+  p_recover: float = 0.15
+  p_detour: float = 0.1
+  p_reorder: float = 0.3
+  p_confuse: float = 0.0  # toolworld: demos that take compare/sort/filter/convert's direction at random
+  # toolworld: the demonstrations' query mix (hops 1-4); () = env.hop_weights
+  hop_weights: tuple = ()
+
+  def __post_init__(self):
+    _int_at_least(self, "steps", 0)
+    _int_at_least(self, "batch_size", 1)
+    _int_at_least(self, "num_demos", 1)
+    _within_limit(self, "num_demos")
+
+
+SECTIONS = {"model": ModelOptions, "env": EnvOptions, "judge": JudgeOptions,
+            "sampler": SamplerOptions, "train": TrainOptions, "sft": SFTOptions}
+SUBSECTIONS = {"sft": ("optim", "loss")}  # resolved as their own options, not as keys of SFT
