@@ -24,7 +24,7 @@ import time
 import numpy as np
 from absl import app, flags
 
-from tirjax.reporting import benchmark
+from tirjax.reporting import benchmark, rl_step
 
 flags.DEFINE_string("hf_checkpoint", None, "Warm start: an HF export of the tiny model.")
 flags.DEFINE_string("config", "configs/hidifftir.py:model=tiny", "The run config.")
@@ -33,7 +33,10 @@ flags.DEFINE_integer("skip", 2, "First steps left out of the medians (compilatio
 flags.DEFINE_string("workdir", "runs/bench_rl_step", "Parent of the variants' run directories.")
 flags.DEFINE_string("json", "benchmarks/results/bench_rl_step_cpu.json", "Results.")
 flags.DEFINE_list("variants", ["re-prefill", "prefix cache", "vllm"], "Which variants run.")
-flags.mark_flag_as_required("hf_checkpoint")
+flags.DEFINE_string("reanalyse", None, "Recompute the `limits` of this result file (no run).")
+flags.register_multi_flags_validator(
+    ["hf_checkpoint", "reanalyse"], lambda f: bool(f["hf_checkpoint"] or f["reanalyse"]),
+    "--hf_checkpoint is required (unless --reanalyse)")
 FLAGS = flags.FLAGS
 
 VARIANTS = {"re-prefill": ["--config.sampler.reuse_cache=False"],
@@ -87,6 +90,14 @@ def raw_decode(rows: int) -> float:
 
 def main(argv):
   del argv
+  if FLAGS.reanalyse:  # the limits of a result file already measured, recomputed in place
+    with open(FLAGS.reanalyse) as f:
+      out = json.load(f)
+    out["limits"] = rl_step.limits(out)
+    with open(FLAGS.reanalyse, "w") as f:  # the measurement's own machine record stays as is
+      json.dump(out, f, indent=1)
+    print(json.dumps(out["limits"], indent=1))
+    return
   info = benchmark.machine()
   start = time.perf_counter()
   unknown = sorted(set(FLAGS.variants) - set(VARIANTS))
@@ -107,6 +118,7 @@ def main(argv):
                step_speedup=old["time/step_s"] / new["time/step_s"],
                rollout_speedup=old["time/rollout_s"] / new["time/rollout_s"],
                episode_efficiency=new["episode_tokens_per_s"] / raw)
+    out["limits"] = rl_step.limits(out)
   if "vllm" in results and "prefix cache" in results:
     v, new = results["vllm"], results["prefix cache"]
     out.update(vllm_step_over_prefix_cache=v["time/step_s"] / new["time/step_s"],
