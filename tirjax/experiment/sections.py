@@ -110,7 +110,14 @@ class JudgeOptions:
 class SamplerOptions:
   kind: str = "jax"
   eval_temperature: float = 0.0  # greedy evaluation
-  vllm_url: str = ""  # attach to a running server instead of launching one
+  # attach to running servers instead of launching: one URL, or several, comma-separated (a
+  # fleet: each request to the server with the fewest outstanding, see `vllm_fleet.py`)
+  vllm_url: str = ""
+  vllm_servers: int = 1  # servers to launch when vllm_url is empty (more than 1: a fleet)
+  # GPU: the share of accelerator memory each launched server may take (0: vLLM's default);
+  # set it so that the trainer's XLA share (XLA_PYTHON_CLIENT_MEM_FRACTION) and the servers'
+  # fit together (docs/scaling.md). Not exercised on a GPU here.
+  vllm_gpu_memory_utilization: float = 0.0
   vllm_python: str = ""  # interpreter of the vLLM environment ("" = .venv-vllm or $TIRJAX_VLLM_PYTHON)
   vllm_kv_cache_mib: int = 64
   # JAX sampler: continue each row's KV cache across turns (False: re-prefill every turn)
@@ -122,6 +129,12 @@ class SamplerOptions:
       raise ValueError(f"eval_temperature: must be >= 0, got {self.eval_temperature!r}")
     if self.kind == "vllm":
       _int_at_least(self, "vllm_kv_cache_mib", 1)
+      _int_at_least(self, "vllm_servers", 1)
+      if not 0 <= self.vllm_gpu_memory_utilization <= 1:
+        raise ValueError(f"vllm_gpu_memory_utilization: must lie in [0, 1], got "
+                         f"{self.vllm_gpu_memory_utilization!r}")
+      if any(not u.strip() for u in self.vllm_url.split(",")) and self.vllm_url:
+        raise ValueError(f"vllm_url: an empty URL in {self.vllm_url!r}")
     _bool(self, "reuse_cache")
 
 

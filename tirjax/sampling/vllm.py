@@ -111,7 +111,7 @@ class HandoverReport:
   gap: Optional[handover.LogprobGap]  # None when no teacher was given
 
 
-def _prompt_seed(seed: int, call: int, index: int) -> int:
+def prompt_seed(seed: int, call: int, index: int) -> int:
   digest = hashlib.blake2b(f"{seed}:{call}:{index}".encode(), digest_size=8).digest()
   return int.from_bytes(digest, "little") % (2**31 - 2**16)  # room for seed + n
 
@@ -166,6 +166,11 @@ class VLLMSampler:
         raise SamplerError(f"no healthy vLLM server at {self.url}")
 
   @property
+  def unverified(self) -> Optional[str]:
+    """Why sampling is refused (a hand-over that did not pass), or None."""
+    return self._unverified
+
+  @property
   def server(self) -> Optional[VLLMServer]:
     """The server this sampler launched (None when attached to one)."""
     return self._server
@@ -192,8 +197,10 @@ class VLLMSampler:
             "seed": seed, "logprobs": params.top_logprobs,
             "return_tokens_as_token_ids": True, "return_token_ids": True}
 
-  def _complete(self, prompt: list[int], params: SamplingParams, seed: int,
-                version: int) -> list[Sample]:
+  def complete(self, prompt: list[int], params: SamplingParams, seed: int,
+               version: int) -> list[Sample]:
+    """One request: `params.n` samples of `prompt` seeded with `seed`, tagged `version`
+    (no health check or restart: `generate` adds them; a fleet routes requests itself)."""
     answer = request_json(f"{self.url}/v1/completions", self._payload(prompt, params, seed),
                           timeout=self.options.request_timeout_s)
     choices = sorted(answer["choices"], key=lambda c: c["index"])
@@ -210,7 +217,7 @@ class VLLMSampler:
     version = self.policy_version
     workers = min(len(prompts), self.options.max_concurrency) or 1
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-      futures = [pool.submit(self._complete, p, params, _prompt_seed(params.seed, call, i),
+      futures = [pool.submit(self.complete, p, params, prompt_seed(params.seed, call, i),
                              version) for i, p in enumerate(prompts)]
       concurrent.futures.wait(futures)
     return [f.result() for f in futures]

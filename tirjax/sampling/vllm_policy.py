@@ -41,6 +41,7 @@ class VLLMPolicySampler:
     """`sampler_options`: the run's `SamplerOptions` (`sampler.*`); `shapes`: the rollout's
     `Shapes`."""
     from tirjax.sampling.vllm import VLLMOptions, VLLMSampler
+    from tirjax.sampling.vllm_fleet import VLLMFleet
     from tirjax.sampling.vllm_server import ServerOptions
     self._graphdef = graphdef
     self._dirs = [os.path.join(workdir, "vllm_weights", f"slot{k}") for k in (0, 1)]
@@ -51,23 +52,26 @@ class VLLMPolicySampler:
     tolerance = HANDOVER_TOLERANCE[model_cfg.dtype]
     first = self._export(params)
     if sampler_options.vllm_url:
-      options = VLLMOptions(url=sampler_options.vllm_url, handover_tolerance=tolerance)
+      members = [VLLMOptions(url=u.strip(), handover_tolerance=tolerance)
+                 for u in sampler_options.vllm_url.split(",")]
     else:
       server = ServerOptions(
           model=first, dtype=model_cfg.dtype, max_model_len=shapes.max_tokens,
           kv_cache_memory_bytes=sampler_options.vllm_kv_cache_mib << 20,
+          gpu_memory_utilization=sampler_options.vllm_gpu_memory_utilization or None,
           # A whole batch's prompts in one engine step: no prefill is split (which vLLM's CPU
           # build cannot do for seeded requests, see ServerOptions).
           max_num_batched_tokens=min(2 * shapes.num_rows * shapes.max_tokens, 1 << 18),
           **({"python": sampler_options.vllm_python} if sampler_options.vllm_python else {}))
-      options = VLLMOptions(server=server, handover_tolerance=tolerance)
-    self._sampler = VLLMSampler(options)
+      members = [VLLMOptions(server=server, handover_tolerance=tolerance)
+                 for _ in range(sampler_options.vllm_servers)]
+    self._sampler = VLLMSampler(members[0]) if len(members) == 1 else VLLMFleet(members)
     self.policy_version = 0
     self.last_handover = None
 
   @property
   def sampler(self):
-    """The underlying `VLLMSampler`."""
+    """The underlying `VLLMSampler`, or `VLLMFleet` for several servers."""
     return self._sampler
 
   def _export(self, params) -> str:
