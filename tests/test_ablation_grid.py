@@ -240,7 +240,8 @@ def test_runs_wait_for_their_warm_start_and_skip_a_failed_one(tmp_path, capsys, 
   assert not os.path.exists(os.path.join(jobs[1].workdir, "train.log"))
   out = capsys.readouterr().out
   assert f"6 runs (2 warm starts), 0 finished earlier, 6 to run, {parallel} at a time" in out
-  assert f"[1/6] {jobs[0].name}: failed in" in out and ": boom (see" in out
+  # Which of the two warm starts ends first is up to the scheduler when they run side by side.
+  assert re.search(rf"\[\d/6\] {re.escape(jobs[0].name)}: failed in", out) and ": boom (see" in out
   assert re.search(rf"\[\d/6\] grpo seed0: not run: its warm start {re.escape(jobs[0].workdir)} "
                    "did not finish", out)
   # [k/n] counts the jobs ended so far: 1, 2, ..., 6 over the lines that end a job.
