@@ -150,14 +150,29 @@ def fill_value(name: str):
   return CALL_PAD if name.startswith("calls.") else _SPEC[name][2]
 
 
-def empty_arrays(B: int, T: int, K: int, C: int, L: int,
+_CALL_SPEC = {"pred_name": "BTK", "pred_keys": "BTKP", "pred_values": "BTKP", "gt_name": "BC",
+              "gt_keys": "BCP", "gt_values": "BCP"}
+
+
+def empty_arrays(B: int, T: int, K: int, C: int, L: int, P: Optional[int] = None,
                  optional: tuple = ("call_solves", "num_expected")) -> dict[str, np.ndarray]:
-  """Numpy arrays of every required field (and of `optional` ones), all padding: a builder
-  writes its rows into them and hands them to `from_numpy`."""
-  sizes = {"B": B, "T": T, "K": K, "C": C, "L": L}
-  return {name: np.full(tuple(sizes[s] for s in symbols), fill, _DTYPES[kind])
-          for name, (symbols, kind, fill) in _SPEC.items()
-          if name not in OPTIONAL or name in optional}
+  """Numpy arrays of every required field (and of `optional` ones; with `P`, the call
+  encodings as `calls.<field>`), all padding: a builder writes its rows into them and hands
+  them to `from_numpy`."""
+  sizes = {"B": B, "T": T, "K": K, "C": C, "L": L, "P": P}
+  out = {name: np.full(tuple(sizes[s] for s in symbols), fill, _DTYPES[kind])
+         for name, (symbols, kind, fill) in _SPEC.items()
+         if name not in OPTIONAL or name in optional}
+  if P is not None:
+    out.update({f"calls.{name}": np.full(tuple(sizes[s] for s in symbols), CALL_PAD, np.int32)
+                for name, symbols in _CALL_SPEC.items()})
+  return out
+
+
+def call_encoding(arrays: dict) -> CallEncoding:
+  """The `calls.<field>` arrays of `arrays` as a `CallEncoding` (jax arrays)."""
+  return CallEncoding(**{k[len("calls."):]: jnp.asarray(v) for k, v in arrays.items()
+                         if k.startswith("calls.")})
 
 
 def to_numpy(r: Rollouts) -> dict[str, np.ndarray]:
@@ -178,9 +193,9 @@ def to_numpy(r: Rollouts) -> dict[str, np.ndarray]:
 
 def from_numpy(arrays: dict) -> Rollouts:
   """The validated batch of `to_numpy`'s (or `empty_arrays`'s) layout."""
-  calls = {k[len("calls."):]: jnp.asarray(v) for k, v in arrays.items() if k.startswith("calls.")}
+  has_calls = any(k.startswith("calls.") for k in arrays)
   fields = {k: jnp.asarray(v) for k, v in arrays.items() if not k.startswith("calls.")}
-  return validate(Rollouts(**fields, calls=CallEncoding(**calls) if calls else None))
+  return validate(Rollouts(**fields, calls=call_encoding(arrays) if has_calls else None))
 
 
 def take_rows(r, rows, num_rows: int) -> dict[str, np.ndarray]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import jax.numpy as jnp
 
-from tirjax.rollouts import Rollouts, validate
+from tirjax.rollouts import Rollouts, to_numpy, validate
 from tirjax.testing.synthetic_calls import FORMAT_LEVELS
 
 # (B, T, K, C): m = T*K predicted slots above, equal to and below n = C ground-truth slots.
@@ -88,17 +88,7 @@ def _assemble(group_id, row_valid, outcome, num_steps, answered, step_valid, for
 
 def to_batch(r: Rollouts) -> dict:
   """The reference functions' input: every field as a numpy array (encodings as calls.*)."""
-  batch = {}
-  for name in r.__dataclass_fields__:
-    value = getattr(r, name)
-    if value is None:
-      continue
-    if name == "calls":
-      for f in value.__dataclass_fields__:
-        batch[f"calls.{f}"] = np.asarray(getattr(value, f))
-    else:
-      batch[name] = np.asarray(value)
-  return batch
+  return to_numpy(r)
 
 
 def from_rows(rows, num_gt: int, shape=None) -> Rollouts:

@@ -20,11 +20,10 @@ import dataclasses
 from typing import Hashable, Optional, Sequence
 
 import jax.numpy as jnp
-import numpy as np
 
-from tirjax.matching.encoding import PAD, CallEncoder
+from tirjax.matching.encoding import CallEncoder
 from tirjax.matching.similarity import call_similarity
-from tirjax.rollouts import CallEncoding, Rollouts, validate, write_tokens
+from tirjax.rollouts import Rollouts, call_encoding, empty_arrays, from_numpy, write_tokens
 
 TERMINAL_TOOL = "response_gen"
 
@@ -99,25 +98,10 @@ def build_rollouts(
   B, T, K, C, L, P = (size[k] for k in ("num_rows", "max_steps", "max_calls", "max_gt_calls",
                                           "max_tokens", "max_params"))
 
-  a = dict(
-      group_id=np.zeros(B, np.int32), row_valid=np.zeros(B, bool),
-      outcome=np.zeros(B, np.float32), num_steps=np.zeros(B, np.int32),
-      answered=np.zeros(B, bool), step_valid=np.zeros((B, T), bool),
-      node_id=np.full((B, T), -1, np.int32), format_reward=np.zeros((B, T), np.float32),
-      call_valid=np.zeros((B, T, K), bool), gt_valid=np.zeros((B, C), bool),
-      answer_score=np.zeros(B, np.float32), tokens=np.zeros((B, L), np.int32),
-      token_valid=np.zeros((B, L), bool), loss_mask=np.zeros((B, L), bool),
-      token_step=np.full((B, L), -1, np.int32), old_logprobs=np.zeros((B, L), np.float32),
-      policy_version=np.zeros(B, np.int32))
-  ref = np.zeros((B, L), np.float32)
-  solves = np.zeros((B, T, K), bool)
-  num_expected = np.zeros(B, np.int32)
+  a = empty_arrays(B, T, K, C, L, P, optional=("ref_logprobs", "call_solves", "num_expected"))
+  ref, solves, num_expected = a["ref_logprobs"], a["call_solves"], a["num_expected"]
+  e = {k[len("calls."):]: v for k, v in a.items() if k.startswith("calls.")}
   enc = CallEncoder()
-  e = dict(pred_name=np.full((B, T, K), PAD, np.int32),
-           pred_keys=np.full((B, T, K, P), PAD, np.int32),
-           pred_values=np.full((B, T, K, P), PAD, np.int32),
-           gt_name=np.full((B, C), PAD, np.int32), gt_keys=np.full((B, C, P), PAD, np.int32),
-           gt_values=np.full((B, C, P), PAD, np.int32))
 
   node_ids: dict[tuple[int, Hashable], int] = {}
   next_node = 0
@@ -166,16 +150,13 @@ def build_rollouts(
   if next_node > B * T:
     raise ValueError(f"the records use {next_node} tree nodes; B*T={B * T} ids are available")
 
-  calls = CallEncoding(**{k: jnp.asarray(v) for k, v in e.items()})
-  call_valid, gt_valid = jnp.asarray(a["call_valid"]), jnp.asarray(a["gt_valid"])
-  r = Rollouts(
-      **{k: jnp.asarray(v) for k, v in a.items()},
-      call_sim=call_similarity(calls, call_valid, gt_valid),
-      ref_logprobs=jnp.asarray(ref) if with_ref else None,
-      calls=calls,
-      call_solves=jnp.asarray(solves) if with_ftrl else None,
-      num_expected=jnp.asarray(num_expected) if with_ftrl else None)
-  return validate(r)
+  a["call_sim"] = call_similarity(call_encoding(a), jnp.asarray(a["call_valid"]),
+                                  jnp.asarray(a["gt_valid"]))
+  for name, keep in (("ref_logprobs", with_ref), ("call_solves", with_ftrl),
+                     ("num_expected", with_ftrl)):
+    if not keep:
+      del a[name]
+  return from_numpy(a)
 
 
 def _row_len(row: RowRecord) -> int:
