@@ -45,3 +45,13 @@ def pytest_collection_modifyitems(config, items):
   for item in items:
     if item.module.__name__.split(".")[-1].startswith("test_vllm_"):
       item.add_marker(pytest.mark.vllm)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tmp_path_factory):
+  """The toolworld tokenizer (a BPE built here, seed 0), shared by the tests that render chats
+  and episodes; a test module may define its own `tokenizer` instead."""
+  import transformers  # pylint: disable=import-outside-toplevel
+  from tirjax.env.toolworld import build_tokenizer  # pylint: disable=import-outside-toplevel
+  path = build_tokenizer(tmp_path_factory.getbasetemp() / "toolworld_tokenizer")
+  return transformers.AutoTokenizer.from_pretrained(str(path))

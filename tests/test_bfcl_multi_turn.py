@@ -5,7 +5,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-import transformers
 
 from experiments import bfcl_agreement
 from tests.rollout_support import TextSampler
@@ -13,7 +12,6 @@ from tirjax.env import chat
 from tirjax.env.datasets import bfcl
 from tirjax.env.executor import EnvOptions, ToolEnv
 from tirjax.env.sandbox import Sandbox
-from tirjax.env.toolworld import build_tokenizer
 from tirjax.episodes import RolloutOptions, Shapes, rollout
 from tirjax.testing.reference import bfcl as ref
 
@@ -102,12 +100,6 @@ def test_an_episode_out_of_steps_before_its_last_turn_fails(tasks):
   ok, _ = ref.project_verdict(task, steps)
   short, _ = ref.project_verdict(task, steps, max_steps=6)
   assert ok is True and short is False
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-  path = build_tokenizer(tmp_path_factory.getbasetemp() / "bfcl_tokenizer")
-  return transformers.AutoTokenizer.from_pretrained(str(path))
 
 
 def test_rollout_of_a_dialogue_user_turns_outside_the_loss_and_per_turn_matching(tasks,

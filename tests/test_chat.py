@@ -12,16 +12,10 @@ from tirjax.env import chat
 from tirjax.env.tools import TERMINAL_TOOL, Tool
 from tirjax.env.toolworld.demos import DemoOptions, make_demos
 from tirjax.env.toolworld.tasks import make_tasks
-from tirjax.env.toolworld.tokenizer import SPECIAL_TOKENS, TAG_TOKENS, build_tokenizer
+from tirjax.env.toolworld.tokenizer import SPECIAL_TOKENS, TAG_TOKENS
 
 QWEN_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
               r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-  path = build_tokenizer(tmp_path_factory.getbasetemp() / "toolworld_tokenizer")
-  return transformers.AutoTokenizer.from_pretrained(str(path))
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,5 @@
 """`tirjax.credit.push.logit_push` against plain loops over tokens, and against a real step."""
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np

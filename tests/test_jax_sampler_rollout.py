@@ -10,12 +10,11 @@ import dataclasses
 
 import numpy as np
 import pytest
-import transformers
 from flax import nnx
 
 from tirjax import advantages
 from tirjax.env import chat
-from tirjax.env.toolworld import build_tokenizer, make_tasks
+from tirjax.env.toolworld import make_tasks
 from tirjax.models import config, decoder
 from tirjax.models.logprobs import token_logprobs
 from tirjax.episodes import RolloutOptions, Shapes, TreeOptions, rollout
@@ -29,12 +28,6 @@ pytestmark = [pytest.mark.xdist_group("jax_sampler_rollout"), pytest.mark.slow]
 SHAPES = Shapes(num_rows=16, max_steps=3, max_calls=4, max_gt_calls=8, max_tokens=512,
                 max_params=4)
 OPTIONS = JaxSamplerOptions(min_batch=16, max_batch=16, min_prompt_len=512, min_new_tokens=16)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-  path = build_tokenizer(tmp_path_factory.getbasetemp() / "toolworld_tokenizer")
-  return transformers.AutoTokenizer.from_pretrained(str(path))
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,5 @@
 """Presets against the published model cards, HF config conversion, sharding rules."""
 
-import jax
 import pytest
 import transformers
 from flax import nnx

@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-import transformers
 
 from tests.rollout_support import (RandomSampler, ScriptedSampler, TextSampler, assistant_steps,
                                    check_bookkeeping, distinct_questions)
@@ -13,7 +12,7 @@ from tirjax.env import chat, metrics
 from tirjax.env.judge import Judgement
 from tirjax.env.tools import UNABLE_TO_ANSWER
 from tirjax.config import config_from_dataclass, dataclass_from_config
-from tirjax.env.toolworld import (DemoOptions, Difficulty, build_tokenizer, make_demos,
+from tirjax.env.toolworld import (DemoOptions, Difficulty, make_demos,
                                   make_tasks)
 from tirjax.episodes import ArpoOptions, RolloutOptions, Shapes, rollout
 from tirjax.episodes.options import TreeOptions
@@ -27,12 +26,6 @@ SHAPES = Shapes(num_rows=64, max_steps=10, max_calls=4, max_gt_calls=8, max_toke
 def options(**kw) -> RolloutOptions:
   kw.setdefault("max_new_tokens", 160)
   return RolloutOptions(shapes=kw.pop("shapes", SHAPES), **kw)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-  path = build_tokenizer(tmp_path_factory.getbasetemp() / "toolworld_tokenizer")
-  return transformers.AutoTokenizer.from_pretrained(str(path))
 
 
 @pytest.fixture(scope="module")

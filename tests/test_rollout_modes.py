@@ -5,12 +5,11 @@ import collections
 
 import numpy as np
 import pytest
-import transformers
 
 from tests.rollout_support import (RandomSampler, ScriptedSampler, check_bookkeeping,
                                    distinct_questions)
 from tirjax import advantages
-from tirjax.env.toolworld import Difficulty, build_tokenizer, make_demos, make_tasks
+from tirjax.env.toolworld import Difficulty, make_demos, make_tasks
 from tirjax.episodes import (ArpoOptions, RolloutOptions, Shapes, TreeOptions, rollout,
                            time_modes)
 from tirjax.rollouts import validate
@@ -19,12 +18,6 @@ pytestmark = pytest.mark.slow  # left out of `make test-fast`
 
 SHAPES = Shapes(num_rows=64, max_steps=6, max_calls=4, max_gt_calls=8, max_tokens=1024,
                 max_params=4)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-  path = build_tokenizer(tmp_path_factory.getbasetemp() / "toolworld_tokenizer")
-  return transformers.AutoTokenizer.from_pretrained(str(path))
 
 
 @pytest.fixture(scope="module")

@@ -5,14 +5,12 @@ import json
 import re
 
 import pytest
-import transformers
 
 from tirjax.env import chat
 from tirjax.env.tools import TERMINAL_TOOL, UNABLE_TO_ANSWER, ToolError
 from tirjax.env.toolworld.plan import canonical_schedule
 from tirjax.env.toolworld.demos import DemoOptions, demo_tokens, make_demos
 from tirjax.env.toolworld.tasks import Difficulty, make_tasks
-from tirjax.env.toolworld.tokenizer import build_tokenizer
 from tirjax.env.toolworld.toolbox import UNAVAILABLE
 
 STEP = re.compile(r"<think>([^<]*)</think><tool_call>(.*)</tool_call>", re.S)
@@ -29,12 +27,6 @@ def tasks():
 def demos(tasks):
   return make_demos(tasks, seed=0, options=DemoOptions(p_recover=0.3, p_detour=0.2,
                                                         p_reorder=0.5))
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-  path = build_tokenizer(tmp_path_factory.getbasetemp() / "toolworld_tokenizer")
-  return transformers.AutoTokenizer.from_pretrained(str(path))
 
 
 def _direct(task, call):

@@ -2,9 +2,6 @@
 spread by outstanding count, the hand-over checked on each server, and a server killed mid-batch
 loses nothing and samples nothing twice."""
 
-import os
-import signal
-import threading
 
 import numpy as np
 import pytest
@@ -14,7 +11,6 @@ from tirjax.sampling import handover, tiny_hf
 from tirjax.sampling.interface import SamplingParams
 from tirjax.sampling.vllm import VLLMOptions
 from tirjax.sampling.vllm_fleet import VLLMFleet
-from tirjax.sampling.vllm_server import ServerUnavailable, metrics
 
 pytestmark = pytest.mark.xdist_group("vllm")
 
@@ -62,34 +58,10 @@ def test_a_server_killed_mid_batch_loses_nothing_and_samples_nothing_twice(fleet
   _, teacher = model
   victim = fleet.members[1]
   old = victim.server.pids()
-  [api] = [p for p in old if "api_server" in support.cmdline(p)
-           and "vllm_supervisor" not in support.cmdline(p)]
   batch = prompts(48, seed=5)
   greedy = SamplingParams(n=1, temperature=0.0, max_new_tokens=96)
-  result = {}
-
-  def run():
-    try:
-      result["out"] = fleet.generate(batch, greedy)
-    except Exception as e:  # noqa: BLE001  (re-raised below, in the test's thread)
-      result["error"] = e
-
-  thread = threading.Thread(target=run)
-  thread.start()
-
-  def in_flight():  # the victim itself says it is running the batch's requests
-    try:
-      return metrics(victim.url).get("vllm:num_requests_running", 0.0) > 0
-    except ServerUnavailable:
-      return False
-
-  assert support.wait_until(in_flight, 120, interval=0.02), "no request on the victim"
-  assert thread.is_alive(), "the batch finished before the kill"
-  os.kill(api, signal.SIGKILL)
-  thread.join(600)
-  if "error" in result:
-    raise result["error"]
-  out = result["out"]
+  out = support.kill_mid_batch(lambda: fleet.generate(batch, greedy), victim.url,
+                               support.api_server_pid(victim.server))
   assert fleet.retried_requests > 0 and fleet.restarts == 1
   assert len(fleet.members) == 2 and not set(old) & set(victim.server.pids())
   # Nothing lost: one answer of n samples per prompt, all from the current weights.

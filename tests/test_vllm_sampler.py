@@ -10,8 +10,6 @@ import dataclasses
 import os
 import re
 import shutil
-import signal
-import threading
 
 import numpy as np
 import pytest
@@ -22,7 +20,6 @@ from tests import vllm_support as support
 from tirjax.sampling import handover, tiny_hf
 from tirjax.sampling.interface import SamplingParams
 from tirjax.sampling.vllm import SamplerError, VLLMOptions, VLLMSampler
-from tirjax.sampling.vllm_server import ServerUnavailable, metrics
 
 pytestmark = pytest.mark.xdist_group("vllm")
 
@@ -175,34 +172,12 @@ def test_a_wrong_handover_is_caught_with_its_gap(sampler, models):
 def test_server_killed_mid_batch_is_restarted_once_with_the_current_weights(sampler, models):
   use(sampler, models, "b")  # differs from the model the server starts from
   old = sampler.server.pids()
-  [api] = [p for p in old if "api_server" in support.cmdline(p)
-           and "vllm_supervisor" not in support.cmdline(p)]
   restarts = sampler.restarts
   batch = prompts(64, seed=5)
-  result = {}
-
-  def run():
-    try:
-      result["out"] = sampler.generate(batch, SamplingParams(n=2, max_new_tokens=96))
-    except Exception as e:  # noqa: BLE001  (re-raised below, in the test's thread)
-      result["error"] = e
-
-  thread = threading.Thread(target=run)
-  thread.start()
-
-  def in_flight():  # the server itself says it is running the batch's requests
-    try:
-      return metrics(sampler.url).get("vllm:num_requests_running", 0.0) > 0
-    except ServerUnavailable:
-      return False
-
-  assert support.wait_until(in_flight, 120, interval=0.02), "no request of the batch running"
-  assert thread.is_alive(), "the batch finished before the kill"
-  os.kill(api, signal.SIGKILL)
-  thread.join(600)
-  if "error" in result:
-    raise result["error"]
+  params = SamplingParams(n=2, max_new_tokens=96)
+  out = support.kill_mid_batch(lambda: sampler.generate(batch, params), sampler.url,
+                               support.api_server_pid(sampler.server))
   assert sampler.restarts == restarts + 1
   assert not set(old) & set(sampler.server.pids())  # the old tree is gone entirely
-  gap = handover.measure_gap(batch, result["out"], models.teacher("b"))
+  gap = handover.measure_gap(batch, out, models.teacher("b"))
   assert gap.num_tokens == 64 * 2 * 96 and gap.max_abs < TOL

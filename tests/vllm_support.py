@@ -1,6 +1,8 @@
 """Shared by the vLLM tests: small-server options and finding a server's processes."""
 
 import os
+import signal
+import threading
 import time
 
 import psutil
@@ -43,3 +45,40 @@ def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
       return False
     time.sleep(interval)
   return True
+
+
+def api_server_pid(server) -> int:
+  """The pid of a launched server's API process (not its supervisor)."""
+  [api] = [p for p in server.pids() if "api_server" in cmdline(p)
+           and "vllm_supervisor" not in cmdline(p)]
+  return api
+
+
+def kill_mid_batch(batch_fn, url: str, pid: int):
+  """Runs `batch_fn()` in a thread, SIGKILLs `pid` once the server at `url` says (its own
+  `/metrics`) that it runs the batch's requests, and returns the batch's result (re-raising
+  its error) — a kill staged on an observable state, not after a sleep."""
+  result = {}
+
+  def run():
+    try:
+      result["out"] = batch_fn()
+    except Exception as e:  # noqa: BLE001  (re-raised below, in the test's thread)
+      result["error"] = e
+
+  thread = threading.Thread(target=run)
+  thread.start()
+
+  def in_flight():
+    try:
+      return vllm_server.metrics(url).get("vllm:num_requests_running", 0.0) > 0
+    except vllm_server.ServerUnavailable:
+      return False
+
+  assert wait_until(in_flight, 120, interval=0.02), f"no request of the batch running at {url}"
+  assert thread.is_alive(), "the batch finished before the kill"
+  os.kill(pid, signal.SIGKILL)
+  thread.join(600)
+  if "error" in result:
+    raise result["error"]
+  return result["out"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 
