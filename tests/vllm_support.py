@@ -20,13 +20,19 @@ def server_options(model_dir: str, **overrides) -> vllm_server.ServerOptions:
 
 
 def tagged_pids(tag: str) -> list[int]:
-  """Live processes whose environment carries this server tag."""
+  """Live processes whose environment carries this server tag.
+
+  Read from /proc, not psutil: vLLM's engine core renames itself (setproctitle), which writes
+  NULs over the start of its environment block, and psutil's parser stops at the first empty
+  entry, so it would miss the tag that follows."""
+  needle = f"{vllm_server.TAG_ENV}={tag}".encode()
   pids = []
-  for proc in psutil.process_iter():
+  for pid in psutil.pids():
     try:
-      if proc.environ().get(vllm_server.TAG_ENV) == tag:
-        pids.append(proc.pid)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):  # gone
+      with open(f"/proc/{pid}/environ", "rb") as f:
+        if needle in f.read().split(b"\0"):
+          pids.append(pid)
+    except OSError:  # gone, or a zombie
       pass
   return pids
 
