@@ -171,7 +171,7 @@ def empty_arrays(B: int, T: int, K: int, C: int, L: int, P: Optional[int] = None
 
 def call_encoding(arrays: dict) -> CallEncoding:
   """The `calls.<field>` arrays of `arrays` as a `CallEncoding` (jax arrays)."""
-  return CallEncoding(**{k[len("calls."):]: jnp.asarray(v) for k, v in arrays.items()
+  return CallEncoding(**{k[len("calls."):]: jnp.asarray(v, jnp.int32) for k, v in arrays.items()
                          if k.startswith("calls.")})
 
 
@@ -191,11 +191,14 @@ def to_numpy(r: Rollouts) -> dict[str, np.ndarray]:
   return out
 
 
-def from_numpy(arrays: dict) -> Rollouts:
-  """The validated batch of `to_numpy`'s (or `empty_arrays`'s) layout."""
+def from_numpy(arrays: dict, check: bool = True) -> Rollouts:
+  """The batch of `to_numpy`'s (or `empty_arrays`'s) layout, each field in the contract's
+  dtype (int32, bool, float32); validated unless `check` is False."""
   has_calls = any(k.startswith("calls.") for k in arrays)
-  fields = {k: jnp.asarray(v) for k, v in arrays.items() if not k.startswith("calls.")}
-  return validate(Rollouts(**fields, calls=call_encoding(arrays) if has_calls else None))
+  fields = {k: jnp.asarray(v, _DTYPES[_SPEC[k][1]]) for k, v in arrays.items()
+            if not k.startswith("calls.")}
+  r = Rollouts(**fields, calls=call_encoding(arrays) if has_calls else None)
+  return validate(r) if check else r
 
 
 def take_rows(r, rows, num_rows: int) -> dict[str, np.ndarray]:

@@ -9,9 +9,8 @@ references agree on which calls are matched) or drawn from a few levels (ties).
 from __future__ import annotations
 
 import numpy as np
-import jax.numpy as jnp
 
-from tirjax.rollouts import Rollouts, to_numpy, validate
+from tirjax.rollouts import Rollouts, from_numpy, to_numpy
 from tirjax.testing.synthetic_calls import FORMAT_LEVELS
 
 # (B, T, K, C): m = T*K predicted slots above, equal to and below n = C ground-truth slots.
@@ -70,20 +69,13 @@ def _assemble(group_id, row_valid, outcome, num_steps, answered, step_valid, for
   gen = (pos % 2 == 1) & token_valid
   token_step = np.where(gen, (pos - 1) // 2, -1).astype(np.int32)
   node_id = np.where(step_valid, np.arange(B)[:, None] * T + np.arange(T)[None, :], -1)
-  r = Rollouts(
-      group_id=jnp.asarray(group_id, jnp.int32), row_valid=jnp.asarray(row_valid),
-      outcome=jnp.asarray(outcome, jnp.float32), num_steps=jnp.asarray(num_steps, jnp.int32),
-      answered=jnp.asarray(answered), step_valid=jnp.asarray(step_valid),
-      node_id=jnp.asarray(node_id, jnp.int32),
-      format_reward=jnp.asarray(format_reward, jnp.float32),
-      call_valid=jnp.asarray(call_valid), call_sim=jnp.asarray(call_sim, jnp.float32),
-      gt_valid=jnp.asarray(gt_valid), answer_score=jnp.asarray(answer_score, jnp.float32),
-      tokens=jnp.asarray(np.where(token_valid, 7, 0), jnp.int32),
-      token_valid=jnp.asarray(token_valid), loss_mask=jnp.asarray(gen),
-      token_step=jnp.asarray(token_step), old_logprobs=jnp.zeros((B, L), jnp.float32),
-      policy_version=jnp.zeros(B, jnp.int32), call_solves=jnp.asarray(call_solves),
-      num_expected=jnp.asarray(num_expected, jnp.int32))
-  return validate(r)
+  return from_numpy(dict(
+      group_id=group_id, row_valid=row_valid, outcome=outcome, num_steps=num_steps,
+      answered=answered, step_valid=step_valid, node_id=node_id, format_reward=format_reward,
+      call_valid=call_valid, call_sim=call_sim, gt_valid=gt_valid, answer_score=answer_score,
+      tokens=np.where(token_valid, 7, 0), token_valid=token_valid, loss_mask=gen,
+      token_step=token_step, old_logprobs=np.zeros((B, L)), policy_version=np.zeros(B),
+      call_solves=call_solves, num_expected=num_expected))
 
 
 def to_batch(r: Rollouts) -> dict:

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional, Sequence, Union
 
-import jax.numpy as jnp
 import numpy as np
 
-from tirjax.rollouts import Rollouts, validate
+from tirjax.rollouts import Rollouts, from_numpy
 
 
 class Paths(NamedTuple):
@@ -203,21 +202,13 @@ def to_rollouts(
                           0.0)
   ref_logprobs = np.where(generated, old_logprobs + 0.1 * rng.standard_normal((B, L)), 0.0)
 
-  r = Rollouts(
-      group_id=jnp.asarray(group_id), row_valid=jnp.asarray(row_valid),
-      outcome=jnp.asarray(outcome, jnp.float32), num_steps=jnp.asarray(num_steps),
-      answered=jnp.asarray(answered), step_valid=jnp.asarray(sv), node_id=jnp.asarray(node_id),
-      format_reward=jnp.asarray(np.where(sv, node_fm[nid], 0.0), jnp.float32),
-      call_valid=jnp.asarray(call_valid), call_sim=jnp.asarray(call_sim, jnp.float32),
-      gt_valid=jnp.asarray(gt_valid),
-      answer_score=jnp.asarray(outcome == 1.0, jnp.float32),
-      tokens=jnp.asarray(tokens, jnp.int32), token_valid=jnp.asarray(real),
-      loss_mask=jnp.asarray(generated),
-      token_step=jnp.asarray(np.where(generated, step, -1), jnp.int32),
-      old_logprobs=jnp.asarray(old_logprobs, jnp.float32),
-      policy_version=jnp.zeros(B, jnp.int32),
-      ref_logprobs=jnp.asarray(ref_logprobs, jnp.float32))
-  return validate(r)
+  return from_numpy(dict(
+      group_id=group_id, row_valid=row_valid, outcome=outcome, num_steps=num_steps,
+      answered=answered, step_valid=sv, node_id=node_id,
+      format_reward=np.where(sv, node_fm[nid], 0.0), call_valid=call_valid, call_sim=call_sim,
+      gt_valid=gt_valid, answer_score=outcome == 1.0, tokens=tokens, token_valid=real,
+      loss_mask=generated, token_step=np.where(generated, step, -1), old_logprobs=old_logprobs,
+      policy_version=np.zeros(B), ref_logprobs=ref_logprobs))
 
 
 def _node_format_reward(rng, mode, num_nodes: int) -> np.ndarray:

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tirjax.matching.similarity import call_similarity
-from tirjax.rollouts import CallEncoding, Rollouts, validate
+from tirjax.rollouts import Rollouts, call_encoding, from_numpy
 
 FORMAT_LEVELS = 0.25 * (2 * np.arange(6) / 5 - 1)  # R_fm for 0..5 passed checks
 
@@ -79,30 +79,25 @@ def random_call_rollouts(seed: int = 0, *, num_queries: int = 256, group_size: i
                         np.where(call_valid[..., None], values, -1))
 
   gt_valid = q_gt_valid[query] & row_valid[:, None]
-  enc = CallEncoding(
-      pred_name=jnp.asarray(name, jnp.int32), pred_keys=jnp.asarray(keys, jnp.int32),
-      pred_values=jnp.asarray(values, jnp.int32),
-      gt_name=jnp.asarray(np.where(gt_valid, q_name[query], -1), jnp.int32),
-      gt_keys=jnp.asarray(np.where(gt_valid[..., None], q_keys[query], -1), jnp.int32),
-      gt_values=jnp.asarray(np.where(gt_valid[..., None], q_values[query], -1), jnp.int32))
-  call_sim = call_similarity(enc, jnp.asarray(call_valid), jnp.asarray(gt_valid))
+  a = {"calls.pred_name": name, "calls.pred_keys": keys, "calls.pred_values": values,
+       "calls.gt_name": np.where(gt_valid, q_name[query], -1),
+       "calls.gt_keys": np.where(gt_valid[..., None], q_keys[query], -1),
+       "calls.gt_values": np.where(gt_valid[..., None], q_values[query], -1)}
+  call_sim = call_similarity(call_encoding(a), jnp.asarray(call_valid), jnp.asarray(gt_valid))
 
   outcome = np.where(answered, rng.choice([-1.0, 0.0, 1.0], size=B, p=[0.45, 0.05, 0.5]), -1.0)
   outcome = np.where(row_valid, outcome, 0.0)
-  r = Rollouts(
-      group_id=jnp.asarray(query, jnp.int32), row_valid=jnp.asarray(row_valid),
-      outcome=jnp.asarray(outcome, jnp.float32), num_steps=jnp.asarray(num_steps, jnp.int32),
-      answered=jnp.asarray(answered), step_valid=jnp.asarray(step_valid),
-      node_id=jnp.asarray(np.where(step_valid, np.arange(B * T).reshape(B, T), -1), jnp.int32),
-      format_reward=jnp.asarray(np.where(step_valid, rng.choice(
-          FORMAT_LEVELS, size=(B, T), p=[.02, .03, .05, .05, .1, .75]), 0.0), jnp.float32),
-      call_valid=jnp.asarray(call_valid), call_sim=call_sim, gt_valid=jnp.asarray(gt_valid),
-      answer_score=jnp.asarray(outcome == 1, jnp.float32),
+  a.update(
+      group_id=query, row_valid=row_valid, outcome=outcome, num_steps=num_steps,
+      answered=answered, step_valid=step_valid,
+      node_id=np.where(step_valid, np.arange(B * T).reshape(B, T), -1),
+      format_reward=np.where(step_valid, rng.choice(
+          FORMAT_LEVELS, size=(B, T), p=[.02, .03, .05, .05, .1, .75]), 0.0),
+      call_valid=call_valid, call_sim=call_sim, gt_valid=gt_valid, answer_score=outcome == 1,
       **_tokens(rng, row_valid, num_steps, T, tokens_per_step),
-      calls=enc,
-      call_solves=jnp.asarray(_first_exact(exact & call_valid, src)),
-      num_expected=jnp.asarray(np.where(row_valid, n_gt[query], 0), jnp.int32))
-  return validate(r) if check else r
+      call_solves=_first_exact(exact & call_valid, src),
+      num_expected=np.where(row_valid, n_gt[query], 0))
+  return from_numpy(a, check=check)
 
 
 def _distinct_keys(rng, shape, P, num_keys, count):
@@ -150,8 +145,7 @@ def _tokens(rng, row_valid, num_steps, T, per_step):
   generated = token_valid & (offset >= 0) & (offset % span < per_step)
   token_step = np.where(generated, offset // span, -1)
   tokens = np.where(token_valid, rng.integers(3, 1000, size=(B, L)), 0)
-  return dict(tokens=jnp.asarray(tokens, jnp.int32), token_valid=jnp.asarray(token_valid),
-              loss_mask=jnp.asarray(generated), token_step=jnp.asarray(token_step, jnp.int32),
-              old_logprobs=jnp.asarray(np.where(generated, -rng.random((B, L)), 0.0),
-                                       jnp.float32),
-              policy_version=jnp.zeros(B, jnp.int32))
+  return dict(tokens=tokens, token_valid=token_valid, loss_mask=generated,
+              token_step=token_step,
+              old_logprobs=np.where(generated, -rng.random((B, L)), 0.0),
+              policy_version=np.zeros(B))
