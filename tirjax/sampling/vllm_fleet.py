@@ -59,6 +59,12 @@ class VLLMFleet:
   def urls(self) -> list[str]:
     return [m.url for m in self.members]
 
+  @property
+  def outstanding(self) -> list[int]:
+    """Requests sent to each server and not yet answered."""
+    with self._lock:
+      return list(self._outstanding)
+
   # Sampling.
 
   def generate(self, prompts: Sequence[Sequence[int]],
