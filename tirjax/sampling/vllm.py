@@ -39,6 +39,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import threading
 import time
 from typing import Callable, Optional, Sequence, TypeVar
 
@@ -156,6 +157,8 @@ class VLLMSampler:
     self._weights_path: Optional[str] = None
     self._unverified: Optional[str] = None
     self._server: Optional[VLLMServer] = None
+    self._in_flight = 0
+    self._in_flight_lock = threading.Lock()
     if options.server is not None:
       self._server = VLLMServer(options.server)
       self._server.start()
@@ -164,6 +167,11 @@ class VLLMSampler:
       self.url = options.url.rstrip("/")
       if not healthy(self.url, options.health_timeout_s):
         raise SamplerError(f"no healthy vLLM server at {self.url}")
+
+  @property
+  def in_flight(self) -> int:
+    """Requests sent to the server and not yet answered."""
+    return self._in_flight
 
   @property
   def unverified(self) -> Optional[str]:
@@ -201,8 +209,14 @@ class VLLMSampler:
                version: int) -> list[Sample]:
     """One request: `params.n` samples of `prompt` seeded with `seed`, tagged `version`
     (no health check or restart: `generate` adds them; a fleet routes requests itself)."""
-    answer = request_json(f"{self.url}/v1/completions", self._payload(prompt, params, seed),
-                          timeout=self.options.request_timeout_s)
+    with self._in_flight_lock:
+      self._in_flight += 1
+    try:
+      answer = request_json(f"{self.url}/v1/completions", self._payload(prompt, params, seed),
+                            timeout=self.options.request_timeout_s)
+    finally:
+      with self._in_flight_lock:
+        self._in_flight -= 1
     choices = sorted(answer["choices"], key=lambda c: c["index"])
     if len(choices) != params.n:
       raise SamplerError(f"vLLM returned {len(choices)} choices, {params.n} requested")
