@@ -127,3 +127,33 @@ def test_every_registered_estimator_runs(batches, name):
     assert tokens.shape == r.tokens.shape and np.isfinite(tokens).all(), (name, mode)
     assert not tokens[~np.asarray(r.loss_mask)].any(), (name, mode)
     assert np.isfinite(np.asarray(out.steps)).all() and np.isfinite(np.asarray(out.rows)).all()
+
+
+def test_a_share_of_the_queries_samples_the_rows_the_whole_batch_does(model, tokenizer, batches):
+  """Issue 18: one process of two samples queries 2-3 of the step (`first_query=2`) with its
+  own sampler; its rows are the whole batch's rows of those queries, token for token (each
+  row draws from a stream named by its query's batch-wide index, not by where the row sits in
+  a sampler call, which differs between the two)."""
+  whole = batches["independent"].rollouts
+  tasks = make_tasks(**TASKS)
+  share = rollout(JaxSampler(model, OPTIONS, policy_version=4), tokenizer, tasks[2:],
+                  mode_options("independent"), first_query=2).rollouts
+  groups = np.asarray(whole.group_id)
+  rows = np.flatnonzero(np.asarray(whole.row_valid) & (groups >= 2))
+  mine = np.flatnonzero(np.asarray(share.row_valid))
+  assert len(rows) == len(mine) == 4
+  np.testing.assert_array_equal(np.asarray(share.tokens)[mine], np.asarray(whole.tokens)[rows])
+  np.testing.assert_array_equal(np.asarray(share.outcome)[mine], np.asarray(whole.outcome)[rows])
+
+
+def test_a_prompt_draws_the_same_samples_wherever_it_is_in_a_call(model):
+  sampler = JaxSampler(model, OPTIONS)
+  prompts = [[5, 6, 7], [9, 10], [11, 12, 13, 14]]
+  params = SamplingParams(n=2, max_new_tokens=8, seed=3, row_ids=(40, 41, 42))
+  together = sampler.generate(prompts, params)
+  alone = sampler.generate([prompts[2], prompts[0]],
+                           dataclasses.replace(params, row_ids=(42, 40)))
+  for got, want in ((alone[0], together[2]), (alone[1], together[0])):
+    assert [s.tokens for s in got] == [s.tokens for s in want]
+  assert together[0][0].tokens != together[0][1].tokens or together[1][0].tokens != \
+      together[1][1].tokens  # the n samples of a prompt are not copies

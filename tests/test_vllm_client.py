@@ -463,3 +463,24 @@ def test_the_server_command_sets_the_step_token_budget(tmp_path):
   assert "--max-num-batched-tokens" not in VLLMServer(ServerOptions(model=str(tmp_path))).command(1)
   with pytest.raises(ValueError, match="max_num_batched_tokens: must be >= max_model_len=512"):
     ServerOptions(model=str(tmp_path), max_model_len=512, max_num_batched_tokens=256)
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_sleep_between_phases_wakes_before_the_next_hand_over_or_batch(fake, tmp_path, level):
+  """Issue 18: with `sampler.vllm_sleep_level`, the server sleeps while the trainer updates;
+  a hand-over (or a batch) wakes it first, so weights are never loaded into a sleeping
+  engine."""
+  (tmp_path / "model.safetensors").write_bytes(b"")
+  sampler = VLLMSampler(VLLMOptions(url=fake.url))
+  sampler.generate([[1]], SamplingParams(max_new_tokens=1))
+  sampler.sleep(level)
+  sampler.sleep(level)  # already asleep: no second request
+  sampler.load_weights(str(tmp_path), version=1)
+  sampler.sleep(level)
+  sampler.generate([[1]], SamplingParams(max_new_tokens=1))
+  paths = [p for p, _ in fake.requests]
+  assert paths == ["/v1/completions", f"/sleep?level={level}", "/wake_up", "/collective_rpc",
+                   "/collective_rpc", "/reset_prefix_cache", f"/sleep?level={level}",
+                   "/wake_up", "/v1/completions"]
+  with pytest.raises(ValueError, match="sleep levels are 1 and 2"):
+    sampler.sleep(3)

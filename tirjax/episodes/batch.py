@@ -28,7 +28,7 @@ class RolloutBatch:
 
 def rollout(sampler: Sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
             judge: Optional[Judge] = None,
-            rng: Optional[np.random.Generator] = None) -> RolloutBatch:
+            rng: Optional[np.random.Generator] = None, first_query: int = 0) -> RolloutBatch:
   """Runs `options.mode` over `tasks` (one group per task) and judges the finished rows.
 
   Args:
@@ -39,6 +39,9 @@ def rollout(sampler: Sampler, tokenizer, tasks: Sequence[Task], options: Rollout
     judge: verdict of an answered row (default: the rule-based verifier).
     rng: the Generator of the mode's random choices and of the sampler seeds. Default:
       `numpy.random.default_rng(options.seed)`; a trainer passes one Generator across steps.
+    first_query: the index of `tasks[0]` among the step's queries when this call samples a
+      share of them (one process of several): rows draw their samples from streams named by
+      that index (`EpisodeRunner`), so a share gives the rows the whole batch would.
   """
   if not tasks:
     raise ValueError("tasks: need at least one task")
@@ -49,7 +52,7 @@ def rollout(sampler: Sampler, tokenizer, tasks: Sequence[Task], options: Rollout
   rng = np.random.default_rng(options.seed) if rng is None else rng
   judge = rule_judge() if judge is None else judge
   t0 = time.perf_counter()
-  runner = EpisodeRunner(sampler, tokenizer, tasks, options)
+  runner = EpisodeRunner(sampler, tokenizer, tasks, options, first_query)
   by_query, trace = modes.MODES[options.mode](runner, rng)
   rows = [(q, ep) for q in range(len(tasks)) for ep in by_query[q]]
   t1 = time.perf_counter()

@@ -48,6 +48,9 @@ class StepNode:
   entropy: Optional[float] = None  # ARPO's entropy score of the step
 
 
+STREAMS_PER_QUERY = 4096  # episodes one query may make in a rollout (tree forks included)
+
+
 @dataclasses.dataclass(eq=False)
 class Episode:
   """A live or finished row."""
@@ -59,6 +62,7 @@ class Episode:
   length: int  # tokens so far
   status: str = ACTIVE
   entropy_ref: Optional[float] = None  # ARPO: the score of the row's first own step
+  stream: int = 0  # its samples' random stream (`SamplingParams.row_ids`), see `EpisodeRunner`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +78,11 @@ class EpisodeRunner:
   """Holds what the rows of one batch share: tasks, prompts, parsers, the sampler, counters."""
 
   def __init__(self, sampler: Sampler, tokenizer, tasks: Sequence[Task],
-               options: RolloutOptions):
+               options: RolloutOptions, first_query: int = 0):
+    """`first_query`: the batch-wide index of `tasks[0]` (a process's share of a step's
+    queries starts there). Each episode draws its samples from a stream named by its query's
+    batch-wide index and the order in which the query's episodes were made, so a row gets the
+    same tokens whichever process samples it and whatever else shares the sampler call."""
     s = options.shapes
     self.sampler, self.tokenizer, self.tasks, self.options = sampler, tokenizer, tasks, options
     self.env_options = EnvOptions(
@@ -96,6 +104,8 @@ class EpisodeRunner:
     self.vocab_size = len(tokenizer)
     self._uid = 0
     self._eid = 0
+    self.first_query = first_query
+    self._made = [0] * len(tasks)  # episodes made per query (their streams)
     self.stats = dict(sampler_calls=0, prompts=0, sampled_tokens=0, sampler_s=0.0, env_s=0.0,
                       replayed_steps=0, **{k: 0 for k in SAMPLER_COUNTERS})
 
@@ -103,11 +113,13 @@ class EpisodeRunner:
 
   def start(self, query: int) -> Episode:
     env = ToolEnv(self.tasks[query], self.env_options, self.parsers[query])
-    return Episode(self._next_eid(), query, env, [], len(self.prompts[query]))
+    return Episode(self._next_eid(), query, env, [], len(self.prompts[query]),
+                   stream=self._next_stream(query))
 
   def root(self, query: int) -> Episode:
     """The query's empty row without an environment: only sampled from, never extended."""
-    return Episode(self._next_eid(), query, None, [], len(self.prompts[query]))
+    return Episode(self._next_eid(), query, None, [], len(self.prompts[query]),
+                   stream=self._next_stream(query))
 
   def context(self, ep: Episode) -> list[int]:
     """The token ids the next step is sampled from."""
@@ -129,7 +141,8 @@ class EpisodeRunner:
       env.step(node.text)
     self.stats["replayed_steps"] += len(ep.steps)
     self.stats["env_s"] += time.perf_counter() - t0
-    return Episode(self._next_eid(), ep.query, env, list(ep.steps), ep.length)
+    return Episode(self._next_eid(), ep.query, env, list(ep.steps), ep.length,
+                   stream=self._next_stream(ep.query))
 
   def drop(self, ep: Episode) -> None:
     """Releases a row that will not be continued nor trained on."""
@@ -147,7 +160,8 @@ class EpisodeRunner:
     o = self.options
     params = SamplingParams(n=n, temperature=o.temperature, top_p=o.top_p,
                             max_new_tokens=o.max_new_tokens, stop_token_ids=self.stop_ids,
-                            seed=seed, top_logprobs=top_logprobs)
+                            seed=seed, top_logprobs=top_logprobs,
+                            row_ids=tuple(ep.stream for ep in episodes))
     prompts = [self.context(ep) for ep in episodes]
     before = dict(getattr(self.sampler, "counters", {}))
     t0 = time.perf_counter()
@@ -224,6 +238,13 @@ class EpisodeRunner:
   def _next_eid(self) -> int:
     self._eid += 1
     return self._eid - 1
+
+  def _next_stream(self, query: int) -> int:
+    made = self._made[query]
+    if made >= STREAMS_PER_QUERY:
+      raise ValueError(f"query {query}: more than {STREAMS_PER_QUERY} episodes in one rollout")
+    self._made[query] += 1
+    return (self.first_query + query) * STREAMS_PER_QUERY + made
 
 
 def check_task_fits(task: Task, options: RolloutOptions) -> None:

@@ -118,6 +118,10 @@ class SamplerOptions:
   # set it so that the trainer's XLA share (XLA_PYTHON_CLIENT_MEM_FRACTION) and the servers'
   # fit together (docs/scaling.md). Not exercised on a GPU here.
   vllm_gpu_memory_utilization: float = 0.0
+  # GPU: put the servers to sleep while the trainer updates (vLLM's sleep mode: 1 = weights to
+  # host memory, KV cache dropped; 2 = both dropped, as each hand-over reloads the weights);
+  # 0: off. vLLM offers it on CUDA, ROCm and XPU only. Not exercised on a GPU here.
+  vllm_sleep_level: int = 0
   vllm_python: str = ""  # interpreter of the vLLM environment ("" = .venv-vllm or $TIRJAX_VLLM_PYTHON)
   vllm_kv_cache_mib: int = 64
   # JAX sampler: continue each row's KV cache across turns (False: re-prefill every turn)
@@ -130,6 +134,7 @@ class SamplerOptions:
     if self.kind == "vllm":
       _int_at_least(self, "vllm_kv_cache_mib", 1)
       _int_at_least(self, "vllm_servers", 1)
+      _one_of(self, "vllm_sleep_level", (0, 1, 2))
       if not 0 <= self.vllm_gpu_memory_utilization <= 1:
         raise ValueError(f"vllm_gpu_memory_utilization: must lie in [0, 1], got "
                          f"{self.vllm_gpu_memory_utilization!r}")

@@ -19,6 +19,9 @@ class SamplingParams:
   stop_token_ids: tuple[int, ...] = ()
   seed: int = 0
   top_logprobs: int = 0  # >0: also return the top-k log-probs per position (ARPO's entropy)
+  # Per prompt, a distinct id >= 0 that its samples' randomness is keyed on (with the seed),
+  # so that a prompt draws the same samples whatever else is in the call; () = its position.
+  row_ids: tuple[int, ...] = ()
 
   def __post_init__(self):
     if self.n < 1:
@@ -29,6 +32,11 @@ class SamplingParams:
       raise ValueError(f"top_p: must lie in (0, 1], got {self.top_p}")
     if self.max_new_tokens < 1:
       raise ValueError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
+    if self.row_ids:
+      ids = self.row_ids
+      if len(set(ids)) != len(ids) or min(ids) < 0 or (max(ids) + 1) * self.n > 2**31 - 1:
+        raise ValueError(f"row_ids: must be distinct ids >= 0 with (id + 1) * n < 2**31, got "
+                         f"{ids[:8]}{'...' if len(ids) > 8 else ''} with n={self.n}")
 
 
 @dataclasses.dataclass
@@ -55,6 +63,11 @@ class PolicySampler(Sampler, Protocol):
 
   def update(self, params: Any, policy_version: int) -> None:
     """New weights (the policy's parameters, same structure) and their version."""
+    ...
+
+  def sleep(self) -> None:
+    """Sampling is over until the next `update` or `generate`: free what can be freed (the
+    trainer's update runs next on the same accelerators)."""
     ...
 
   def close(self) -> None:

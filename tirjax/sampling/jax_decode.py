@@ -24,7 +24,7 @@ class Loop(NamedTuple):
 
   t: jax.Array
   cache: KVCache
-  row: jax.Array  # the call's row of each bucket row: its random stream, whatever its bucket
+  row: jax.Array  # each bucket row's random stream (kept when the row changes bucket)
   last: jax.Array
   done: jax.Array
   count: jax.Array
@@ -86,15 +86,16 @@ def _emit(s: Loop, logits, draw: Draw, top_k: int) -> Loop:
       logprobs=put(s.logprobs, logp), entropies=put(s.entropies, entropy))
 
 
-def start(new_tokens: int, top_k: int, logits, cache: KVCache, source, live,
+def start(new_tokens: int, top_k: int, logits, cache: KVCache, source, live, stream,
           draw: Draw) -> Loop:
   """The carry of `[B]` rows from the next-token logits and caches of `[Q]` prompts (row b
-  extends prompt `source[b]`, and is padding unless `live[b]`), their first tokens drawn."""
+  extends prompt `source[b]`, draws from random stream `stream[b]`, and is padding unless
+  `live[b]`), their first tokens drawn."""
   b = source.shape[0]
   cache = KVCache(cache.k[:, source], cache.v[:, source], cache.lengths[source])
   n, k = new_tokens, max(top_k, 1)  # top: a [B, N, 1] placeholder when none is asked for
   i32, f32 = jnp.int32, jnp.float32
-  s = Loop(t=jnp.int32(0), cache=cache, row=jnp.arange(b, dtype=i32), last=jnp.zeros(b, i32),
+  s = Loop(t=jnp.int32(0), cache=cache, row=stream.astype(i32), last=jnp.zeros(b, i32),
            done=~live,
            count=jnp.zeros(b, i32), stopped=jnp.zeros(b, bool), tokens=jnp.zeros((b, n), i32),
            logprobs=jnp.zeros((b, n), f32), entropies=jnp.zeros((b, n), f32),

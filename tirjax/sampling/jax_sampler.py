@@ -33,8 +33,12 @@ are traced values. Each executable is compiled once, ahead of time
 Randomness: a call with `params.seed = s` uses key(s), folded with the chunk index, the step
 index and the row's index in the chunk: a pure function of the seed, whatever bucket a row is
 decoded in, so a seed reproduces a batch (also after a restart of the trainer, which makes
-resumed runs identical to uninterrupted ones). Callers that want fresh samples pass fresh
-seeds, as the rollout modes do (one drawn per call).
+resumed runs identical to uninterrupted ones). With `params.row_ids`, sample j of prompt i
+draws from stream `row_ids[i] * n + j` instead (chunk index 0): its tokens then depend on the
+seed and its id only, not on which other prompts share the call, which is what lets each
+process of a multi-process run sample its own share of a batch and get the rows a single
+process would. Callers that want fresh samples pass fresh seeds, as the rollout modes do (one
+drawn per call).
 
 Reported per token: log p under the raw model (temperature 1, no top-p: the trainer's
 `token_logprobs` of the same weights), the entropy of that distribution (ARPO), and with
@@ -209,6 +213,11 @@ class JaxSampler:
     self.policy_version = int(policy_version)
     self._cache.clear()
 
+  def sleep(self) -> None:
+    """Between sampling and training: drops the kept KV caches (their device memory); the
+    next step's new weights would drop them anyway."""
+    self._cache.clear()
+
   def close(self) -> None:
     """Drops the prefix cache (the `PolicySampler` protocol; nothing else to release)."""
     self._cache.clear()
@@ -226,10 +235,16 @@ class JaxSampler:
                        f"options.max_top_logprobs={o.max_top_logprobs}")
     key = jax.random.key(params.seed)
     rows = [i for i in range(len(prompts)) for _ in range(params.n)]  # row → prompt
+    # A row's random stream: its prompt's id and sample index with `row_ids` (wherever the
+    # prompt lies in this call), else its index in its chunk.
+    streams = ([params.row_ids[p] * params.n + j % params.n for j, p in enumerate(rows)]
+               if params.row_ids else None)
     samples, kept = [], []
     for c, start in enumerate(range(0, len(rows), o.max_batch)):
-      chunk, cache = self._chunk(prompts, rows[start:start + o.max_batch], params,
-                                 jax.random.fold_in(key, c))
+      chunk_rows = rows[start:start + o.max_batch]
+      chunk, cache = self._chunk(
+          prompts, chunk_rows, params, jax.random.fold_in(key, 0 if streams else c),
+          None if streams is None else streams[start:start + len(chunk_rows)])
       samples += chunk
       kept.append(cache)
     self.counters["calls"] += 1
@@ -260,6 +275,8 @@ class JaxSampler:
     self._cache.store(k, v, seqs)
 
   def _check(self, prompts, params):
+    if params.row_ids and len(params.row_ids) != len(prompts):
+      raise ValueError(f"row_ids: {len(params.row_ids)} ids for {len(prompts)} prompts")
     for i, p in enumerate(prompts):
       if not len(p):
         raise ValueError(f"prompts[{i}]: empty; a prompt needs at least one token")
@@ -320,7 +337,8 @@ class JaxSampler:
       _, draw = self._specs(rows, size, new_tokens, top_k)
       fn = jax.jit(functools.partial(jax_decode.start, new_tokens, top_k))
       return fn.lower(spec((prompts, self.vocab_size), f32), KVCache(kv, kv, spec((prompts,), i32)),
-                      spec((rows,), i32), spec((rows,), bool), draw).compile()
+                      spec((rows,), i32), spec((rows,), bool), spec((rows,), i32),
+                      draw).compile()
     return self._exec("start", (rows, prompts, size, new_tokens, top_k), build)
 
   def _segment_exec(self, rows: int, size: int, new_tokens: int, top_k: int):
@@ -362,9 +380,10 @@ class JaxSampler:
     return self._continued[b]
 
   def _chunk(self, prompts: Sequence[Sequence[int]], rows: list[int], params: SamplingParams,
-             key):
+             key, streams: Optional[Sequence[int]] = None):
     """Samples of `rows` (prompt indices, at most `max_batch`) in one prefill (or extend) and
-    decode segments; also returns the cache pieces and where each row's cache lies in them."""
+    decode segments, row i drawing from random stream `streams[i]` (default: i); also returns
+    the cache pieces and where each row's cache lies in them."""
     o = self.options
     distinct = list(dict.fromkeys(rows))
     b = self.bucket_for(len(rows), max(len(prompts[p]) for p in distinct),
@@ -406,13 +425,16 @@ class JaxSampler:
     source = np.zeros(b.rows, np.int32)
     source[:len(rows)] = [slot[p] for p in rows]
     live = np.arange(b.rows) < len(rows)  # padding rows are done from the start
+    stream = np.arange(b.rows, dtype=np.int32)
+    if streams is not None:
+      stream[:len(rows)] = streams
     stops = np.full(o.max_stop_tokens, -1, np.int32)
     stops[:len(params.stop_token_ids)] = params.stop_token_ids
     draw = Draw(key, np.float32(params.temperature), np.float32(params.top_p),
                 np.int32(params.max_new_tokens), stops)
     size = cache.k.shape[2]
     state = self._start_exec(b.rows, b.prompts, size, b.new_tokens, b.top_k)(
-        logits, cache, source, live, draw)
+        logits, cache, source, live, stream, draw)
     outputs, pieces, where = self._decode(state, np.where(live, np.arange(b.rows), -1), draw,
                                           size, b.new_tokens, b.top_k, params.max_new_tokens)
     self.counters["prefill_s"] += t1 - t0

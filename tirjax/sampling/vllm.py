@@ -7,7 +7,8 @@ Sampling is fully specified by each request (temperature, top-p, no top-k, stop 
 `ignore_eos`): only `SamplingParams.stop_token_ids` end a sample.
 
 Seeds: each prompt is its own request, seeded from (`params.seed`, the call's index, the
-prompt's index); vLLM seeds the n samples of a request with seed, seed + 1, … The same
+prompt's index), or from (`params.seed`, the prompt's `row_ids` id) when given; vLLM seeds
+the n samples of a request with seed, seed + 1, … The same
 sequence of calls on the same weights thus repeats its samples (up to numerical differences
 between batch compositions), while equal prompts in one batch, or the same prompt in two
 calls, get independent samples.
@@ -113,8 +114,20 @@ class HandoverReport:
 
 
 def prompt_seed(seed: int, call: int, index: int) -> int:
+  """The request seed of prompt `index` of sampler call `call`."""
   digest = hashlib.blake2b(f"{seed}:{call}:{index}".encode(), digest_size=8).digest()
   return int.from_bytes(digest, "little") % (2**31 - 2**16)  # room for seed + n
+
+
+def request_seeds(params: SamplingParams, call: int, count: int) -> list[int]:
+  """Each prompt's request seed: from its `params.row_ids` id alone when given (the same
+  samples wherever the prompt is sent, by whichever process), else from the call's index and
+  its position in the call."""
+  if params.row_ids:
+    if len(params.row_ids) != count:
+      raise ValueError(f"row_ids: {len(params.row_ids)} ids for {count} prompts")
+    return [prompt_seed(params.seed, -1, i) for i in params.row_ids]
+  return [prompt_seed(params.seed, call, i) for i in range(count)]
 
 
 def _token_id(token: str) -> int:
@@ -159,6 +172,7 @@ class VLLMSampler:
     self._server: Optional[VLLMServer] = None
     self._in_flight = 0
     self._in_flight_lock = threading.Lock()
+    self.asleep = 0  # the sleep level the server was put to (0: awake)
     if options.server is not None:
       self._server = VLLMServer(options.server)
       self._server.start()
@@ -190,6 +204,7 @@ class VLLMSampler:
     """For each prompt, `params.n` samples carrying the current policy version."""
     if self._unverified is not None:
       raise SamplerError(self._unverified)
+    self.wake_up()
     prompts = [[int(t) for t in p] for p in prompts]
     if any(not p for p in prompts):
       raise ValueError("prompts: every prompt needs at least one token")
@@ -231,8 +246,8 @@ class VLLMSampler:
     version = self.policy_version
     workers = min(len(prompts), self.options.max_concurrency) or 1
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-      futures = [pool.submit(self.complete, p, params, prompt_seed(params.seed, call, i),
-                             version) for i, p in enumerate(prompts)]
+      futures = [pool.submit(self.complete, p, params, seed, version)
+                 for p, seed in zip(prompts, request_seeds(params, call, len(prompts)))]
       concurrent.futures.wait(futures)
     return [f.result() for f in futures]
 
@@ -271,8 +286,29 @@ class VLLMSampler:
     self._server.restart()
     self.url = self._server.url
     self.restarts += 1
+    self.asleep = 0  # a new server starts awake
     if self._weights_path is not None:
       self._reload(self._weights_path)
+
+  # Sleep mode (vLLM's `--enable-sleep-mode`, GPUs only).
+
+  def sleep(self, level: int) -> None:
+    """Frees the server's accelerator memory between sampling phases (`POST /sleep`): level 1
+    moves the weights to host memory and drops the KV cache; level 2 drops both (the next
+    hand-over loads new weights anyway). The next `generate` or `load_weights` wakes it."""
+    if level not in (1, 2):
+      raise ValueError(f"level: vLLM's sleep levels are 1 and 2, got {level!r}")
+    if self.asleep:
+      return
+    request_json(f"{self.url}/sleep?level={level}", {}, timeout=self.options.request_timeout_s)
+    self.asleep = level
+
+  def wake_up(self) -> None:
+    """`POST /wake_up` if the server was put to sleep (a no-op otherwise)."""
+    if not self.asleep:
+      return
+    request_json(f"{self.url}/wake_up", {}, timeout=self.options.request_timeout_s)
+    self.asleep = 0
 
   # Weights.
 
@@ -329,6 +365,7 @@ class VLLMSampler:
     if not os.path.isdir(path) or not any(f.endswith(".safetensors") for f in os.listdir(path)):
       raise ValueError(f"path: {path!r} is not a directory with *.safetensors files")
     new_version = self.policy_version + 1 if version is None else int(version)
+    self.wake_up()  # after a level-2 sleep the weights' memory is back, their values are not
     self._unverified = (f"the hand-over of {path} did not complete, so sampling is refused "
                         "until a hand-over passes")
     try:

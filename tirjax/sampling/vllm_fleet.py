@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 from tirjax.sampling import handover
 from tirjax.sampling.interface import Sample, SamplingParams
 from tirjax.sampling.vllm import (HandoverReport, SamplerError, VLLMOptions, VLLMSampler,
-                                  prompt_seed)
+                                  request_seeds)
 from tirjax.sampling.vllm_server import ServerUnavailable, healthy
 
 _log = logging.getLogger(__name__)
@@ -73,6 +73,7 @@ class VLLMFleet:
     refused = next((m.unverified for m in self.members if m.unverified), None)
     if refused is not None:
       raise SamplerError(refused)
+    self.wake_up()
     prompts = [[int(t) for t in p] for p in prompts]
     if any(not p for p in prompts):
       raise ValueError("prompts: every prompt needs at least one token")
@@ -80,8 +81,8 @@ class VLLMFleet:
     version = self.policy_version
     workers = min(len(prompts), sum(m.options.max_concurrency for m in self.members)) or 1
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-      futures = [pool.submit(self._complete, p, params, prompt_seed(params.seed, call, i),
-                             version) for i, p in enumerate(prompts)]
+      futures = [pool.submit(self._complete, p, params, seed, version)
+                 for p, seed in zip(prompts, request_seeds(params, call, len(prompts)))]
       concurrent.futures.wait(futures)
     try:
       return [f.result() for f in futures]
@@ -172,6 +173,15 @@ class VLLMFleet:
       for key, value in m.prefix_cache().items():
         totals[key] += value
     return totals
+
+  def sleep(self, level: int) -> None:
+    """Every server to sleep (`VLLMSampler.sleep`)."""
+    for m in self.members:
+      m.sleep(level)
+
+  def wake_up(self) -> None:
+    for m in self.members:
+      m.wake_up()
 
   def close(self) -> None:
     for m in self.members:

@@ -62,10 +62,12 @@ class VLLMPolicySampler:
           # A whole batch's prompts in one engine step: no prefill is split (which vLLM's CPU
           # build cannot do for seeded requests, see ServerOptions).
           max_num_batched_tokens=min(2 * shapes.num_rows * shapes.max_tokens, 1 << 18),
+          extra_args=("--enable-sleep-mode",) if sampler_options.vllm_sleep_level else (),
           **({"python": sampler_options.vllm_python} if sampler_options.vllm_python else {}))
       members = [VLLMOptions(server=server, handover_tolerance=tolerance)
                  for _ in range(sampler_options.vllm_servers)]
     self._sampler = VLLMSampler(members[0]) if len(members) == 1 else VLLMFleet(members)
+    self._sleep_level = sampler_options.vllm_sleep_level
     self.policy_version = 0
     self.last_handover = None
 
@@ -100,6 +102,12 @@ class VLLMPolicySampler:
 
   def generate(self, prompts, params):
     return self._sampler.generate(prompts, params)
+
+  def sleep(self) -> None:
+    """Between sampling and training: the servers free their accelerator memory when
+    `sampler.vllm_sleep_level` > 0 (woken by the next hand-over or sampling call)."""
+    if self._sleep_level:
+      self._sampler.sleep(self._sleep_level)
 
   def close(self) -> None:
     self._sampler.close()
