@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from tirjax import advantages, sharding
+from tirjax import advantages, distributed, sharding
 from tirjax.config import config_from_dataclass, dataclass_from_config, parse_preset_arg
 from tirjax.experiment import sections
 from tirjax.experiment.sections import ENVS, SAMPLERS
@@ -93,6 +93,7 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   c.rollout.shapes.num_rows = c.train.get_ref("queries_per_step") * per_query
 
   c.sharding = config_from_dataclass(sharding.ShardingOptions())
+  c.distributed = config_from_dataclass(distributed.DistributedOptions())
   if "mesh" in presets:
     c.sharding.mesh = _parse_mesh(presets["mesh"])
 

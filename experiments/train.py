@@ -5,6 +5,10 @@
 Restarting with the same --workdir resumes from the last checkpoint (same data order, PRNG
 streams and policy version). The workdir receives config.json, status.json, metrics.jsonl,
 TensorBoard events, checkpoints/ and hf_export/ (see `tirjax.rundir`).
+
+Several processes (hosts) run the same command with `distributed.*` set (`tirjax.distributed`,
+docs/scaling.md): each samples its share of a step's queries, the update runs on the global
+batch, and process 0 writes the run directory.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from absl import app, flags, logging
 from flax import nnx
 from ml_collections import config_flags
 
-from tirjax import rundir, sharding
+from tirjax import distributed, rundir, sharding
 from tirjax.checkpoint import CheckpointOptions, Checkpointer
 from tirjax.episodes import judging
 from tirjax.experiment import policy, refill, resolve, samplers
@@ -35,7 +39,8 @@ from tirjax.experiment import tasks as tasks_lib
 from tirjax.experiment.tasks import TaskSource, load_tokenizer, tokenizer_dir
 from tirjax.models.hf_io import export_hf
 from tirjax.episodes import rollout
-from tirjax.training.batches import SFTBatch, policy_batch, trim_tokens
+from tirjax.rollouts import Rollouts
+from tirjax.training.batches import SFTBatch, longest_row, policy_batch, trim_tokens
 from tirjax.training.optimizer import make_optimizer
 from tirjax.training.reference import ReferencePolicy, with_reference_logprobs
 from tirjax.training.step import init_state, placement, policy_step, sft_step, split_model
@@ -57,26 +62,60 @@ def main(argv):
 def run(config, workdir: str) -> dict:
   """The whole run; returns the final summary (also printed and written to summary.json)."""
   # -- Set-up and logging ---------------------------------------------------------------------
+  distributed.initialize(resolve.distributed_options(config))  # before anything touches JAX
   exp = resolve.resolve(config)  # every value checked before any compute
-  resuming = rundir.claim(workdir, config.to_dict())
-  rundir.write_status(workdir, "running", 0)
-  if not os.path.exists(os.path.join(workdir, "cell.json")):
-    rundir.write_json(os.path.join(workdir, "cell.json"), dict(
-        label=config.advantage.name, estimator=config.advantage.name,
-        options=dataclasses.asdict(exp.advantage), seed=config.seed))
-  writer = rundir.MetricsWriter(workdir)
-  progress = Progress(enabled=exp.train.progress_bar)
+  primary = distributed.is_primary()  # process 0 writes the run directory
+  claim_error = None
+  if primary:
+    try:
+      resuming = rundir.claim(workdir, config.to_dict())
+    except rundir.WorkdirMismatch as e:
+      claim_error, resuming = e, False
+  if not distributed.agree(claim_error is None):
+    raise claim_error or rundir.WorkdirMismatch(f"{workdir}: refused by process 0")
+  resuming = distributed.agree(resuming if primary else False)
+  if primary:
+    rundir.write_status(workdir, "running", 0)
+    if not os.path.exists(os.path.join(workdir, "cell.json")):
+      rundir.write_json(os.path.join(workdir, "cell.json"), dict(
+          label=config.advantage.name, estimator=config.advantage.name,
+          options=dataclasses.asdict(exp.advantage), seed=config.seed))
+  writer = rundir.MetricsWriter(workdir) if primary else rundir.NullWriter()
+  progress = Progress(enabled=exp.train.progress_bar, quiet=not primary)
   try:
     with contextlib.ExitStack() as cleanup:  # sampler, checkpointer, tasks: closed however it ends
       summary = _train(config, exp, workdir, writer, progress, resuming, cleanup)
   except BaseException as e:  # record the failure (Ctrl-C included), then re-raise
-    rundir.write_status(workdir, "failed", progress.step, f"{type(e).__name__}: {e}")
+    if primary:
+      rundir.write_status(workdir, "failed", progress.step, f"{type(e).__name__}: {e}")
     raise
   finally:
     progress.close()
     writer.close()
-  rundir.write_status(workdir, "finished", exp.train.steps)
+  if primary:
+    rundir.write_status(workdir, "finished", exp.train.steps)
   return summary
+
+
+def _exists(path: str) -> bool:
+  """Whether `path` exists, as process 0 sees it (every process then takes the same branch)."""
+  return bool(distributed.agree(os.path.exists(path)))
+
+
+def _write_json(path: str, obj) -> None:
+  if distributed.is_primary():
+    rundir.write_json(path, obj)
+
+
+def _global_rollouts(local: Rollouts, share: distributed.RowShare, mesh, rules) -> Rollouts:
+  """The step's batch from every process's rows: the batch-global segment ids (`group_id`,
+  `node_id`) move to this process's block first."""
+  if not distributed.is_multiprocess():
+    return local
+  node = np.asarray(local.node_id)
+  local = local.replace(group_id=np.asarray(local.group_id) + share.start,
+                        node_id=np.where(node >= 0, node + share.start * local.max_steps, node))
+  return distributed.globalize(local, mesh, rules)
 
 
 def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
@@ -88,10 +127,21 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   shards = int(np.prod([mesh.shape[a] for a in (batch_axes if isinstance(batch_axes, tuple)
                                                  else (batch_axes,))]))
   exp = resolve.fit_to_mesh(exp, shards, exp.sft.batch_size if exp.sft.steps else shards)
+  # This process's rows of each step's batch (all of them with one process), and the rollout
+  # options of its share.
+  share = distributed.row_share(mesh, rules, exp.rollout.shapes.num_rows)
+  local_rollout = dataclasses.replace(exp.rollout, shapes=dataclasses.replace(
+      exp.rollout.shapes, num_rows=share.stop - share.start))
+  per_process = exp.train.queries_per_step // share.count
 
   # -- Data and environment -------------------------------------------------------------------
-  tok_dir = tokenizer_dir(exp.model, exp.env.name,
-                          tasks_lib.cache_dir(exp.env.cache_dir), seed=config.seed)
+  def build_tokenizer():
+    return tokenizer_dir(exp.model, exp.env.name, tasks_lib.cache_dir(exp.env.cache_dir),
+                         seed=config.seed)
+  if distributed.is_primary():  # built once (a shared cache), then found by the others
+    build_tokenizer()
+  distributed.barrier("tokenizer")
+  tok_dir = build_tokenizer()
   tokenizer = load_tokenizer(tok_dir)
   source = cleanup.enter_context(contextlib.closing(TaskSource(exp.env, seed=config.seed)))
   train_tasks = source.tasks("train", exp.env.train_tasks)
@@ -129,13 +179,14 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
     writer.truncate_after({"sft": state.data_position["sft_step"],
                            "rl": state.data_position["rl_step"],
                            "eval": state.data_position["rl_step"]})
-    print(f"resumed {workdir} at {phase} step "
-          f"{state.data_position[phase + '_step']} (policy version {state.policy_version})")
+    if distributed.is_primary():
+      print(f"resumed {workdir} at {phase} step "
+            f"{state.data_position[phase + '_step']} (policy version {state.policy_version})")
   elif resuming:
     writer.truncate_after({"sft": 0, "rl": 0, "eval": -1})
   del model, params  # the train state owns the (donated) parameter buffers from here on
   sampler = samplers.make_sampler(exp.sampler, exp.model, graphdef, state, workdir, tok_dir,
-                                   exp.rollout)
+                                   local_rollout)
   cleanup.callback(sampler.close)
 
   run_clock = PhaseClock()  # this process's seconds in SFT, RL and evaluation (summary.json)
@@ -152,9 +203,9 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   def evaluate_and_log(step: int, stage: Optional[str] = None) -> dict:
     """`evaluate_now`, written as the metrics' eval row `step`; with `stage` ("sft": after the
     warm start, "start": before RL without one) also the run's first evaluation."""
-    result = evaluate_now()
+    result = evaluate_now()  # on every process, whole: the same greedy episodes everywhere
     if stage is not None:
-      rundir.write_json(os.path.join(workdir, "eval_after_sft.json"), result)
+      _write_json(os.path.join(workdir, "eval_after_sft.json"), result)
     writer.write("eval", step, {**result, "eval/stage": stage} if stage else result)
     return result
 
@@ -182,7 +233,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
                        policy_version=state.policy_version)
     ckpt.save(state)
   elif (exp.train.eval_at_start and state.data_position["rl_step"] == 0
-        and not os.path.exists(os.path.join(workdir, "eval_after_sft.json"))):
+        and not _exists(os.path.join(workdir, "eval_after_sft.json"))):
     evaluate_and_log(0, stage="start")
 
   # -- RL loop: sample, execute, judge, Rollouts, advantages, update, hand-over, evaluate ----
@@ -199,18 +250,23 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
     with clock("handover"):
       sampler.update(policy.sampler_params(state), state.policy_version)
     rng = np.random.default_rng([config.seed, i])
-    tasks = [train_tasks[q] for q in queries.step(i)]
+    first = share.index * per_process  # this process's first query of the step
+    tasks = share.of([train_tasks[q] for q in queries.step(i)])
     with clock("rollout"):
-      batch = rollout(sampler, tokenizer, tasks, exp.rollout, judge, rng)
+      batch = rollout(sampler, tokenizer, tasks, local_rollout, judge, rng, first_query=first)
       rollouts, episodes, extra_rounds = batch.rollouts, batch.episodes, 0
-      if exp.advantage_filters_groups:
+      if exp.advantage_filters_groups:  # each process refills its own share
         def resample(k, i=i, rng=rng):
-          more = [train_tasks[q] for q in queries.extra(i, k, exp.train.queries_per_step)]
-          return rollout(sampler, tokenizer, more, exp.rollout, judge, rng)
+          more = share.of([train_tasks[q] for q in queries.extra(i, k, exp.train.queries_per_step)])
+          return rollout(sampler, tokenizer, more, local_rollout, judge, rng, first_query=first)
         rollouts, episodes, extra_rounds = refill.dapo_refill(
-            batch, exp.estimator, exp.advantage, resample, exp.train.queries_per_step,
+            batch, exp.estimator, exp.advantage, resample, per_process,
             exp.train.dynamic_sampling_tries)
-      rollouts = trim_tokens(rollouts)  # the rows' longest length, not the context bound
+      # The rows' longest length (every process's), not the context bound.
+      rollouts = trim_tokens(rollouts, longest=distributed.global_max(longest_row(rollouts)))
+      local = rollouts
+      rollouts = _global_rollouts(local, share, mesh, rules)
+      sampler.sleep()  # the update takes the accelerators until the next hand-over
     with clock("advantages"):
       adv = jax.block_until_ready(exp.estimator(rollouts, exp.advantage))
     with clock("reference"):
@@ -221,10 +277,14 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
       jax.block_until_ready(state.params)
     state = dataclasses.replace(state, policy_version=state.policy_version + 1,
                                 data_position={**state.data_position, "rl_step": i + 1})
-    stats = rl_metrics(rollouts, adv, metrics, episodes, batch.stats,
+    local_adv = adv.replace(extras={}, **{f: distributed.local_rows(getattr(adv, f))
+                                          for f in ("tokens", "steps", "rows", "row_reward",
+                                                    "row_mask")})
+    stats = rl_metrics(local, local_adv, metrics, episodes, batch.stats,
                        exp.rollout.max_steps, exp.loss.aggregation)
     stats.update(clock.metrics(batch.stats))
     stats["dapo/extra_rounds"] = extra_rounds
+    stats = distributed.reduce_stats(stats)  # every process's rows
     every = exp.train.eval_every
     if (every and (i + 1) % every == 0) or i + 1 == exp.train.steps:
       with clock("eval"):
@@ -241,22 +301,26 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
                              (run_clock.seconds.get("eval", 0.0) - eval_before_rl))
 
   # -- Final evaluation, export, summary ------------------------------------------------------
+  distributed.barrier("rl-done")  # process 0's files of the run are written
   if last_eval is None and exp.train.steps == 0 and exp.sft.steps > 0:
     last_eval = json.load(open(os.path.join(workdir, "eval_after_sft.json")))  # the same weights
   if last_eval is None:  # resumed after the last step, or no RL steps
     last_eval = evaluate_now()
   if exp.train.export_final:
     out = os.path.join(workdir, "hf_export")
-    model = nnx.merge(graphdef, policy.sampler_params(state))
-    export_hf(model, out, source_dir=tok_dir, overwrite=True)
+    model = nnx.merge(graphdef, policy.sampler_params(state))  # whole on every process
+    if distributed.is_primary():
+      export_hf(model, out, source_dir=tok_dir, overwrite=True)
   first_path = os.path.join(workdir, "eval_after_sft.json")
   first = json.load(open(first_path)) if os.path.exists(first_path) else {}
   summary = {"after_sft": first, "after_rl": last_eval, "rl_steps": exp.train.steps,
              "policy_version": state.policy_version,
              "seconds": {k: round(v, 1) for k, v in run_clock.seconds.items()}}
-  rundir.write_json(os.path.join(workdir, "summary.json"), summary)
-  print(summary_table(first, last_eval, stage="SFT" if exp.sft.steps else "start"),
-        file=sys.stdout, flush=True)
+  _write_json(os.path.join(workdir, "summary.json"), summary)
+  if distributed.is_primary():
+    print(summary_table(first, last_eval, stage="SFT" if exp.sft.steps else "start"),
+          file=sys.stdout, flush=True)
+  distributed.barrier("run-done")
   return summary
 
 

@@ -12,6 +12,8 @@ policy version.
   a restore of the latest step falls back to the newest intact one, moving the corrupt ones
   aside to `corrupt-<step>/` (kept for inspection, never deleted) so that the run can save
   those steps again.
+* Multi-process runs (`tirjax.distributed`): every process saves and restores together (Orbax
+  writes each process's shards); the directory's own files are process 0's to write.
 * A directory belongs to one run: it holds a `tirjax_run.json` naming the run id. Opening a
   directory of another run, or a non-empty directory without that file, is an error unless
   `overwrite=True`, which empties it first.
@@ -27,9 +29,10 @@ import warnings
 from typing import Any, Callable, Mapping, Optional, Union
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
-from tirjax import checkpoint_sums
+from tirjax import checkpoint_sums, distributed
 
 RUN_FILE = "tirjax_run.json"
 
@@ -106,6 +109,12 @@ def _claim(directory: str, run_id: str, overwrite: bool) -> None:
   os.replace(tmp, os.path.join(directory, RUN_FILE))
 
 
+def _host_if_multiprocess(x):
+  """The PRNG key data as a host array in a multi-process run: Orbax writes host arrays from
+  process 0, while a device array that is not global would be written by every process."""
+  return np.asarray(x) if distributed.is_multiprocess() else x
+
+
 class Checkpointer:
   """Save and restore `TrainState`s under one directory of one run.
 
@@ -123,7 +132,9 @@ class Checkpointer:
     if not run_id:
       raise ValueError("run_id: must be a non-empty string")
     self.directory = os.path.abspath(directory)
-    _claim(self.directory, run_id, overwrite)
+    if distributed.is_primary():  # the files of a multi-process run are process 0's to write
+      _claim(self.directory, run_id, overwrite)
+    distributed.barrier("checkpoint-claim")
     self.run_id = run_id
     self._manager = ocp.CheckpointManager(
         self.directory, item_names=("arrays", "meta"),
@@ -144,7 +155,8 @@ class Checkpointer:
                             f"saved step {latest}; checkpoint steps must increase over a run")
     typed = _is_typed_key(state.rng)
     arrays = {"params": state.params, "opt_state": state.opt_state,
-              "rng": jax.random.key_data(state.rng) if typed else state.rng}
+              "rng": _host_if_multiprocess(jax.random.key_data(state.rng) if typed
+                                           else state.rng)}
     meta = {"step": int(state.step), "policy_version": int(state.policy_version),
             "data_position": dict(state.data_position), "run_id": self.run_id,
             "rng_impl": str(jax.random.key_impl(state.rng)) if typed else None,
@@ -210,7 +222,9 @@ class Checkpointer:
     typed = _is_typed_key(tgt.rng)
     rng = jax.eval_shape(jax.random.key_data, tgt.rng) if typed else tgt.rng
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct,
-                            {"params": tgt.params, "opt_state": tgt.opt_state, "rng": rng})
+                            {"params": tgt.params, "opt_state": tgt.opt_state})
+    abstract["rng"] = (np.zeros(rng.shape, rng.dtype) if distributed.is_multiprocess()
+                       else ocp.utils.to_shape_dtype_struct(rng))
     try:
       arrays = self._manager.restore(step, args=ocp.args.Composite(
           arrays=ocp.args.StandardRestore(abstract)))["arrays"]
@@ -265,7 +279,10 @@ class Checkpointer:
     n = 1
     while os.path.exists(dest):
       dest, n = f"{base}.{n}", n + 1
-    os.rename(os.path.join(self.directory, str(step)), dest)
+    distributed.barrier(f"checkpoint-found-corrupt-{step}")  # every process has looked
+    if distributed.is_primary():
+      os.rename(os.path.join(self.directory, str(step)), dest)
+    distributed.barrier(f"checkpoint-moved-{step}")
     self._manager.reload()
     return dest
 

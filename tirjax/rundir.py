@@ -26,7 +26,10 @@ from typing import Any, Mapping, Optional
 import numpy as np
 from flax import traverse_util
 
-RESUMABLE_KEYS = ("train.steps", "train.eval_every", "train.log_every", "train.progress_bar")
+# Keys a restart may change: how long and how verbosely it runs, and where its processes meet
+# (a resumed multi-process run may get other hosts; their number is part of the run).
+RESUMABLE_KEYS = ("train.steps", "train.eval_every", "train.log_every", "train.progress_bar",
+                  "distributed.coordinator_address", "distributed.process_id")
 PHASES = ("sft", "rl", "eval")
 
 
@@ -116,12 +119,7 @@ class MetricsWriter:
     os.replace(tmp, self.path)
 
   def write(self, phase: str, step: int, metrics: Mapping[str, Any]) -> dict:
-    if phase not in PHASES:
-      raise ValueError(f"phase: must be one of {PHASES}, got {phase!r}")
-    rec = {"phase": phase, "step": int(step), "time": time.time()}
-    for k, v in metrics.items():
-      v = np.asarray(v).item() if np.ndim(v) == 0 else v
-      rec[k] = float(v) if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) else v
+    rec = _record(phase, step, metrics)
     with open(self.path, "a") as f:
       f.write(json.dumps(rec, default=_jsonable) + "\n")
     if self._tb is not None:
@@ -133,6 +131,30 @@ class MetricsWriter:
   def close(self) -> None:
     if self._tb is not None:
       self._tb.close()
+
+
+def _record(phase: str, step: int, metrics: Mapping[str, Any]) -> dict:
+  if phase not in PHASES:
+    raise ValueError(f"phase: must be one of {PHASES}, got {phase!r}")
+  rec = {"phase": phase, "step": int(step), "time": time.time()}
+  for k, v in metrics.items():
+    v = np.asarray(v).item() if np.ndim(v) == 0 else v
+    rec[k] = float(v) if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) else v
+  return rec
+
+
+class NullWriter:
+  """`MetricsWriter`'s stand-in on the processes other than 0 of a multi-process run: it
+  builds the records (the caller reads them) and writes nothing."""
+
+  def truncate_after(self, phase_steps: Mapping[str, int]) -> None:
+    del phase_steps
+
+  def write(self, phase: str, step: int, metrics: Mapping[str, Any]) -> dict:
+    return _record(phase, step, metrics)
+
+  def close(self) -> None:
+    pass
 
 
 def run_id(config) -> str:

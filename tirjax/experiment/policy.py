@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 
 import jax
-import jax.numpy as jnp
 
+from tirjax import distributed
 from tirjax.checkpoint import TrainState
 from tirjax.models import config as model_config
 from tirjax.models.decoder import init
@@ -31,6 +31,7 @@ def reference_params(state: TrainState, workdir: str):
   import orbax.checkpoint as ocp
   path = os.path.abspath(os.path.join(workdir, "reference"))
   ckptr = ocp.StandardCheckpointer()
+  distributed.barrier("reference")  # every process looks before any has saved
   if os.path.exists(path):
     target = jax.tree.map(ocp.utils.to_shape_dtype_struct, state.params)
     params = ckptr.restore(path, target)
@@ -43,5 +44,6 @@ def reference_params(state: TrainState, workdir: str):
 
 
 def sampler_params(state: TrainState):
-  """Copies of the policy's parameters: train steps donate the state's buffers."""
-  return jax.tree.map(jnp.copy, state.params)
+  """Copies of the policy's parameters (train steps donate the state's buffers), whole on this
+  process when the run has several (each process's sampler decodes alone)."""
+  return distributed.local_replica(state.params)

@@ -26,8 +26,10 @@ class Progress:
   """A tqdm bar per phase with the current step, reward and accuracy, or compact lines."""
 
   def __init__(self, enabled: bool = True, out: Optional[TextIO] = None,
-               line_every_s: float = LINE_EVERY_S):
-    self.enabled = enabled
+               line_every_s: float = LINE_EVERY_S, quiet: bool = False):
+    """`quiet`: no bar and no lines (the processes other than 0 of a multi-process run)."""
+    self.enabled = enabled and not quiet
+    self.quiet = quiet
     self.step = 0
     self._bar = None
     self._out = out
@@ -76,6 +78,8 @@ class Progress:
       self._bar = None
 
   def _line(self, text: str) -> None:
+    if self.quiet:
+      return
     print(text, file=self._out or sys.stdout, flush=True)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import jax
 
-from tirjax import advantages, sharding
+from tirjax import advantages, distributed, sharding
 from tirjax.config import dataclass_from_config
 from tirjax.env.toolworld import Difficulty
 from tirjax.env.toolworld.demos import DemoOptions
@@ -60,6 +60,7 @@ class Experiment:
   sft_step: StepOptions
   demos: DemoOptions
   sharding: sharding.ShardingOptions
+  distributed: distributed.DistributedOptions
 
   @property
   def advantage_filters_groups(self) -> bool:
@@ -88,6 +89,12 @@ def _need(ok: bool, key: str, problem: str) -> None:
     raise ConfigError(f"{key}: {problem}")
 
 
+def distributed_options(c) -> distributed.DistributedOptions:
+  """The `distributed` section alone: read before anything touches JAX's devices (the
+  trainer initialises the multi-process runtime from it first)."""
+  return _section(distributed.DistributedOptions, c.distributed, "distributed")
+
+
 def resolve(c) -> Experiment:
   """Checks the whole config `c`; returns its option objects or raises `ConfigError`."""
   _need(isinstance(c.seed, int) and not isinstance(c.seed, bool) and c.seed >= 0, "seed",
@@ -107,6 +114,7 @@ def resolve(c) -> Experiment:
                else OptimizerOptions())
   sft_loss = _section(SFTOptions, c.sft.loss, "sft.loss")
   shard = _section(sharding.ShardingOptions, c.sharding, "sharding")
+  dist = distributed_options(c)
 
   # -- Rules that span sections ---------------------------------------------------------------
   if not model.hf_checkpoint:
@@ -137,6 +145,10 @@ def resolve(c) -> Experiment:
   except ValueError as e:
     raise ConfigError(f"sharding.{e}") from None
   train = own["train"]
+  processes = jax.process_count()  # after `distributed.initialize`: the run's processes
+  _need(train.queries_per_step % processes == 0, "train.queries_per_step",
+        f"{train.queries_per_step} queries do not divide over the {processes} processes (each "
+        "samples an equal share)")
   rows = train.queries_per_step * rollout.rows_per_query
   _need(rollout.shapes.num_rows >= rows, "rollout.shapes.num_rows",
         f"{rollout.shapes.num_rows} rows cannot hold train.queries_per_step="
@@ -165,7 +177,7 @@ def resolve(c) -> Experiment:
   sft_step = dataclasses.replace(step, log_entropy=False)
   return Experiment(**own, estimator=estimator, advantage=advantage, rollout=rollout,
                     loss=loss, optim=optim, step=step, sft_optim=sft_optim, sft_loss=sft_loss,
-                    sft_step=sft_step, demos=demos, sharding=shard)
+                    sft_step=sft_step, demos=demos, sharding=shard, distributed=dist)
 
 
 def fit_to_mesh(exp: Experiment, batch_shards: int, sft_batch_size: int) -> Experiment:

@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+
+import jax
 from flax import nnx
 
+from tirjax import distributed
 from tirjax.checkpoint import TrainState
 from tirjax.experiment.policy import sampler_params
 from tirjax.experiment.sections import ModelOptions, SamplerOptions
@@ -31,5 +36,20 @@ def make_sampler(options: SamplerOptions, model: ModelOptions, graphdef, state: 
         min_suffix_len=bucket(rollout_options.max_new_tokens, 16),
         reuse_cache=options.reuse_cache)
     return JaxSampler(nnx.merge(graphdef, params), options, policy_version=state.policy_version)
+  if distributed.is_multiprocess():  # each process hands its weights to its own servers
+    workdir = os.path.join(workdir, f"process{jax.process_index()}")
+    if options.vllm_url:
+      urls = own_servers(options.vllm_url.split(","), jax.process_index(), jax.process_count())
+      options = dataclasses.replace(options, vllm_url=",".join(urls))
   return VLLMPolicySampler(options, model.logprob_chunk, rollout_options.shapes, graphdef, params,
                            tokenizer_source, workdir)
+
+
+def own_servers(urls: list[str], process: int, processes: int) -> list[str]:
+  """The servers process `process` of `processes` samples from: every `processes`-th URL of
+  the list, from its own index on (each process hands its weights to its own servers)."""
+  mine = [u.strip() for u in urls[process::processes]]
+  if not mine:
+    raise ValueError(f"sampler.vllm_url: {len(urls)} server(s) for {processes} processes; give "
+                     "each process at least one (process p takes URLs p, p + processes, ...)")
+  return mine

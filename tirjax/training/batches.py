@@ -35,13 +35,23 @@ TOKEN_FIELDS = ("tokens", "token_valid", "loss_mask", "token_step", "old_logprob
                 "ref_logprobs")
 
 
-def trim_tokens(rollouts: Rollouts, multiple: int = 128) -> Rollouts:
+def longest_row(rollouts: Rollouts) -> int:
+  """Tokens in the batch's longest row (at least 1)."""
+  valid = np.asarray(rollouts.token_valid)
+  return int(valid.any(axis=0).nonzero()[0].max()) + 1 if valid.any() else 1
+
+
+def trim_tokens(rollouts: Rollouts, multiple: int = 128, longest: Optional[int] = None
+                ) -> Rollouts:
   """`rollouts` with its `[B, L]` token fields cut after the longest row, rounded up to a
   multiple of `multiple` (a few shapes, so a few compilations). Rows are right-padded, so
   nothing valid is cut; the train step's cost grows with L (attention with L²), and a
-  batch's rows are often far shorter than the context bound L."""
-  valid = np.asarray(rollouts.token_valid)
-  longest = int(valid.any(axis=0).nonzero()[0].max()) + 1 if valid.any() else 1
+  batch's rows are often far shorter than the context bound L. `longest`: cut after that many
+  tokens instead (the longest row of every process's share, so that the shares agree)."""
+  longest = longest_row(rollouts) if longest is None else longest
+  if longest < longest_row(rollouts):
+    raise ValueError(f"trim_tokens: longest={longest} would cut a row of "
+                     f"{longest_row(rollouts)} tokens")
   length = min(rollouts.max_tokens, -(-longest // multiple) * multiple)
   if length == rollouts.max_tokens:
     return rollouts

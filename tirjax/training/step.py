@@ -37,7 +37,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from tirjax import sharding
+from tirjax import distributed, sharding
 from tirjax.checkpoint import TrainState
 from tirjax.loss import policy as policy_lib
 from tirjax.loss.stats import Mean, Summary, finalize
@@ -123,6 +123,11 @@ def placed_copy(tree: Any, shardings: Any) -> Any:
   the source buffer with the shard of a replicated array on the source's device, so donating
   the copy would delete the source.
   """
+  if distributed.is_multiprocess() and all(
+      x.is_fully_addressable for x in jax.tree.leaves(tree) if isinstance(x, jax.Array)):
+    # This process's own arrays (a model built or loaded here) cannot enter a computation over
+    # every process's devices: each process places its host copy (the same on all of them).
+    return jax.device_put(jax.device_get(tree), shardings)
   return jax.jit(lambda t: jax.tree.map(jnp.copy, t), out_shardings=shardings)(tree)
 
 

@@ -1,0 +1,239 @@
+"""Multi-process training on JAX's multi-controller runtime (SPEC §9): one process per host
+(or per GPU), every process running the same program.
+
+    initialize(DistributedOptions(num_processes=2, process_id=p,
+                                  coordinator_address="host0:1234"))   # before any JAX work
+    mesh = sharding.make_mesh(opts)              # spans every process's devices
+    share = row_share(mesh, rules, global_rows)  # this process's rows of the global batch
+    local = rollout(..., tasks[share.queries], ...)                    # sampled here only
+    batch = globalize(local, mesh, rules)        # `make_array_from_process_local_data`
+
+What each process does alone, and what every process must do together:
+
+* Alone: sampling (its share of the step's queries, with its own sampler on its own devices),
+  environment steps, judging, host metrics of its rows.
+* Together (collectives, in the same order on every process): the estimator, the reference
+  log-probs and the update on the global batch; checkpoint saves and restores (Orbax writes
+  each process's shards); gathering a process-local replica of the weights for the sampler and
+  the export; `barrier`, `agree` and `reduce_stats`.
+* Process 0 only: the run directory's files (config, status, metrics, TensorBoard, summary,
+  the HF export).
+
+With one process (`num_processes=1`, the default) every function here is the identity or a
+no-op, so the single-process trainer runs the same code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding, PartitionSpec
+
+from tirjax import sharding as sharding_lib
+
+CPU_COLLECTIVES = ("gloo", "mpi", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedOptions:
+  """How this process joins a multi-process run (`jax.distributed.initialize`).
+
+  Attributes:
+    num_processes: 1: a single process (nothing is initialised); n > 1: n processes, with
+      `coordinator_address` and `process_id` given (or found by JAX in a Slurm or Open MPI
+      job); 0: everything auto-detected, as on a TPU pod slice or in a Slurm job.
+    coordinator_address: `host:port` of process 0's coordinator ("" = auto-detected).
+    process_id: this process, 0 ≤ id < num_processes (-1 = auto-detected).
+    cpu_collectives: the CPU backend's cross-process collectives ("gloo" runs anywhere;
+      GPUs and TPUs use their own, this only matters for CPU devices).
+  """
+
+  num_processes: int = 1
+  coordinator_address: str = ""
+  process_id: int = -1
+  cpu_collectives: str = "gloo"
+
+  def __post_init__(self):
+    for name, low in (("num_processes", 0), ("process_id", -1)):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
+    if self.num_processes > 1 and self.process_id >= self.num_processes:
+      raise ValueError(f"process_id: {self.process_id} is not below num_processes="
+                       f"{self.num_processes}")
+    if self.cpu_collectives not in CPU_COLLECTIVES:
+      raise ValueError(f"cpu_collectives: must be one of {CPU_COLLECTIVES}, got "
+                       f"{self.cpu_collectives!r}")
+    if self.coordinator_address and ":" not in self.coordinator_address:
+      raise ValueError(f"coordinator_address: must be host:port, got "
+                       f"{self.coordinator_address!r}")
+
+  @property
+  def enabled(self) -> bool:
+    return self.num_processes != 1
+
+
+def initialize(opts: DistributedOptions) -> None:
+  """`jax.distributed.initialize` from `opts` (nothing with one process). Call it before
+  anything that touches JAX's devices; a second call with the runtime up is a no-op."""
+  if not opts.enabled or jax.distributed.is_initialized():
+    return
+  jax.config.update("jax_cpu_collectives_implementation", opts.cpu_collectives)
+  kwargs = {}
+  if opts.num_processes > 1:
+    kwargs["num_processes"] = opts.num_processes
+  if opts.coordinator_address:
+    kwargs["coordinator_address"] = opts.coordinator_address
+  if opts.process_id >= 0:
+    kwargs["process_id"] = opts.process_id
+  jax.distributed.initialize(**kwargs)
+  if opts.num_processes > 1 and jax.process_count() != opts.num_processes:
+    raise RuntimeError(f"distributed: {jax.process_count()} processes joined, "
+                       f"num_processes={opts.num_processes} were configured")
+
+
+def is_multiprocess() -> bool:
+  return jax.process_count() > 1
+
+
+def is_primary() -> bool:
+  """Process 0: the one that writes the run directory's files."""
+  return jax.process_index() == 0
+
+
+def barrier(name: str) -> None:
+  """Every process waits here until all have arrived (a no-op with one process)."""
+  if is_multiprocess():
+    multihost_utils.sync_global_devices(name)
+
+
+def agree(value: Any) -> Any:
+  """Process 0's `value` (a scalar or array pytree) on every process."""
+  if not is_multiprocess():
+    return value
+  return jax.tree.map(lambda x: np.asarray(x).item() if np.ndim(x) == 0 else np.asarray(x),
+                      multihost_utils.broadcast_one_to_all(value))
+
+
+def global_max(value: int) -> int:
+  """The largest of every process's `value`."""
+  if not is_multiprocess():
+    return int(value)
+  return int(np.max(multihost_utils.process_allgather(np.int64(value))))
+
+
+class RowShare(NamedTuple):
+  """This process's block of the global batch: rows `[start, stop)`, and its position
+  `index` among `count` equal blocks (the order of the global batch's row blocks)."""
+
+  index: int
+  count: int
+  start: int
+  stop: int
+
+  def of(self, items: Sequence) -> list:
+    """This process's equal share of `items` (their number must divide by `count`)."""
+    if len(items) % self.count:
+      raise ValueError(f"{len(items)} items do not divide over {self.count} processes")
+    per = len(items) // self.count
+    return list(items[self.index * per:(self.index + 1) * per])
+
+
+def row_share(mesh, rules, global_rows: int) -> RowShare:
+  """Where this process's rows lie in a `[global_rows, ...]` batch sharded over the batch
+  mesh axes: one contiguous block of `global_rows / processes` rows.
+
+  Raises:
+    ValueError: the batch axes do not split the processes (two processes would hold the same
+      rows, or one process rows in several places).
+  """
+  spec = sharding_lib.batch_spec(rules)
+  rows = set()
+  for index in NamedSharding(mesh, spec).addressable_devices_indices_map(
+      (global_rows,)).values():
+    rows.update(range(*index[0].indices(global_rows)))
+  count = jax.process_count()
+  per, start = global_rows // count, min(rows)
+  if global_rows % count or rows != set(range(start, start + per)) or start % per:
+    raise ValueError(
+        f"sharding: the batch mesh axes {spec[0]} must give each of the {count} processes its "
+        f"own block of {global_rows} / {count} rows (this process holds {len(rows)} rows from "
+        f"{start}); put the data or fsdp axis across hosts (it is outermost by default)")
+  return RowShare(index=start // per, count=count, start=start, stop=start + per)
+
+
+def globalize(batch: Any, mesh, rules) -> Any:
+  """The global batch of every process's local rows (`sharding.shard_batch`); one process:
+  the batch placed on the mesh."""
+  return sharding_lib.shard_batch(batch, mesh, rules)
+
+
+def local_rows(x: jax.Array) -> np.ndarray:
+  """This process's rows of a batch-sharded array, in order (the array itself on one
+  process); replicas of the same rows (other mesh axes) are read once."""
+  if x.is_fully_addressable:
+    return np.asarray(x)
+  shards = {}
+  for s in x.addressable_shards:
+    start = s.index[0].start or 0
+    shards.setdefault(start, s.data)
+  return np.concatenate([np.asarray(shards[k]) for k in sorted(shards)])
+
+
+def local_replica(tree: Any) -> Any:
+  """A copy of every array of `tree` whole on one device of this process (its first device
+  of the arrays' mesh): what the process's own sampler and exporter read, apart from the
+  train step, which donates the originals. A collective when arrays span processes (every
+  process must call it)."""
+  leaves = jax.tree.leaves(tree)
+  if all(len(x.sharding.device_set) == 1 for x in leaves):
+    return jax.tree.map(jnp.copy, tree)
+  mesh = leaves[0].sharding.mesh
+  whole = jax.jit(lambda t: jax.tree.map(jnp.copy, t),
+                  out_shardings=NamedSharding(mesh, PartitionSpec()))(tree)
+  return jax.tree.map(lambda x: x.addressable_data(0), whole)
+
+
+# How each kind of per-process statistic combines into the run's: counts add up, extremes are
+# extremes, seconds are the slowest process's (the step waits for it), the rest are means of
+# equal shares.
+_SUMMED = ("rows/", "rollout/rows", "rollout/prompts", "rollout/sampled_tokens",
+           "rollout/sampler_calls", "unlearning/num_necessary", "dapo/extra_rounds")
+
+
+def _combine(key: str):
+  if key.startswith(_SUMMED) or key.endswith("_tokens"):
+    return np.sum
+  if key.endswith("_min"):
+    return np.min
+  if key.endswith(("_max", "_s")) or key.startswith("time/"):
+    return np.max
+  return np.mean
+
+
+def combine_stats(per_process: Sequence[Mapping[str, float]]) -> dict:
+  """One dict of statistics from every process's (the same keys on each): counts summed,
+  minima and maxima kept, seconds the slowest process's, the rest averaged (equal shares)."""
+  out = dict(per_process[0])
+  for k in per_process[0]:
+    values = [p[k] for p in per_process]
+    if all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in values):
+      out[k] = float(_combine(k)(np.asarray(values, np.float64)))
+  return out
+
+
+def reduce_stats(stats: Mapping[str, float]) -> dict:
+  """`combine_stats` over every process's `stats`; every process must call it with the same
+  keys. One process: unchanged."""
+  if not is_multiprocess():
+    return dict(stats)
+  keys = sorted(k for k, v in stats.items() if isinstance(v, (int, float, np.number))
+                and not isinstance(v, bool))
+  gathered = multihost_utils.process_allgather(
+      np.asarray([float(stats[k]) for k in keys], np.float32))
+  return {**stats, **combine_stats([dict(zip(keys, row.tolist())) for row in gathered])}
