@@ -35,6 +35,13 @@ def _seed(rng: np.random.Generator) -> int:
   return int(rng.integers(_SEED_RANGE))
 
 
+def _query_rng(runner: EpisodeRunner, round_seed: int, q: int) -> np.random.Generator:
+  """Query q's own random choices in a round: seeded by the round's draw and the query's
+  batch-wide index, so that a share of a step's queries (one process's) makes the choices the
+  whole batch makes. The shared Generator gives one draw per round, whatever the queries."""
+  return np.random.default_rng([round_seed, runner.first_query + q])
+
+
 def _first_steps(runner: EpisodeRunner, n: int, rng, top_logprobs: int = 0):
   """One call with the prompts of all queries, n samples each: n rows per query."""
   roots = [runner.root(q) for q in range(len(runner.tasks))]
@@ -79,14 +86,16 @@ def tree(runner: EpisodeRunner, rng: np.random.Generator):
     if not active:
       return rows, trace
     depth += 1
-    cands = dict(zip(map(id, active), runner.sample(active, f, _seed(rng))))
+    round_seed = _seed(rng)
+    cands = dict(zip(map(id, active), runner.sample(active, f, round_seed)))
     for q in range(len(runner.tasks)):
       act = [ep for ep in rows[q] if ep.status == ACTIVE]
       if not act:
         continue
       done = [ep for ep in rows[q] if ep.status != ACTIVE]
       flat = [c for ep in act for c in cands[id(ep)]]
-      chosen = [flat[i] for i in selection.tree_select(len(flat), n - len(done), rng)]
+      chosen = [flat[i] for i in selection.tree_select(len(flat), n - len(done),
+                                                       _query_rng(runner, round_seed, q))]
       trace.append(dict(depth=depth, query=q, finished=len(done),
                         candidates=[(c.uid, c.parent.steps[-1].uid) for c in flat],
                         chosen=[c.uid for c in chosen]))
@@ -124,12 +133,14 @@ def arpo(runner: EpisodeRunner, rng: np.random.Generator):
   for q, pairs in _first_steps(runner, opts.initial_rollouts, rng, k).items():
     rows[q] += [run(ep, cand) for ep, cand in pairs]
   for round_ in itertools.count():
+    round_seed = _seed(rng)
     for q in range(len(runner.tasks)):
       act = [ep for ep in rows[q] if ep.status == ACTIVE]
       entry = dict(round=round_, query=q, sources=[], restarts=0)
       if act:
         deltas = [ep.steps[-1].entropy - ep.entropy_ref for ep in act]
-        copies = selection.arpo_branches(deltas, opts.total_rollouts - len(rows[q]), opts, rng)
+        copies = selection.arpo_branches(deltas, opts.total_rollouts - len(rows[q]), opts,
+                                         _query_rng(runner, round_seed, q))
         for ep, d, c in zip(act, deltas, copies):
           entry["sources"].append((ep.eid, d, c))
           rows[q] += [runner.fork(ep) for _ in range(c)]
@@ -140,7 +151,7 @@ def arpo(runner: EpisodeRunner, rng: np.random.Generator):
     active = [ep for eps in rows.values() for ep in eps if ep.status == ACTIVE]
     if not active:
       return rows, trace
-    for ep, (cand,) in zip(active, runner.sample(active, 1, _seed(rng), k)):
+    for ep, (cand,) in zip(active, runner.sample(active, 1, round_seed, k)):
       run(ep, cand)
 
 
