@@ -191,19 +191,22 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
 
   run_clock = PhaseClock()  # this process's seconds in SFT, RL and evaluation (summary.json)
 
+  eval_start, eval_stop = distributed.task_block(len(eval_tasks))
+  mine = eval_stop - eval_start  # the eval tasks this process runs
+
   def evaluate_now() -> dict:
     """Hands the current weights to the sampler and evaluates them (greedy by default)."""
     with run_clock("eval"):
       sampler.update(policy.sampler_params(state), state.policy_version)
       return evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
                       exp.sampler.eval_temperature, seed=config.seed,
-                      progress=progress.evaluation(len(eval_tasks)),
+                      progress=progress.evaluation(mine),
                       answer_in_tool_message=exp.env.answer_in_tool_message)
 
   def evaluate_and_log(step: int, stage: Optional[str] = None) -> dict:
     """`evaluate_now`, written as the metrics' eval row `step`; with `stage` ("sft": after the
     warm start, "start": before RL without one) also the run's first evaluation."""
-    result = evaluate_now()  # on every process, whole: the same greedy episodes everywhere
+    result = evaluate_now()  # each process runs its block of the tasks; all get every metric
     if stage is not None:
       _write_json(os.path.join(workdir, "eval_after_sft.json"), result)
     writer.write("eval", step, {**result, "eval/stage": stage} if stage else result)

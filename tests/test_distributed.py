@@ -51,6 +51,8 @@ def test_one_process_is_the_identity():
   assert not distributed.is_multiprocess() and distributed.is_primary()
   distributed.barrier("nothing")
   assert distributed.agree(7) == 7 and distributed.global_max(3) == 3
+  assert distributed.allgather_objects({"a": [1]}) == [{"a": [1]}]
+  assert distributed.task_block(5) == (0, 5)
   stats = {"reward/mean": 0.5, "rows/valid": 8}
   assert distributed.reduce_stats(stats) == stats
   mesh = sharding.make_mesh()

@@ -12,6 +12,7 @@ What must hold:
   logged reward matches exactly, and the final parameters agree to 1e-4 (float32 sums over
   8 devices in another order; one RL update moves a weight by up to the learning rate, 3e-3);
 * only process 0 writes the run directory: every metrics row once;
+* each process evaluates half of the eval tasks and every metric is the one-process run's;
 * killed (both processes, SIGKILL) after a seeded random RL step's checkpoint and started
   again, the run ends with the uninterrupted two-process run's parameters, bit for bit, and
   logs every row once.
@@ -116,6 +117,11 @@ def test_two_processes_train_as_one(runs):
     np.testing.assert_allclose(b["loss/grad_norm"], a["loss/grad_norm"], rtol=1e-4)
   # Learning signal is present, so the comparison can fail: rewards differ within groups.
   assert all(r["loss/grad_norm"] > 0.1 for r in rl_one)
+  evals = [(a, b) for a, b in zip(one, two) if a["phase"] == "eval"]
+  assert len(evals) == 2  # after SFT, after RL; each process ran 2 of the 4 eval tasks
+  for a, b in evals:
+    assert {k: v for k, v in a.items() if k != "time"} == {k: v for k, v in b.items()
+                                                           if k != "time"}
   a, b = _params(runs["one"]), _params(runs["two"])
   assert a.keys() == b.keys()
   gap = max(float(np.max(np.abs(a[k] - b[k]))) for k in a)

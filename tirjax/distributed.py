@@ -15,7 +15,8 @@ What each process does alone, and what every process must do together:
 * Together (collectives, in the same order on every process): the estimator, the reference
   log-probs and the update on the global batch; checkpoint saves and restores (Orbax writes
   each process's shards); gathering a process-local replica of the weights for the sampler and
-  the export; `barrier`, `agree` and `reduce_stats`.
+  the export; gathering the evaluation's episodes (each process runs its block of the eval
+  tasks); `barrier`, `agree`, `reduce_stats` and `allgather_objects`.
 * Process 0 only: the run directory's files (config, status, metrics, TensorBoard, summary,
   the HF export).
 
@@ -26,6 +27,7 @@ no-op, so the single-process trainer runs the same code.
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from typing import Any, Mapping, NamedTuple, Sequence
 
 import jax
@@ -125,6 +127,26 @@ def global_max(value: int) -> int:
   if not is_multiprocess():
     return int(value)
   return int(np.max(multihost_utils.process_allgather(np.int64(value))))
+
+
+def allgather_objects(obj: Any) -> list:
+  """Every process's picklable `obj`, in process order (`[obj]` with one process): host
+  results too ragged for an array, such as a process's evaluation episodes."""
+  if not is_multiprocess():
+    return [obj]
+  data = np.frombuffer(pickle.dumps(obj), np.uint8)
+  sizes = multihost_utils.process_allgather(np.int32(data.size))
+  padded = np.zeros(int(np.max(sizes)), np.uint8)
+  padded[:data.size] = data
+  gathered = multihost_utils.process_allgather(padded)
+  return [pickle.loads(gathered[p, :int(sizes[p])].tobytes()) for p in range(len(sizes))]
+
+
+def task_block(num_tasks: int) -> tuple[int, int]:
+  """This process's contiguous block `[start, stop)` of `num_tasks` (blocks differ by at most
+  one task; all of them with one process)."""
+  bounds = np.linspace(0, num_tasks, jax.process_count() + 1).round().astype(int)
+  return int(bounds[jax.process_index()]), int(bounds[jax.process_index() + 1])
 
 
 class RowShare(NamedTuple):

@@ -8,6 +8,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from tirjax import distributed
 from tirjax.env import metrics
 from tirjax.env.tools import Task
 from tirjax.episodes import RolloutOptions, rollout
@@ -20,15 +21,23 @@ def evaluate(sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
              answer_in_tool_message: bool = False) -> dict[str, float]:
   """Metrics named `eval/...` over `tasks`, in chunks of the configured batch rows;
   `progress(tasks done)` is called after each chunk. `answer_in_tool_message`: ToolHop's AC
-  also accepts an answer contained in the tool response before it (FTRL's scorer)."""
+  also accepts an answer contained in the tool response before it (FTRL's scorer).
+
+  In a multi-process run each process runs its block of the tasks (`distributed.task_block`)
+  and every process gets the metrics of all of them; greedy episodes are the same however the
+  tasks are split."""
   opts = dataclasses.replace(options, mode="independent", n=1, temperature=temperature)
   chunk = opts.shapes.num_rows
   rng = np.random.default_rng(seed)
+  first, last = distributed.task_block(len(tasks))
   episodes = []
-  for start in range(0, len(tasks), chunk):
-    episodes += rollout(sampler, tokenizer, tasks[start:start + chunk], opts, judge, rng).episodes
+  for start in range(first, last, chunk):
+    stop = min(start + chunk, last)
+    episodes += rollout(sampler, tokenizer, tasks[start:stop], opts, judge, rng,
+                        first_query=start).episodes
     if progress is not None:
       progress(len(episodes))
+  episodes = [e for part in distributed.allgather_objects(episodes) for e in part]
   summaries = [e.summary for e in episodes]
   axes = metrics.portool_metrics(summaries, [e.outcome for e in episodes],
                                  step_cap=opts.max_steps)
