@@ -260,7 +260,8 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
       rollouts, episodes, extra_rounds = batch.rollouts, batch.episodes, 0
       if exp.advantage_filters_groups:  # each process refills its own share
         def resample(k, i=i, rng=rng):
-          more = share.of([train_tasks[q] for q in queries.extra(i, k, exp.train.queries_per_step)])
+          extra = queries.extra(i, k, exp.train.queries_per_step)
+          more = share.of([train_tasks[q] for q in extra])
           return rollout(sampler, tokenizer, more, local_rollout, judge, rng, first_query=first)
         rollouts, episodes, extra_rounds = refill.dapo_refill(
             batch, exp.estimator, exp.advantage, resample, per_process,
