@@ -222,10 +222,10 @@ def local_replica(tree: Any) -> Any:
 
 
 # How each kind of per-process statistic combines into the run's: counts add up, extremes are
-# extremes, seconds are the slowest process's (the step waits for it), the rest are means of
-# equal shares.
+# extremes, seconds and DAPO's refill rounds are the slowest process's (the step waits for
+# it), the rest are means of equal shares.
 _SUMMED = ("rows/", "rollout/rows", "rollout/prompts", "rollout/sampled_tokens",
-           "rollout/sampler_calls", "unlearning/num_necessary", "dapo/extra_rounds")
+           "rollout/sampler_calls", "unlearning/num_necessary")
 
 
 def _combine(key: str):
@@ -233,7 +233,7 @@ def _combine(key: str):
     return np.sum
   if key.endswith("_min"):
     return np.min
-  if key.endswith(("_max", "_s")) or key.startswith("time/"):
+  if key.endswith(("_max", "_s")) or key.startswith("time/") or key == "dapo/extra_rounds":
     return np.max
   return np.mean
 
