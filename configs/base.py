@@ -116,7 +116,7 @@ TINY_SIZES = dict(hidden_size=128, intermediate_size=256, num_layers=2, num_head
 
 def _cpu_scale(c: ml_collections.ConfigDict, steps_given: bool) -> None:
   """The tiny model on short toolworld episodes: sizes, steps and learning rates that fit a
-  2-core CPU (`make run`: 20-22 minutes there; benchmarks/results/default_run.json).
+  2-core CPU (`make run`: about 11 minutes there; benchmarks/results/default_run.json).
 
   Measured there (hidifftir, greedy accuracy on 256 eval tasks): 800 SFT steps reach 0.38,
   1000 reach 0.38-0.41 and 1200 reach 0.40 (1000 SFT steps and 40 RL steps took 15.3-15.9

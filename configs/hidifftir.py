@@ -9,7 +9,7 @@ assignment (α, λ, matching, the answer protocol) but not its budget: T_max = 6
 needs at most 4 tool steps and the answer), 64 new tokens per turn, 3 queries per step, and
 learning rates scaled to the model (configs/base.py, `tiny`).
 Measured with `model=tiny` (`make run`, seeds 0-2, benchmarks/results/default_run.json):
-greedy eval accuracy 0.406/0.418/0.270 after SFT, +0.023/+0.008/+0.008 after 40 RL steps.
+greedy eval accuracy 0.297/0.438/0.277 after SFT, -0.008/0.000/0.000 after 40 RL steps.
 """
 
 from configs import base
