@@ -115,7 +115,7 @@ def _global_rollouts(local: Rollouts, share: distributed.RowShare, mesh, rules) 
   node = np.asarray(local.node_id)
   local = local.replace(group_id=np.asarray(local.group_id) + share.start,
                         node_id=np.where(node >= 0, node + share.start * local.max_steps, node))
-  return distributed.globalize(local, mesh, rules)
+  return sharding.shard_batch(local, mesh, rules)  # the global arrays
 
 
 def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,

@@ -100,7 +100,7 @@ def test_process_shares_make_the_batch_the_whole_would(monkeypatch, name):
   shares = [tree_rollouts(rng, [3, 2], max_depth=3, num_rows=6, max_steps=3,
                           outcome_probs=(0.4, 0.2, 0.4)) for _ in range(2)]
   monkeypatch.setattr(distributed, "is_multiprocess", lambda: True)
-  monkeypatch.setattr(distributed, "globalize", lambda batch, mesh, rules: batch)
+  monkeypatch.setattr(sharding, "shard_batch", lambda batch, mesh, rules: batch)
   moved = [_global_rollouts(r, distributed.RowShare(p, 2, 6 * p, 6 * (p + 1)), None, None)
            for p, r in enumerate(shares)]
   parts = [rollouts_lib.to_numpy(m) for m in moved]

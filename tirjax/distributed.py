@@ -6,7 +6,7 @@
     mesh = sharding.make_mesh(opts)              # spans every process's devices
     share = row_share(mesh, rules, global_rows)  # this process's rows of the global batch
     local = rollout(..., tasks[share.queries], ...)                    # sampled here only
-    batch = globalize(local, mesh, rules)        # `make_array_from_process_local_data`
+    batch = sharding.shard_batch(local, mesh, rules)  # make_array_from_process_local_data
 
 What each process does alone, and what every process must do together:
 
@@ -187,12 +187,6 @@ def row_share(mesh, rules, global_rows: int) -> RowShare:
         f"own block of {global_rows} / {count} rows (this process holds {len(rows)} rows from "
         f"{start}); put the data or fsdp axis across hosts (it is outermost by default)")
   return RowShare(index=start // per, count=count, start=start, stop=start + per)
-
-
-def globalize(batch: Any, mesh, rules) -> Any:
-  """The global batch of every process's local rows (`sharding.shard_batch`); one process:
-  the batch placed on the mesh."""
-  return sharding_lib.shard_batch(batch, mesh, rules)
 
 
 def local_rows(x: jax.Array) -> np.ndarray:

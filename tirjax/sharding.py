@@ -21,7 +21,7 @@ it is an error naming the array), or the `out_sharding` metadata of Flax NNX var
 (`state_shardings`, `shard_model`; a dimension its mesh axes do not divide stays replicated,
 so a tiny test model runs on any mesh).
 
-Multi-host (one process per host; cannot be exercised on one machine): call
+Multi-host (one process per host; `tirjax.distributed`, tested as CPU processes with gloo): call
 `jax.distributed.initialize()` first thing in every process (on TPU pods and SLURM the
 coordinator, process count and id are discovered; elsewhere pass `coordinator_address`,
 `num_processes`, `process_id`). Then `jax.devices()` lists the devices of all hosts and
