@@ -5,7 +5,7 @@
                                   coordinator_address="host0:1234"))   # before any JAX work
     mesh = sharding.make_mesh(opts)              # spans every process's devices
     share = row_share(mesh, rules, global_rows)  # this process's rows of the global batch
-    local = rollout(..., tasks[share.queries], ...)                    # sampled here only
+    local = rollout(..., share.of(tasks), ..., first_query=...)  # sampled here only
     batch = sharding.shard_batch(local, mesh, rules)  # make_array_from_process_local_data
 
 What each process does alone, and what every process must do together:
