@@ -37,10 +37,12 @@ PRESET_KEYS = {"model": tuple(MODEL_PRESETS), "env": ENVS, "sampler": SAMPLERS, 
 
 def hidifftir_protocol() -> dict:
   """How HiDiffTIR trains itself and its baselines (§4.1, App. A.5): groups of 16 independent
-  rollouts at temperature 1.0, at most 10 turns, answers in `<answer>` tags; KL 0.001 (k3),
-  entropy bonus 0.001, lr 1e-6. `make(arg, estimator=..., **hidifftir_protocol())`."""
+  rollouts at temperature 1.0, at most 10 turns, answers in `<answer>` tags; a global batch of
+  256 queries in mini-batches of 32 (8 updates per rollout batch); KL 0.001 (k3), entropy
+  bonus 0.001, lr 1e-6. `make(arg, estimator=..., **hidifftir_protocol())`."""
   return dict(rollout=dict(mode="independent", n=16, max_steps=10, temperature=1.0,
                            answer_protocol="answer_tag", shapes=dict(max_steps=10)),
+              train=dict(queries_per_step=256, mini_batch_queries=32),
               loss=dict(kl_coef=0.001, kl_estimator="k3", entropy_coef=0.001),
               optim=dict(learning_rate=1e-6))
 
@@ -49,14 +51,17 @@ def portool_protocol(mode: str = "independent", rollout: dict | None = None,
                      loss: dict | None = None) -> dict:
   """How PORTool compares its baselines: groups of n = 8 rollouts (`mode`), T_max = 6, the
   clipped surrogate (ε = 0.2) averaged per trajectory, no KL term; `rollout` and `loss` add to
-  or replace these."""
+  or replace these. PORTool states no batch or mini-batch size; it trains on verl, whose
+  default makes 4 updates per rollout batch (`ppo_mini_batch_size` 256 of `train_batch_size`
+  1,024): mini-batches of a quarter of the step's 8 queries."""
   return dict(rollout=dict(dict(mode=mode, n=8, max_steps=6), **(rollout or {})),
+              train=dict(queries_per_step=8, mini_batch_queries=2),
               loss=dict(dict(kl_coef=0.0, aggregation="seq_mean_token_mean"), **(loss or {})))
 
 
 def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
          loss: dict | None = None, optim: dict | None = None,
-         advantage: dict | None = None) -> ml_collections.ConfigDict:
+         advantage: dict | None = None, train: dict | None = None) -> ml_collections.ConfigDict:
   """The locked config of `estimator` with its paper's defaults, then the presets in `arg`."""
   presets = parse_preset_arg(arg, PRESET_KEYS)
   c = ml_collections.ConfigDict()
@@ -70,6 +75,7 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   c.model.preset = presets.get("model", "tiny")
   c.env.update(name=env, data_path=DATA[env])
   c.sampler.kind = presets.get("sampler", "jax")
+  c.train.update(train or {})
   c.train.steps = int(presets.get("steps", 100))
 
   c.rollout = config_from_dataclass(dataclass_from_config(RolloutOptions, rollout, "rollout"))
@@ -140,6 +146,7 @@ def _cpu_scale(c: ml_collections.ConfigDict, steps_given: bool) -> None:
   c.optim.learning_rate = 3e-4
   c.optim.weight_decay = 0.0
   c.train.queries_per_step = 3
+  c.train.mini_batch_queries = 0
   c.train.eval_every = 0  # evaluated after SFT and after the last RL step only
   c.rollout.max_steps = 6  # toolworld needs at most 4 tool steps and the answer
   c.rollout.shapes.max_steps = c.rollout.get_ref("max_steps") + 0

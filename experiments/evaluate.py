@@ -7,7 +7,9 @@
 directory, whose `hf_export/` is then evaluated. `--config`: the experiment config whose
 environment, rollout protocol, judge and sampler (`sampler=jax|vllm`) the evaluation follows;
 its `model.hf_checkpoint` becomes the policy. One greedy episode per eval task
-(`env.eval_tasks`, or `--tasks`), as the trainer's evaluation runs it. Writes
+(`env.eval_tasks`, or `--tasks`), as the trainer's evaluation runs it; with
+`--config.sampler.eval_samples=16` also 16 episodes per task at `rollout.temperature`, scored
+as pass@1/4/16 and the shares of tasks whose samples are all wrong, mixed or all right. Writes
 `<out>/results.json` and `<out>/results.md` (an existing result is never overwritten) and
 prints the table. Metrics:
   * every dataset: PORTool's four axes (accuracy, average tool-call steps, unanswerable rate,
@@ -47,7 +49,11 @@ _LABELS = (("accuracy", "eval/accuracy"), ("average tool-call steps", "eval/avg_
            ("average formatting reward", "eval/format_reward"),
            ("mean outcome", "eval/mean_outcome"), ("Solve-P", "eval/solve_p"),
            ("Solve-R", "eval/solve_r"), ("Solve-F1", "eval/solve_f1"),
-           ("ToolHop answer correctness", "eval/answer_correctness"))
+           ("ToolHop answer correctness", "eval/answer_correctness"),
+           ("sampled accuracy", "eval/sampled_accuracy"), ("pass@1", "eval/pass@1"),
+           ("pass@4", "eval/pass@4"), ("pass@16", "eval/pass@16"),
+           ("tasks with mixed outcomes", "eval/sampled_mixed"),
+           ("tasks with no right sample", "eval/sampled_all_wrong"))
 
 
 def policy_directory(policy: str) -> str:
@@ -102,7 +108,8 @@ def evaluate_policy(config, policy: str, out: str, tasks: Optional[int] = None,
     metrics = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
                        exp.sampler.eval_temperature, seed=config.seed,
                        progress=Progress(enabled=sys.stderr.isatty()).evaluation(len(eval_tasks)),
-                       answer_in_tool_message=exp.env.answer_in_tool_message)
+                       answer_in_tool_message=exp.env.answer_in_tool_message,
+                       samples=exp.sampler.eval_samples)
   finally:
     if sampler is not None:
       sampler.close()
@@ -111,6 +118,7 @@ def evaluate_policy(config, policy: str, out: str, tasks: Optional[int] = None,
             "checkpoint": checkpoint, "env": exp.env.name, "split": split,
             "tasks": len(eval_tasks),
             "sampler": exp.sampler.kind, "temperature": exp.sampler.eval_temperature,
+            "samples": exp.sampler.eval_samples, "sample_temperature": exp.rollout.temperature,
             "answer_protocol": exp.rollout.answer_protocol,
             "solve_scoring": exp.rollout.solve_scoring,
             "answer_in_tool_message": exp.env.answer_in_tool_message,
@@ -123,9 +131,11 @@ def evaluate_policy(config, policy: str, out: str, tasks: Optional[int] = None,
 
 
 def markdown(result: dict) -> str:
+  sampled = (f"; {result['samples']} samples per task at temperature "
+             f"{result['sample_temperature']} (pass@k)" if result.get("samples") else "")
   lines = [f"# {result['env']}: {result['checkpoint']}\n",
            f"{result['tasks']} tasks, {result['sampler']} sampler at temperature "
-           f"{result['temperature']}, {result['answer_protocol']} protocol, "
+           f"{result['temperature']}{sampled}, {result['answer_protocol']} protocol, "
            f"{result['seconds']} s.\n", "| metric | value |", "| --- | ---: |"]
   for label, key in _LABELS:
     if key in result["metrics"]:

@@ -41,6 +41,7 @@ from tirjax.models.hf_io import export_hf
 from tirjax.episodes import rollout
 from tirjax.rollouts import Rollouts
 from tirjax.training.batches import SFTBatch, longest_row, policy_batch, trim_tokens
+from tirjax.training.minibatches import combine_updates, update_passes
 from tirjax.training.optimizer import make_optimizer
 from tirjax.training.reference import ReferencePolicy, with_reference_logprobs
 from tirjax.training.step import init_state, placement, policy_step, sft_step, split_model
@@ -201,7 +202,8 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
       return evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
                       exp.sampler.eval_temperature, seed=config.seed,
                       progress=progress.evaluation(mine),
-                      answer_in_tool_message=exp.env.answer_in_tool_message)
+                      answer_in_tool_message=exp.env.answer_in_tool_message,
+                      samples=exp.sampler.eval_samples)
 
   def evaluate_and_log(step: int, stage: Optional[str] = None) -> dict:
     """`evaluate_now`, written as the metrics' eval row `step`; with `stage` ("sft": after the
@@ -275,17 +277,20 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
       adv = jax.block_until_ready(exp.estimator(rollouts, exp.advantage))
     with clock("reference"):
       rollouts = jax.block_until_ready(with_reference_logprobs(rollouts, reference, exp.loss))
-    with clock("update"):
-      state, metrics = steps["rl"](state, policy_batch(rollouts, adv))
-      metrics = jax.device_get(jax.block_until_ready(metrics))
-      jax.block_until_ready(state.params)
+    with clock("update"):  # ppo_epochs passes over the batch's mini-batches (SPEC §5.1)
+      state, updates = update_passes(
+          state, steps["rl"], policy_batch(rollouts, adv),
+          distributed.host_rows(rollouts.group_id), distributed.host_rows(rollouts.row_valid),
+          exp.train.num_minibatches, exp.train.ppo_epochs, seed=config.seed, step=i)
     state = dataclasses.replace(state, policy_version=state.policy_version + 1,
                                 data_position={**state.data_position, "rl_step": i + 1})
     local_adv = adv.replace(extras={}, **{f: distributed.local_rows(getattr(adv, f))
                                           for f in ("tokens", "steps", "rows", "row_reward",
                                                     "row_mask")})
-    stats = rl_metrics(local, local_adv, metrics, episodes, batch.stats,
-                       exp.rollout.max_steps, exp.loss.aggregation)
+    loss_metrics, update_stats = combine_updates(updates)
+    stats = rl_metrics(local, local_adv, loss_metrics, episodes, batch.stats,
+                       exp.rollout.max_steps, exp.loss.aggregation, first_update=updates[0])
+    stats.update(update_stats)
     stats.update(clock.metrics(batch.stats))
     stats["dapo/extra_rounds"] = extra_rounds
     stats = distributed.reduce_stats(stats)  # every process's rows

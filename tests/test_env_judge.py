@@ -44,7 +44,7 @@ from tirjax.env.tools import Task, Tool
     (None, "Paris", "false"),  # no answer
     ("   ", "Paris", "false"),
     ("London", "Paris", "false"),
-    ("I am unable to answer this.", "Paris", "unable_to_answer"),
+    ("I am unable to answer this.", "Paris", "false"),  # abstaining on an answerable task
     ("unable_to_answer", "unable_to_answer", "unable_to_answer"),
     ("The tools cannot answer that.", "unable_to_answer", "unable_to_answer"),
     ("Paris", "unable_to_answer", "false"),
@@ -53,6 +53,43 @@ from tirjax.env.tools import Task, Tool
 ])
 def test_rule_verdicts(answer, reference, verdict):
   assert J.rule_verdict(answer, reference) == verdict
+
+
+ABSTAIN = ("unable_to_answer", "I cannot answer this question.",
+           "The city_info tool is unavailable, so I am unable to answer.")
+
+
+@pytest.mark.parametrize("answer", ABSTAIN)
+def test_abstention_is_earned_not_claimed(answer):
+  """SPEC §6: an abstention earns 0 only where the task cannot be answered; on an answerable
+  task it is wrong (−1), so abstaining never beats answering; an answer to an unanswerable
+  task is wrong too, and a correct abstention is not counted correct."""
+  outcome = lambda a, ref: J.outcome(J.rule_verdict(a, ref))
+  assert outcome(answer, "Paris") == -1.0  # answerable task, abstention
+  assert outcome(answer, "42") == -1.0
+  assert outcome(answer, J.UNABLE_TO_ANSWER) == 0.0  # unanswerable task, abstention
+  assert outcome("Paris", J.UNABLE_TO_ANSWER) == -1.0  # unanswerable task, an answer
+  assert outcome("42", J.UNABLE_TO_ANSWER) == -1.0
+  assert J.rule_verdict(answer, J.UNABLE_TO_ANSWER) != "true"
+  # The old rule, kept to reproduce the collapse it causes: abstaining pays 0 anywhere.
+  claimed = J.RuleOptions(abstention="claimed")
+  assert J.rule_verdict(answer, "Paris", claimed) == J.UNABLE_TO_ANSWER
+  assert J.rule_verdict(answer, J.UNABLE_TO_ANSWER, claimed) == J.UNABLE_TO_ANSWER
+  assert J.rule_verdict("Lyon", "Paris", claimed) == "false"
+  with pytest.raises(ValueError, match="abstention"):
+    J.RuleOptions(abstention="free")
+
+
+def test_llm_rubric_states_the_earned_abstention():
+  """The LLM judge's rubric says what the rule judge does (SPEC §6)."""
+  rubric = J.SYSTEM_PROMPT
+  true_line = next(l for l in rubric.splitlines() if l.startswith("- true:"))
+  unable_line = next(l for l in rubric.splitlines() if l.startswith("- unable_to_answer:"))
+  false_line = next(l for l in rubric.splitlines() if l.startswith("- false:"))
+  assert "cannot answer" not in true_line  # a correct abstention is not "true"
+  assert "reference answer is 'unable_to_answer'" in unable_line
+  assert "cannot answer although the reference gives an answer" in false_line
+  assert "gives an answer where the reference is 'unable_to_answer'" in false_line
 
 
 @given(st.text(min_size=1, max_size=20).filter(lambda s: J.normalize(s)))

@@ -9,6 +9,11 @@ three seeds, and prints the margins.
 
 Fault injection: `pytest tests/test_rl_learns.py --inject-fault=NAME` runs the same test with one
 pipeline fault (`FAULTS`); each must make it fail. The results are in issue 13's closing note.
+
+The mini-batch case (`MINIBATCH`: 4 updates per rollout batch, SPEC §5.1) also asserts that the
+clip acts from the second update on, which the fault `fresh_old_logprobs` (π_old recomputed
+before every update, so ρ = 1 always, as with one update per batch) must break; its effect on
+learning is printed.
 """
 
 import dataclasses
@@ -16,13 +21,16 @@ import json
 import math
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from configs import grpo
 from experiments import train
 from tirjax.env import bandit
+from tirjax.models.logprobs import token_logprobs
 from tirjax.sampling.jax_sampler import JaxSampler
 
 STEPS = 16
@@ -31,10 +39,14 @@ SETTINGS = {"sharding.num_devices": 1, "train.progress_bar": False, "train.expor
             "train.checkpoint_every": STEPS}
 
 
-def doors_config(seed: int):
+# 8 queries per step in mini-batches of 2: 4 updates per rollout batch.
+MINIBATCH = {"train.mini_batch_queries": 2}
+
+
+def doors_config(seed: int, extra=None):
   c = grpo.get_config(f"model=tiny,env=doors,steps={STEPS}")
   c.seed = seed
-  for key, value in SETTINGS.items():
+  for key, value in {**SETTINGS, **(extra or {})}.items():
     node = c
     *path, leaf = key.split(".")
     for part in path:
@@ -59,8 +71,22 @@ def _other_rows_logprobs(batch):
   return dataclasses.replace(batch, old_logprobs=jnp.roll(batch.old_logprobs, 1, axis=0))
 
 
+class _FreshOldLogprobs:
+  """A train step whose batch's old log-probs are recomputed under the current parameters
+  before every update: ρ = 1 at every update, so no clip can act."""
+
+  def __init__(self, step, graphdef, chunk_size):
+    self.step, self.placement = step, step.placement
+    self.logp = jax.jit(lambda params, tokens, valid: token_logprobs(
+        nnx.merge(graphdef, params), tokens, valid, chunk_size=chunk_size)[0])
+
+  def __call__(self, state, batch):
+    fresh = self.logp(state.params, batch.tokens, batch.token_valid)
+    return self.step(state, batch.replace(old_logprobs=jnp.where(batch.token_valid, fresh, 0.0)))
+
+
 BATCH_FAULTS = {"sign": _flip_sign, "mask_shift": _shift_mask, "old_logprobs_row": _other_rows_logprobs}
-FAULTS = (*BATCH_FAULTS, "stale_weights")
+FAULTS = (*BATCH_FAULTS, "stale_weights", "fresh_old_logprobs")
 
 
 @pytest.fixture
@@ -73,6 +99,11 @@ def fault(request, monkeypatch):
   if name in BATCH_FAULTS:
     corrupt, build = BATCH_FAULTS[name], train.policy_batch
     monkeypatch.setattr(train, "policy_batch", lambda r, a: corrupt(build(r, a)))
+  elif name == "fresh_old_logprobs":
+    make_step = train.policy_step
+    monkeypatch.setattr(train, "policy_step", lambda graphdef, tx, place, loss, opts: (
+        _FreshOldLogprobs(make_step(graphdef, tx, place, loss, opts), graphdef,
+                          opts.logprob_chunk_size)))
   else:  # the sampler keeps the weights it was first given (those after SFT)
     update = JaxSampler.update
 
@@ -95,19 +126,25 @@ ROWS = 8 * 8  # queries per step × rows per query (grpo: n = 8)
 
 
 @pytest.mark.slow
-def test_grpo_learns_the_good_door_after_sft(tmp_path, fault):
+@pytest.mark.parametrize("updates", ["single", "minibatch"])
+def test_grpo_learns_the_good_door_after_sft(tmp_path, fault, updates):
   """Three seeded runs (SFT, then 16 GRPO steps): each raises its training accuracy from
   about chance to near 1, far outside both the binomial noise of a policy that stays put and
   the seed-to-seed spread of the gains; greedy evaluation then opens the good door in every
-  room."""
-  gains, report = [], []
+  room. With 4 mini-batches per rollout batch, the clip acts after the first update."""
+  gains, report, clipped = [], [], []
   for seed in SEEDS:
-    summary = train.run(doors_config(seed), str(tmp_path / f"seed{seed}"))
-    acc = np.array([r["train/accuracy"] for r in rl_records(tmp_path / f"seed{seed}")])
+    extra = MINIBATCH if updates == "minibatch" else {}
+    summary = train.run(doors_config(seed, extra), str(tmp_path / f"seed{seed}"))
+    records = rl_records(tmp_path / f"seed{seed}")
+    acc = np.array([r["train/accuracy"] for r in records])
     start, end = acc[:2].mean(), acc[-4:].mean()
     gains.append(end - start)
     report.append((seed, start, end, summary["after_sft"]["eval/accuracy"],
                    summary["after_rl"]["eval/accuracy"]))
+    assert all(r["updates/count"] == (4 if updates == "minibatch" else 1) for r in records)
+    clipped.append(max(r["updates/last/clip_frac_low"] + r["updates/last/clip_frac_high"]
+                       for r in records))
   gains = np.array(gains)
   chance = 1 / len(bandit.DOORS)
   # A policy that stays at chance: the binomial noise of a 4-step mean minus a 2-step mean.
@@ -119,7 +156,10 @@ def test_grpo_learns_the_good_door_after_sft(tmp_path, fault):
           f"{STEPS - 3}-{STEPS}), greedy eval {sft_eval:.3f} -> {rl_eval:.3f}")
   print(f"  gain {gains.mean():+.3f} (min {gains.min():+.3f}); seed-to-seed std {spread:.3f}; "
         f"margin {gains.min() / binomial:.1f} binomial sigmas, "
-        f"{gains.mean() / max(spread, 1e-9):.1f} seed-to-seed sigmas")
+        f"{gains.mean() / max(spread, 1e-9):.1f} seed-to-seed sigmas; largest clip fraction "
+        f"at a step's last update per seed {np.round(clipped, 4).tolist()}")
+  if updates == "minibatch":  # the policy moved between updates, and the clip acted
+    assert min(clipped) > 0
   for seed, start, end, sft_eval, rl_eval in report:
     assert start < 0.4, seed  # SFT taught no door: RL has the whole way to go
     assert rl_eval == 1.0, seed  # greedy opens the good door in every room

@@ -1,6 +1,7 @@
 """toolworld: ground-truth trajectories, valid orders, down tools, tools, splits, knobs."""
 
 import datetime
+import hashlib
 import json
 import math
 import random
@@ -13,7 +14,7 @@ import pytest
 
 from tirjax.env.tools import TERMINAL_TOOL, UNABLE_TO_ANSWER, ToolError
 from tirjax.env.toolworld import plan as plan_lib
-from tirjax.env.toolworld.queries import TEMPLATES
+from tirjax.env.toolworld.queries import DIRECTION_TOOLS, TEMPLATES, Unfit
 from tirjax.env.toolworld.tasks import Difficulty, make_tasks, split_of, task_from_metadata
 from tirjax.env.toolworld.toolbox import SPECS, TOOL_NAMES, UNAVAILABLE, make_tools
 from tirjax.env.toolworld.world import GAP, World, make_world
@@ -348,6 +349,39 @@ def test_difficulty_knobs():
       Difficulty(**bad)
   with pytest.raises(ValueError, match="split"):
     make_tasks("test", 1)
+  with pytest.raises(ValueError, match="p_direction"):
+    Difficulty(p_direction=2)
+
+
+def test_direction_templates_are_those_whose_plan_takes_a_direction():
+  """`Template.direction` says what the plans hold, for every template; every hop count and
+  parallel kind has one, so `p_direction` = 1 keeps the hop mix."""
+  rng = random.Random(0)
+  for t in TEMPLATES.values():
+    built = 0
+    while built < 5:
+      try:
+        _, calls = t.build(rng, make_world(rng))
+      except Unfit:  # this world cannot host it
+        continue
+      built += 1
+      assert t.direction == any(c["name"] in DIRECTION_TOOLS for c in calls), t.name
+  kinds = {(t.hops, t.parallel) for t in TEMPLATES.values()}
+  assert kinds == {(t.hops, t.parallel) for t in TEMPLATES.values() if t.direction}
+
+
+def test_p_direction_draws_queries_that_hinge_on_a_direction():
+  every = make_tasks("train", 200, seed=0, difficulty=Difficulty(p_direction=1.0))
+  assert all(TEMPLATES[t.metadata["template"]].direction for t in every)
+  assert {t.metadata["hops"] for t in every} == {1, 2, 3, 4}
+  half = make_tasks("train", 400, seed=0, difficulty=Difficulty(p_direction=0.5))
+  share = sum(TEMPLATES[t.metadata["template"]].direction for t in half) / 400
+  base = sum(TEMPLATES[t.metadata["template"]].direction for t in make_tasks("train", 400)) / 400
+  assert base < share < 1
+  # p_direction = 0 draws the streams of before the knob (fingerprints taken at e4ecef7).
+  for split, want in (("train", "59c8cb21493d13f3"), ("eval", "590f42a0cc96159f")):
+    text = "\n".join(f"{t.question}|{t.answer}" for t in make_tasks(split, 300, seed=0))
+    assert hashlib.sha256(text.encode()).hexdigest()[:16] == want
 
 
 def test_task_rebuilds_from_json_metadata(tasks):

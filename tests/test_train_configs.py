@@ -44,6 +44,16 @@ def test_paper_defaults():
       0.2, 0.28, "token_mean")
   arpo = resolve.resolve(load("arpo"))
   assert arpo.rollout.mode == "arpo" and arpo.rollout.arpo.total_rollouts == 16
+  # Updates per rollout batch (SPEC §5.1): HiDiffTIR's 256 queries in mini-batches of 32;
+  # PORTool states none, verl's default makes 4 updates a batch.
+  def paper_scale(name):
+    c = load(name, "model=qwen3_1p7b")
+    c.model.hf_checkpoint = "."  # a real preset needs a checkpoint directory
+    return resolve.resolve(c)
+  paper = paper_scale("hidifftir")
+  assert (paper.train.queries_per_step, paper.train.mini_batch_queries) == (256, 32)
+  assert paper.train.num_minibatches == 8 and paper.train.ppo_epochs == 1
+  assert paper_scale("portool").train.num_minibatches == 4
 
 
 def test_rows_follow_queries_per_step():
@@ -205,6 +215,12 @@ def test_every_section_resolves_to_its_typed_options(arg):
     ("train.checkpoint_every", 0, r"train\.checkpoint_every: must be an integer >= 1"),
     ("sampler.eval_temperature", -0.5, r"sampler\.eval_temperature: must be >= 0"),
     ("model.logprob_chunk", 0, r"model\.logprob_chunk: must be an integer >= 1"),
+    ("judge.abstention", "free", r"judge\.abstention: must be one of"),
+    ("sampler.eval_samples", -1, r"sampler\.eval_samples: must be an integer >= 0"),
+    ("train.ppo_epochs", 0, r"train\.ppo_epochs: must be an integer >= 1"),
+    ("train.mini_batch_queries", 2, r"train\.mini_batch_queries: 2 does not divide "
+                                    r"queries_per_step=3"),
+    ("env.p_direction", 1.5, r"env\.p_direction: must lie in \[0, 1\]"),
 ])
 def test_own_sections_name_the_bad_key(key, value, message):
   c = load("grpo")

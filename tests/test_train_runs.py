@@ -46,7 +46,11 @@ def read_metrics(workdir):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", CONFIGS)
 def test_two_step_smoke_run(name, tmp_path):
-  extra = {"sft.steps": 2, "sft.batch_size": 2} if name == "hidifftir" else {}
+  # hidifftir also runs the mini-batch updates (2 passes × 2 mini-batches) and the sampled
+  # evaluation (pass@k) through the whole trainer.
+  extra = {"sft.steps": 2, "sft.batch_size": 2, "train.queries_per_step": 2,
+           "train.mini_batch_queries": 1, "train.ppo_epochs": 2,
+           "sampler.eval_samples": 2} if name == "hidifftir" else {}
   summary = run(short_config(name, **extra), str(tmp_path))
   status = json.load(open(tmp_path / "status.json"))
   assert status["state"] == "finished"
@@ -62,8 +66,16 @@ def test_two_step_smoke_run(name, tmp_path):
   assert (tmp_path / "hf_export" / "config.json").exists()
   assert set(summary) >= {"after_sft", "after_rl"}
   assert 0 <= summary["after_rl"]["eval/accuracy"] <= 1
+  assert all(r["updates/count"] == (4 if name == "hidifftir" else 1) for r in rl)
+  assert 0 <= rl[0]["groups/mixed_share"] <= 1
   if name == "hidifftir":
     assert [r["step"] for r in records if r["phase"] == "sft"] == [1, 2]
+    for stage in ("after_sft", "after_rl"):
+      m = summary[stage]
+      assert 0 <= m["eval/pass@1"] <= m["eval/pass@2"] <= 1
+      assert m["eval/sampled_all_wrong"] + m["eval/sampled_mixed"] + m["eval/sampled_all_right"] \
+          == pytest.approx(1.0)
+      assert "eval/pass@4" not in summary[stage]  # k <= the 2 samples only
     assert (tmp_path / "reference").exists()  # the KL reference, kept for restarts
 
 

@@ -189,6 +189,14 @@ def row_share(mesh, rules, global_rows: int) -> RowShare:
   return RowShare(index=start // per, count=count, start=start, stop=start + per)
 
 
+def host_rows(x) -> np.ndarray:
+  """Every row of a batch-sharded array on this host (every process gets the same array):
+  small per-row fields such as group ids, which every process needs whole."""
+  if not isinstance(x, jax.Array) or x.is_fully_addressable:
+    return np.asarray(x)
+  return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
 def local_rows(x: jax.Array) -> np.ndarray:
   """This process's rows of a batch-sharded array, in order (the array itself on one
   process); replicas of the same rows (other mesh axes) are read once."""

@@ -4,9 +4,13 @@ Two judges with one rule for a missing answer (no `response_gen` within T_max �
 
 * `rule_verdict`: the final answer against the reference with no near miss passing
   (`matches`): numbers at the reference's precision, every number of the answer counted;
-  strings normalised, exactly or as whole words of an answer that hedges nothing. The reference `unable_to_answer` is met by an answer that says it cannot answer
-  with the verdict "unable_to_answer" (R_out 0, as PORTool's judge defines: such a row never
-  counts as correct); an answer that says so to an answerable question gets it too.
+  strings normalised, exactly or as whole words of an answer that hedges nothing.
+  `unable_to_answer` (R_out 0) is earned, not claimed (SPEC §6): an answer that says it cannot
+  answer gets it only when the reference is `unable_to_answer` (the task cannot be answered
+  with the tools as they behaved); on an answerable task the same answer is "false" (−1), and
+  a correct abstention never counts as correct. Were abstaining paid 0 on answerable tasks,
+  it would beat answering whenever the policy is right less than half the time (2p − 1 < 0),
+  and RL would learn to abstain (GRPO at lr 1e-3 did, issue 26).
 * `LLMJudge`: any OpenAI-compatible `/chat/completions` endpoint (through httpx's
   pooled client). It sees the whole trajectory, is asked `votes` (5) times independently, and the
   plurality of the valid votes wins. Explicit rules:
@@ -62,6 +66,9 @@ def outcome(verdict: str) -> float:
 # -- rule-based verifier -------------------------------------------------------------------
 
 
+ABSTENTION_RULES = ("earned", "claimed")
+
+
 @dataclasses.dataclass(frozen=True)
 class RuleOptions:
   """Attributes:
@@ -69,9 +76,19 @@ class RuleOptions:
       filler words ("the final answer is", "so", ...): "The answer is Paris." is true;
       "Paris or Lyon", "Lyon, Paris", "maybe Paris" and "The capital is Paris" (what else
       does it name?) are not.
+    abstention: "earned" (SPEC §6, the default): an abstention is `unable_to_answer` only on
+      a task whose reference is `unable_to_answer`, "false" elsewhere. "claimed": the rule
+      before SPEC §6 closed it, any abstention on an answerable task is `unable_to_answer`;
+      kept to reproduce the abstention collapse it causes, not for training.
   """
 
   containment: bool = True
+  abstention: str = "earned"
+
+  def __post_init__(self):
+    if self.abstention not in ABSTENTION_RULES:
+      raise ValueError(f"abstention: must be one of {ABSTENTION_RULES}, "
+                       f"got {self.abstention!r}")
 
 
 def normalize(text: str) -> str:
@@ -175,7 +192,8 @@ def rule_verdict(answer: Optional[str], reference: Optional[str],
     return UNABLE_TO_ANSWER if unable else "false"
   if matches(answer, reference, options):
     return "true"
-  return UNABLE_TO_ANSWER if unable else "false"
+  # An answerable task: saying it cannot be answered is wrong (unless the old rule is asked).
+  return UNABLE_TO_ANSWER if unable and options.abstention == "claimed" else "false"
 
 
 # -- LLM judge -----------------------------------------------------------------------------
@@ -230,11 +248,13 @@ SYSTEM_PROMPT = (
     "You are the evaluation agent of a tool-using assistant. You see a question, the "
     "assistant's steps with the tool responses, its final answer and the reference answer. "
     "Decide whether the final answer is correct.\n"
-    "- true: the final answer agrees with the reference answer (wording may differ), or the "
-    "reference is 'unable_to_answer' and the assistant says it cannot answer.\n"
-    "- unable_to_answer: the assistant says it cannot answer although the reference gives an "
-    "answer.\n"
-    "- false: anything else.\n"
+    "- true: the final answer agrees with the reference answer (wording may differ).\n"
+    "- unable_to_answer: the reference answer is 'unable_to_answer' (the task cannot be "
+    "answered with the tools as they behaved: a tool was down or the information is missing) "
+    "and the assistant says it cannot answer.\n"
+    "- false: anything else. In particular: the assistant says it cannot answer although the "
+    "reference gives an answer (a malformed call of its own does not make a task "
+    "unanswerable), or it gives an answer where the reference is 'unable_to_answer'.\n"
     "Reason briefly, then end with one line: VERDICT: true, VERDICT: false or "
     "VERDICT: unable_to_answer.")
 

@@ -46,8 +46,9 @@ def judge_all(judge: Judge, trajectories: Sequence[Optional[Trajectory]],
 
 def make_judge(judge_cfg):
   """The rule-based verifier, or the LLM judge (five votes, majority) on an endpoint."""
+  rule = RuleOptions(abstention=judge_cfg.abstention)
   if judge_cfg.kind == "rule":
-    return rule_judge()
+    return rule_judge(rule)
   llm = LLMJudge(LLMJudgeOptions(base_url=judge_cfg.base_url, model=judge_cfg.model,
-                                 votes=judge_cfg.votes))
+                                 votes=judge_cfg.votes), rule)
   return llm.judge

@@ -1,9 +1,12 @@
 """Evaluation: one greedy (or low-temperature) episode per eval task, PORTool's four axes plus
-Solve-P/R/F1 where tasks carry expected answers and ToolHop's answer correctness."""
+Solve-P/R/F1 where tasks carry expected answers and ToolHop's answer correctness; optionally
+n sampled episodes per task at the rollout temperature, for pass@k and the share of tasks with
+mixed outcomes (the headroom RL has: it re-weights what the policy already samples)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -18,10 +21,11 @@ from tirjax.episodes.judging import Judge
 def evaluate(sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
              judge: Optional[Judge] = None, temperature: float = 0.0, seed: int = 0,
              progress: Optional[Callable[[int], None]] = None,
-             answer_in_tool_message: bool = False) -> dict[str, float]:
+             answer_in_tool_message: bool = False, samples: int = 0) -> dict[str, float]:
   """Metrics named `eval/...` over `tasks`, in chunks of the configured batch rows;
   `progress(tasks done)` is called after each chunk. `answer_in_tool_message`: ToolHop's AC
   also accepts an answer contained in the tool response before it (FTRL's scorer).
+  `samples` > 0 adds `evaluate_sampled`'s pass@k at the rollout temperature (`options`).
 
   In a multi-process run each process runs its block of the tasks (`distributed.task_block`)
   and every process gets the metrics of all of them; greedy episodes are the same however the
@@ -57,6 +61,75 @@ def evaluate(sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
             _preceding_tool_message(e) if answer_in_tool_message else None) for e in episodes])
   if all(by_id[e.task_id].metadata.get("dataset") == "bfcl" for e in episodes):
     out.update(bfcl_accuracy(episodes, by_id))
+  if samples:
+    out.update(evaluate_sampled(sampler, tokenizer, tasks, options, samples, judge, seed))
+  return out
+
+
+PASS_KS = (1, 4, 16)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+  """The unbiased pass@k of a task with `c` correct of `n` samples (Chen et al. 2021, Eq. 1):
+
+      pass@k = 1 − C(n − c, k) / C(n, k),   k ≤ n
+
+  the chance that k of the n samples, drawn without replacement, hold a correct one."""
+  if not 0 <= c <= n or not 1 <= k <= n:
+    raise ValueError(f"pass_at_k: need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+  if n - c < k:
+    return 1.0
+  return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def sampled_metrics(correct: Sequence[Sequence[bool]], ks: Sequence[int] = PASS_KS
+                    ) -> dict[str, float]:
+  """pass@k for each k of `ks` up to the n samples per task and for k = n, averaged over
+  tasks, and the shares of tasks whose samples are all wrong, mixed, or all right, from
+  `correct[task][sample]`."""
+  counts = [(len(c), int(sum(c))) for c in correct]
+  n = {m for m, _ in counts}
+  if len(n) != 1 or 0 in n:
+    raise ValueError(f"correct: every task needs the same number (>= 1) of samples, got {n}")
+  (n,) = n
+  out = {f"eval/pass@{k}": float(np.mean([pass_at_k(n, c, k) for _, c in counts]))
+         for k in sorted({*ks, n}) if k <= n}
+  out["eval/sampled_all_wrong"] = float(np.mean([c == 0 for _, c in counts]))
+  out["eval/sampled_mixed"] = float(np.mean([0 < c < n for _, c in counts]))
+  out["eval/sampled_all_right"] = float(np.mean([c == n for _, c in counts]))
+  return out
+
+
+def evaluate_sampled(sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
+                     samples: int, judge: Optional[Judge] = None, seed: int = 0,
+                     progress: Optional[Callable[[int], None]] = None) -> dict[str, float]:
+  """`samples` independent episodes per task at the rollout temperature (`options`), scored
+  as pass@k (`sampled_metrics`) and the sampled accuracy `eval/sampled_accuracy` (the
+  mean over every sample: pass@1's plug-in value). Batches hold as many whole tasks as the
+  configured rows allow (one task's samples if they exceed them). Each process runs its block
+  of the tasks; every batch starts the same round seeds and rows draw from streams keyed on
+  their task's index, so neither the batching nor the split over processes changes a task's
+  samples."""
+  opts = dataclasses.replace(options, mode="independent", n=samples)
+  per_call = max(1, opts.shapes.num_rows // samples)
+  if per_call * samples > opts.shapes.num_rows:
+    opts = dataclasses.replace(opts, shapes=dataclasses.replace(opts.shapes, num_rows=samples))
+  first, last = distributed.task_block(len(tasks))
+  correct: list[list[bool]] = []
+  for start in range(first, last, per_call):
+    stop = min(start + per_call, last)
+    batch = rollout(sampler, tokenizer, tasks[start:stop], opts, judge,
+                    np.random.default_rng([seed, samples]), first_query=start)
+    by_group: dict[int, list[bool]] = {}
+    for e in batch.episodes:
+      by_group.setdefault(e.group, []).append(e.verdict == "true")
+    correct += [by_group.get(q, []) for q in range(stop - start)]
+    if progress is not None:
+      progress(len(correct))
+  correct = [c for part in distributed.allgather_objects(correct) for c in part]
+  out = sampled_metrics(correct)
+  out["eval/sampled_accuracy"] = float(np.mean([np.mean(c) for c in correct]))
+  out["eval/sampled_temperature"] = float(opts.temperature)
   return out
 
 

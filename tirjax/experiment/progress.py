@@ -19,7 +19,10 @@ LINE_EVERY_S = 60.0
 TABLE_ROWS = (("eval accuracy", "eval/accuracy"), ("average tool-call steps", "eval/avg_steps"),
               ("unanswerable rate", "eval/unanswerable_rate"),
               ("average formatting reward", "eval/format_reward"), ("Solve-F1", "eval/solve_f1"),
-              ("ToolHop answer correctness", "eval/answer_correctness"))
+              ("ToolHop answer correctness", "eval/answer_correctness"),
+              ("sampled: pass@1", "eval/pass@1"), ("sampled: pass@4", "eval/pass@4"),
+              ("sampled: pass@16", "eval/pass@16"),
+              ("sampled: tasks with mixed outcomes", "eval/sampled_mixed"))
 
 
 class Progress:

@@ -133,7 +133,8 @@ def resolve(c) -> Experiment:
   if env.name == "toolworld":
     for key, weights in (("env", env.hop_weights), ("sft", sft.hop_weights or env.hop_weights)):
       try:
-        Difficulty(hop_weights=tuple(weights), p_parallel=env.p_parallel, p_down=env.p_down)
+        Difficulty(hop_weights=tuple(weights), p_parallel=env.p_parallel, p_down=env.p_down,
+                   p_direction=env.p_direction)
       except (TypeError, ValueError) as e:
         field = str(e).split(":")[0]
         raise ConfigError(f"{key if field == 'hop_weights' else 'env'}.{e}") from None
@@ -153,8 +154,10 @@ def resolve(c) -> Experiment:
   _need(rollout.shapes.num_rows >= rows, "rollout.shapes.num_rows",
         f"{rollout.shapes.num_rows} rows cannot hold train.queries_per_step="
         f"{train.queries_per_step} × {rollout.rows_per_query} rows per query")
-  _need(rollout.shapes.num_rows % train.micro_batches == 0, "train.micro_batches",
-        f"{train.micro_batches} does not divide the batch rows {rollout.shapes.num_rows}")
+  per_update = train.micro_batches * train.num_minibatches
+  _need(rollout.shapes.num_rows % per_update == 0, "train.micro_batches",
+        f"{train.micro_batches} micro-batches × {train.num_minibatches} mini-batches do not "
+        f"divide the batch rows {rollout.shapes.num_rows}")
   _need(env.name != "doors" or rollout.answer_protocol == "answer_tag",
         "rollout.answer_protocol", "env doors answers in one <answer> step: needs answer_tag")
   _need(sft.steps == 0 or env.name in DEMO_ENVS, "sft.steps",
@@ -181,13 +184,15 @@ def resolve(c) -> Experiment:
 
 
 def fit_to_mesh(exp: Experiment, batch_shards: int, sft_batch_size: int) -> Experiment:
-  """Rounds the rollout rows up to a multiple of the devices that split the batch (the extra
-  rows are padding); the SFT batch must divide already."""
+  """Rounds the rollout rows up to a multiple of the devices that split the batch × the
+  micro-batches × the mini-batches of an update pass (the extra rows are padding); the SFT
+  batch must divide already."""
   per_step = batch_shards * exp.step.num_microbatches
   _need(sft_batch_size % per_step == 0, "sft.batch_size",
         f"{sft_batch_size} must be a multiple of the batch shards ({batch_shards}) × "
         f"train.micro_batches ({exp.step.num_microbatches})")
+  per_pass = per_step * exp.train.num_minibatches
   rows = exp.rollout.shapes.num_rows
-  rows = -(-rows // per_step) * per_step
+  rows = -(-rows // per_pass) * per_pass
   shapes = dataclasses.replace(exp.rollout.shapes, num_rows=rows)
   return dataclasses.replace(exp, rollout=dataclasses.replace(exp.rollout, shapes=shapes))

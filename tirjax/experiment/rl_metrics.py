@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -18,9 +18,12 @@ from tirjax.rollouts import Rollouts
 
 def rl_metrics(r: Rollouts, adv: Advantages, step_metrics: Mapping[str, float],
                episodes: Sequence, stats: Mapping[str, float], max_steps: int,
-               aggregation: str = "seq_mean_token_mean") -> dict:
+               aggregation: str = "seq_mean_token_mean",
+               first_update: Optional[Mapping[str, float]] = None) -> dict:
   """The step's metrics; `aggregation` is the loss's, which weighs each row's push on a step
-  in the unlearning rate (SPEC §4.1)."""
+  in the unlearning rate (SPEC §4.1). `step_metrics`: the loss's (over the step's updates);
+  `first_update`: the first update's, whose ratio is the sampler-vs-trainer gap (default
+  `step_metrics`, a step of one update)."""
   valid = np.asarray(r.row_valid)
   outcome = np.asarray(r.outcome)[valid]
   out = {"reward/mean": float(outcome.mean()) if outcome.size else 0.0,
@@ -28,6 +31,7 @@ def rl_metrics(r: Rollouts, adv: Advantages, step_metrics: Mapping[str, float],
          "reward/row_reward_mean": float(np.asarray(adv.row_reward)[valid].mean())
          if outcome.size else 0.0,
          "rows/valid": int(valid.sum()), "rows/in_loss": int(np.asarray(adv.row_mask).sum())}
+  out.update(signal_shares(r, adv))
   if episodes:
     axes = env_metrics.portool_metrics([e.summary for e in episodes],
                                        [e.outcome for e in episodes], step_cap=max_steps)
@@ -44,7 +48,8 @@ def rl_metrics(r: Rollouts, adv: Advantages, step_metrics: Mapping[str, float],
               "unlearning/num_necessary": int(u["num_necessary"])})
   for k, v in step_metrics.items():
     out[f"loss/{k}"] = float(np.asarray(v))
-  lo, hi = step_metrics.get("metrics/ratio/min"), step_metrics.get("metrics/ratio/max")
+  first_update = step_metrics if first_update is None else first_update
+  lo, hi = first_update.get("metrics/ratio/min"), first_update.get("metrics/ratio/max")
   if lo is not None and hi is not None and lo > 0 and hi > 0:
     # The first update sees the sampler's own weights: ρ = exp(trainer − sampler log-prob).
     out["sampler/logprob_gap_max"] = max(abs(math.log(lo)), abs(math.log(hi)))
@@ -52,6 +57,21 @@ def rl_metrics(r: Rollouts, adv: Advantages, step_metrics: Mapping[str, float],
     if isinstance(v, (int, float)):
       out[f"rollout/{k}"] = float(v)
   return out
+
+
+def signal_shares(r: Rollouts, adv: Advantages) -> dict[str, float]:
+  """How much of a step's batch carries a learning signal: `groups/mixed_share`, the share of
+  groups (queries) whose valid rows' outcomes differ (an all-right or all-wrong group gives
+  GRPO nothing), and `rows/nonzero_advantage_share`, the share of valid rows in the loss
+  with a non-zero advantage on some step."""
+  valid = np.asarray(r.row_valid)
+  group, outcome = np.asarray(r.group_id)[valid], np.asarray(r.outcome)[valid]
+  groups = np.unique(group)
+  mixed = [np.ptp(outcome[group == g]) > 0 for g in groups]
+  steps = np.where(np.asarray(r.step_valid), np.asarray(adv.steps), 0.0)
+  pushed = (steps != 0).any(axis=1) & np.asarray(adv.row_mask).astype(bool)
+  return {"groups/mixed_share": float(np.mean(mixed)) if groups.size else 0.0,
+          "rows/nonzero_advantage_share": float(pushed[valid].mean()) if valid.any() else 0.0}
 
 
 class PhaseClock:

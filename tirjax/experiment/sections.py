@@ -13,6 +13,8 @@ import dataclasses
 import os
 from typing import Any, Mapping
 
+from tirjax.env.judge import ABSTENTION_RULES
+
 MAX_TASKS = 200_000  # tasks or demonstrations a run may ask for
 ENVS = ("toolworld", "toolhop", "ftrl", "bfcl", "doors")
 DEMO_ENVS = ("toolworld", "doors")  # environments with built-in SFT demonstrations
@@ -80,6 +82,7 @@ class EnvOptions:
   hop_weights: tuple = (0.25, 0.35, 0.25, 0.15)
   p_parallel: float = 0.5
   p_down: float = 0.1
+  p_direction: float = 0.0  # share of queries that hinge on a direction (see `Difficulty`)
 
   def __post_init__(self):
     _one_of(self, "name", ENVS)
@@ -97,9 +100,14 @@ class JudgeOptions:
   base_url: str = ""
   model: str = ""
   votes: int = 5
+  # the rule judge's (and the LLM judge's no-vote fallback's) abstention rule: "earned" (SPEC
+  # §6) or "claimed" (the old rule that pays 0 for abstaining on answerable tasks; see
+  # `tirjax.env.judge.RuleOptions`)
+  abstention: str = "earned"
 
   def __post_init__(self):
     _one_of(self, "kind", JUDGES)
+    _one_of(self, "abstention", ABSTENTION_RULES)
     if self.kind == "llm":
       if not (self.base_url and self.model):
         raise ValueError("base_url: the LLM judge needs judge.base_url and judge.model")
@@ -110,6 +118,9 @@ class JudgeOptions:
 class SamplerOptions:
   kind: str = "jax"
   eval_temperature: float = 0.0  # greedy evaluation
+  # evaluations also sample this many episodes per eval task at rollout.temperature and report
+  # pass@1/4/16 and the share of tasks with mixed outcomes (RL's headroom); 0: greedy only
+  eval_samples: int = 0
   # attach to running servers instead of launching: one URL, or several, comma-separated (a
   # fleet: each request to the server with the fewest outstanding, see `vllm_fleet.py`)
   vllm_url: str = ""
@@ -129,6 +140,7 @@ class SamplerOptions:
 
   def __post_init__(self):
     _one_of(self, "kind", SAMPLERS)
+    _int_at_least(self, "eval_samples", 0)
     if not self.eval_temperature >= 0:
       raise ValueError(f"eval_temperature: must be >= 0, got {self.eval_temperature!r}")
     if self.kind == "vllm":
@@ -147,7 +159,11 @@ class SamplerOptions:
 class TrainOptions:
   steps: int = 100  # RL steps
   queries_per_step: int = 8  # rows per batch = queries_per_step × rows per query
-  micro_batches: int = 1
+  # Updates per rollout batch (SPEC §5.1): each of `ppo_epochs` passes shuffles the query groups
+  # into mini-batches of `mini_batch_queries` queries (0: the whole batch), one update each.
+  mini_batch_queries: int = 0
+  ppo_epochs: int = 1
+  micro_batches: int = 1  # sequential micro-batches of rows per update (gradient accumulation)
   eval_every: int = 20  # RL steps between evaluations; 0: after the last step only
   eval_at_start: bool = True
   checkpoint_every: int = 10
@@ -159,11 +175,20 @@ class TrainOptions:
   dynamic_sampling_tries: int = 4  # DAPO: extra rollout rounds to refill filtered groups
 
   def __post_init__(self):
-    for name in ("steps", "eval_every", "dynamic_sampling_tries"):
+    for name in ("steps", "eval_every", "dynamic_sampling_tries", "mini_batch_queries"):
       _int_at_least(self, name, 0)
     for name in ("queries_per_step", "micro_batches", "checkpoint_every", "keep_checkpoints",
-                 "log_every"):
+                 "log_every", "ppo_epochs"):
       _int_at_least(self, name, 1)
+    if self.mini_batch_queries and self.queries_per_step % self.mini_batch_queries:
+      raise ValueError(f"mini_batch_queries: {self.mini_batch_queries} does not divide "
+                       f"queries_per_step={self.queries_per_step} (mini-batches hold whole "
+                       "query groups)")
+
+  @property
+  def num_minibatches(self) -> int:
+    """Mini-batches (updates) per pass over a rollout batch."""
+    return self.queries_per_step // (self.mini_batch_queries or self.queries_per_step)
     for name in ("eval_at_start", "progress_bar", "export_final", "log_entropy"):
       _bool(self, name)
 

@@ -46,7 +46,8 @@ class TaskSource:
     if self.name == "toolworld":
       cfg = self._cfg
       difficulty = Difficulty(hop_weights=tuple(hop_weights or cfg.hop_weights),
-                              p_parallel=cfg.p_parallel, p_down=cfg.p_down)
+                              p_parallel=cfg.p_parallel, p_down=cfg.p_down,
+                              p_direction=cfg.p_direction)
       return make_tasks(split, n, seed=self._seed, difficulty=difficulty)
     if split not in self._cache:
       every = self._load_all()

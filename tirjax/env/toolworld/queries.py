@@ -22,20 +22,26 @@ class Unfit(Exception):
   """The world cannot host this query."""
 
 
+# Tools whose call takes a direction the question states: compare's max/min, sort_list's
+# order, filter_list's over/under, convert's from/to (see `demos.confuse`).
+DIRECTION_TOOLS = ("compare", "sort_list", "filter_list", "convert")
+
+
 @dataclasses.dataclass(frozen=True)
 class Template:
   name: str
   hops: int
   parallel: bool
   build: Callable[[random.Random, World], Built]
+  direction: bool = False  # its plan has a call of a `DIRECTION_TOOLS` tool
 
 
 TEMPLATES: dict[str, Template] = {}
 
 
-def _template(hops: int, parallel: bool):
+def _template(hops: int, parallel: bool, direction: bool = False):
   def register(fn):
-    TEMPLATES[fn.__name__] = Template(fn.__name__, hops, parallel, fn)
+    TEMPLATES[fn.__name__] = Template(fn.__name__, hops, parallel, fn, direction)
     return fn
   return register
 
@@ -136,7 +142,7 @@ def arithmetic(rng, world):
   return f"What is {a} {word} {b}?", [_call("calculate", op=op, a=a, b=b)]
 
 
-@_template(1, False)
+@_template(1, False, direction=True)
 def unit_conversion(rng, world):
   from_unit, to_unit = rng.choice(CONVERSIONS)
   value = rng.randint(-10, 40) if from_unit == "c" else rng.randint(1, 999)
@@ -177,7 +183,7 @@ def company_city_attr(rng, world):
           [_company(c, "hq"), _city(ref(0), field)])
 
 
-@_template(2, False)
+@_template(2, False, direction=True)
 def city_attr_converted(rng, world):
   (x,), field = _pick(rng, world.cities), rng.choice(sorted(CITY_CONVERSION))
   noun, from_unit, to_unit, word = CITY_CONVERSION[field]
@@ -185,7 +191,7 @@ def city_attr_converted(rng, world):
           [_city(x, field), _convert(ref(0), from_unit, to_unit)])
 
 
-@_template(2, False)
+@_template(2, False, direction=True)
 def city_distance_miles(rng, world):
   a, b = _pick(rng, world.cities, 2)
   return (f"How far is {a} from {b} in miles?",
@@ -207,7 +213,7 @@ def person_distance(rng, world):
           [_person(p, "city"), _call("distance", city_a=ref(0), city_b=x)])
 
 
-@_template(2, True)
+@_template(2, True, direction=True)
 def compare_companies(rng, world):
   c1, c2 = _pick(rng, world.companies, 2)
   field = rng.choice(sorted(COMPANY_MORE))
@@ -217,7 +223,7 @@ def compare_companies(rng, world):
            _call("compare", items={c1: ref(0), c2: ref(1)}, mode=mode)])
 
 
-@_template(2, True)
+@_template(2, True, direction=True)
 def compare_cities(rng, world):
   x1, x2 = _pick(rng, world.cities, 2)
   field = rng.choice(CITY_FIELDS)
@@ -246,7 +252,7 @@ def birth_gap(rng, world):
            _call("date_diff", start=ref(0), end=ref(1))])
 
 
-@_template(2, True)
+@_template(2, True, direction=True)
 def sort_companies(rng, world):
   companies = _pick(rng, world.companies, 3)
   field, order = rng.choice(("revenue", "staff")), rng.choice(("desc", "asc"))
@@ -256,7 +262,7 @@ def sort_companies(rng, world):
           + [_call("sort_list", items={c: ref(i) for i, c in enumerate(companies)}, order=order)])
 
 
-@_template(2, True)
+@_template(2, True, direction=True)
 def filter_cities(rng, world):
   cities = _pick(rng, world.cities, 3)
   field, op = rng.choice(CITY_FIELDS), rng.choice(("gt", "lt"))
@@ -282,7 +288,7 @@ def person_company_city_attr(rng, world):
           [_person(p, "company"), _company(ref(0), "hq"), _city(ref(1), field)])
 
 
-@_template(3, False)
+@_template(3, False, direction=True)
 def person_city_converted(rng, world):
   (p,), field = _pick(rng, world.people), rng.choice(sorted(CITY_CONVERSION))
   noun, from_unit, to_unit, word = CITY_CONVERSION[field]
@@ -290,7 +296,7 @@ def person_city_converted(rng, world):
           [_person(p, "city"), _city(ref(0), field), _convert(ref(1), from_unit, to_unit)])
 
 
-@_template(3, False)
+@_template(3, False, direction=True)
 def company_distance_miles(rng, world):
   (c,) = _pick(rng, world.companies)
   (x,) = _pick(rng, set(world.cities) - {world.companies[c]["hq"]})
@@ -299,7 +305,7 @@ def company_distance_miles(rng, world):
            _convert(ref(1), "km", "mi")])
 
 
-@_template(3, True)
+@_template(3, True, direction=True)
 def people_compare_cities(rng, world):
   p1, p2 = _pair_where(rng, world, lambda p: world.people[p]["city"])
   field = rng.choice(CITY_FIELDS)
@@ -324,7 +330,7 @@ def people_company_arithmetic(rng, world):
                     _company(ref(1), field), _call("calculate", op=op, a=ref(2), b=ref(3))]
 
 
-@_template(3, True)
+@_template(3, True, direction=True)
 def people_distance_miles(rng, world):
   p1, p2 = _pair_where(rng, world, lambda p: world.people[p]["city"])
   return (f"How many miles apart do {p1} and {p2} live?",
@@ -334,7 +340,7 @@ def people_distance_miles(rng, world):
 
 # --- 4 hops ----------------------------------------------------------------------------------
 
-@_template(4, False)
+@_template(4, False, direction=True)
 def person_company_city_converted(rng, world):
   (p,), field = _pick(rng, world.people), rng.choice(sorted(CITY_CONVERSION))
   noun, from_unit, to_unit, word = CITY_CONVERSION[field]
@@ -343,7 +349,7 @@ def person_company_city_converted(rng, world):
            _convert(ref(2), from_unit, to_unit)])
 
 
-@_template(4, False)
+@_template(4, False, direction=True)
 def person_company_distance_miles(rng, world):
   (p,) = _pick(rng, world.people)
   hq = world.companies[world.people[p]["company"]]["hq"]
@@ -353,7 +359,7 @@ def person_company_distance_miles(rng, world):
            _call("distance", city_a=ref(1), city_b=x), _convert(ref(2), "km", "mi")])
 
 
-@_template(4, True)
+@_template(4, True, direction=True)
 def people_compare_company_cities(rng, world):
   p1, p2 = _pair_where(rng, world, lambda p: world.people[p]["company"])
   field = rng.choice(CITY_FIELDS)
@@ -364,7 +370,7 @@ def people_compare_company_cities(rng, world):
            _call("compare", items={p1: ref(4), p2: ref(5)}, mode=mode)])
 
 
-@_template(4, True)
+@_template(4, True, direction=True)
 def people_elevation_gap_feet(rng, world):
   def elevation(p):
     return world.cities[world.people[p]["city"]]["elevation_m"]

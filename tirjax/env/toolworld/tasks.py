@@ -37,18 +37,25 @@ class Difficulty:
     p_parallel: among queries of 2+ hops, the share whose plan has a step of parallel calls
       (there is no 1-hop parallel template).
     p_down: share of queries with a needed tool down (reference `unable_to_answer`).
+    p_direction: share of queries drawn among the templates whose plan takes a direction the
+      question states (compare, sort, filter, convert: `queries.DIRECTION_TOOLS`); the others
+      are drawn among all templates. Every hop count and parallel kind has such templates. 1:
+      every query hinges on a direction, which demonstrations with `p_confuse` leave to
+      chance, so that only RL can teach it. 0 (default) draws exactly the streams before this
+      knob existed.
   """
 
   hop_weights: tuple[float, ...] = (0.25, 0.35, 0.25, 0.15)
   p_parallel: float = 0.5
   p_down: float = 0.1
+  p_direction: float = 0.0
 
   def __post_init__(self):
     w = self.hop_weights
     if len(w) != MAX_HOPS or any(x < 0 for x in w) or sum(w) <= 0:
       raise ValueError(f"hop_weights: need {MAX_HOPS} non-negative weights with a positive sum, "
                        f"got {w}")
-    for name in ("p_parallel", "p_down"):
+    for name in ("p_parallel", "p_down", "p_direction"):
       if not 0 <= getattr(self, name) <= 1:
         raise ValueError(f"{name}: must lie in [0, 1], got {getattr(self, name)}")
 
@@ -66,8 +73,11 @@ def split_of(question: str) -> str:
 def _draw(rng: random.Random, difficulty: Difficulty):
   hops = rng.choices(range(1, MAX_HOPS + 1), weights=difficulty.hop_weights)[0]
   parallel = hops > 1 and rng.random() < difficulty.p_parallel
+  # No draw at p_direction = 0: the streams stay those of before the knob.
+  direction = difficulty.p_direction > 0 and rng.random() < difficulty.p_direction
   template = TEMPLATES[rng.choice(sorted(
-      t.name for t in TEMPLATES.values() if t.hops == hops and t.parallel == parallel))]
+      t.name for t in TEMPLATES.values()
+      if t.hops == hops and t.parallel == parallel and (t.direction or not direction)))]
   while True:
     world = make_world(rng)
     try:
