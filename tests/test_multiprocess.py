@@ -7,6 +7,8 @@ process samples half of each step's queries with its own JAX sampler; the global
 assembled from both halves (`jax.make_array_from_process_local_data`).
 
 What must hold:
+* each rollout batch feeds 2 updates (mini-batches of whole query groups, shuffled the same way
+  whatever the process count, each gathered from both processes' rows);
 * the two-process run samples the same rows as the one-process run (each row draws from a
   stream named by its query's batch-wide index, not by its place in a sampler call), so every
   logged reward matches exactly, and the final parameters agree to 1e-4 (float32 sums over
@@ -35,6 +37,9 @@ SETTINGS = {
     "sft.steps": SFT_STEPS, "env.eval_tasks": 4, "train.eval_every": 0,
     "train.eval_at_start": False, "train.checkpoint_every": 1, "train.progress_bar": False,
     "loss.kl_coef": 0.001,
+    # 2 mini-batches of 2 of the step's 4 queries: 2 updates per rollout batch (SPEC §5.1),
+    # each mini-batch gathered from both processes' rows of the global batch.
+    "train.mini_batch_queries": 2,
 }
 DEVICES = 8
 TOLERANCE = 1e-4
@@ -114,6 +119,7 @@ def test_two_processes_train_as_one(runs):
   assert len(rl_two) == RL_STEPS
   for a, b in zip(rl_one, rl_two):  # the same rows sampled: the same rewards, exactly
     assert (a["reward/mean"], a["rows/valid"]) == (b["reward/mean"], b["rows/valid"])
+    assert a["updates/count"] == b["updates/count"] == 2
     np.testing.assert_allclose(b["loss/grad_norm"], a["loss/grad_norm"], rtol=1e-4)
   # Learning signal is present, so the comparison can fail: rewards differ within groups.
   assert all(r["loss/grad_norm"] > 0.1 for r in rl_one)
