@@ -45,7 +45,8 @@ def episodes(draw):
     n_calls = draw(st.integers(0, 8))
     out.append(EpisodeSummary(
         task_id=draw(st.sampled_from("abcd")), num_steps=steps, answered=answered,
-        answer="x" if answered else None, format_rewards=fm, num_calls=n_calls,
+        answer=draw(st.sampled_from(["x", "unable_to_answer", "I cannot answer."]))
+        if answered else None, format_rewards=fm, num_calls=n_calls,
         num_solved=draw(st.integers(0, min(n_calls, n_exp))), num_expected=n_exp))
     outcomes.append(draw(st.sampled_from([1.0, 0.0, -1.0])) if answered else -1.0)
   return out, outcomes
@@ -61,6 +62,8 @@ def test_portool_and_solve_metrics_match_reference(data):
       ref.per_query_mean([(e.task_id, min(e.num_steps, 5)) for e in eps]))
   assert got["unanswerable_rate"] == pytest.approx(
       ref.per_query_mean([(e.task_id, not e.answered) for e in eps]))
+  assert got["abstain_rate"] == pytest.approx(
+      ref.per_query_mean([(e.task_id, e.answered and e.answer != "x") for e in eps]))
   stepped = [(e.task_id, sum(e.format_rewards) / len(e.format_rewards)) for e in eps
              if e.format_rewards]
   assert got["avg_format_reward"] == pytest.approx(ref.per_query_mean(stepped) if stepped else 0)

@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 
 from tirjax.env import verify
 from tirjax.env.executor import EpisodeSummary
+from tirjax.env.judge import says_unable
 
 
 def query_mean(task_ids: Sequence[str], values: Sequence[float]) -> float:
@@ -61,7 +62,9 @@ def answer_correctness(response: Optional[str], gold: str,
 
 def portool_metrics(episodes: Sequence[EpisodeSummary], outcomes: Sequence[float],
                     step_cap: Optional[int] = None) -> dict[str, float]:
-  """accuracy, avg_tool_steps (capped at `step_cap` if given), unanswerable_rate, avg_format."""
+  """accuracy, avg_tool_steps (capped at `step_cap` if given), unanswerable_rate, avg_format,
+  and abstain_rate (beyond PORTool's axes: the share of rows whose final answer says the
+  question cannot be answered, `judge.says_unable`; the reward's abstention trap shows here)."""
   if len(episodes) != len(outcomes):
     raise ValueError(f"episodes / outcomes: lengths differ ({len(episodes)} vs "
                      f"{len(outcomes)})")
@@ -72,6 +75,8 @@ def portool_metrics(episodes: Sequence[EpisodeSummary], outcomes: Sequence[float
       "accuracy": query_mean(ids, [float(o == 1) for o in outcomes]),
       "avg_tool_steps": query_mean(ids, [min(e.num_steps, cap) for e in episodes]),
       "unanswerable_rate": query_mean(ids, [float(not e.answered) for e in episodes]),
+      "abstain_rate": query_mean(ids, [float(e.answer is not None and says_unable(e.answer))
+                                       for e in episodes]),
       "avg_format_reward": query_mean(
           [e.task_id for e in stepped],
           [sum(e.format_rewards) / len(e.format_rewards) for e in stepped]) if stepped else 0.0,

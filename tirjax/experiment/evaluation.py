@@ -48,6 +48,7 @@ def evaluate(sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
   out = {"eval/accuracy": axes["accuracy"], "eval/avg_steps": axes["avg_tool_steps"],
          "eval/unanswerable_rate": axes["unanswerable_rate"],
          "eval/format_reward": axes["avg_format_reward"],
+         "eval/abstain_rate": axes["abstain_rate"],
          "eval/mean_outcome": float(np.mean([e.outcome for e in episodes]))}
   with_expected = [s for s in summaries if s.num_expected > 0]
   if with_expected:

@@ -37,7 +37,8 @@ def rl_metrics(r: Rollouts, adv: Advantages, step_metrics: Mapping[str, float],
                                        [e.outcome for e in episodes], step_cap=max_steps)
     out.update({"train/accuracy": axes["accuracy"], "train/avg_steps": axes["avg_tool_steps"],
                 "train/unanswerable_rate": axes["unanswerable_rate"],
-                "train/format_reward": axes["avg_format_reward"]})
+                "train/format_reward": axes["avg_format_reward"],
+                "train/abstain_rate": axes["abstain_rate"]})
   steps = np.asarray(adv.steps)[np.asarray(r.step_valid)]
   out.update({"advantage/step_mean": float(steps.mean()) if steps.size else 0.0,
               "advantage/step_std": float(steps.std()) if steps.size else 0.0,
