@@ -1,13 +1,21 @@
-"""The embedded default (`make run`) for several seeds, timed: SFT and RL accuracy per seed.
+"""The embedded default (`make run`) for several seeds, timed, with RL's headroom and gain.
 
     python -m experiments.bench_default_run --seeds=0,1,2 --workdir=runs/default_bench \\
         --json=benchmarks/results/default_run.json
 
 Runs `python -m experiments.train --config=configs/hidifftir.py:model=tiny` once per seed (a
 fresh process each, as `make run` does) in `<workdir>/seed<k>`, resuming any that exist, and
-writes per seed: greedy eval accuracy after SFT and after RL, the number of eval tasks, and
-the seconds of SFT, RL and evaluation (the trainer's own clocks) and of the whole process; then
-the gain over seeds, the commit and the machine.
+writes per seed, after SFT and after RL: greedy eval accuracy, and pass@1/4/16 at the rollout
+temperature with the shares of tasks whose samples are all wrong or mixed (the default's
+evaluations sample `sampler.eval_samples` episodes per task); the gains; the share of RL
+steps' groups with mixed outcomes over the first and the last 5 steps; the seconds of SFT, RL
+and evaluation (the trainer's own clocks) and of the whole process. Then the gains' minimum
+over seeds, the commit and the machine (its CPU model: the same seed's SFT reaches different
+accuracies on different CPUs).
+
+`--control_seed=K` adds the fair control: the same config and seed with no RL and the SFT
+steps extended by as many as fit in seed K's RL minutes (at that run's SFT seconds per step),
+in `<workdir>/control<k>`; whether RL beats it is a finding either way.
 """
 
 from __future__ import annotations
@@ -17,16 +25,24 @@ import os
 import subprocess
 import sys
 import time
+from typing import Optional
 
 from absl import app, flags
 
 from tirjax.reporting import benchmark
+from tirjax.reporting.runs import read_metrics
 
 flags.DEFINE_string("seeds", "0,1,2", "Comma-separated seeds.")
 flags.DEFINE_string("workdir", "runs/default_bench", "Parent of the per-seed run directories.")
 flags.DEFINE_string("json", "benchmarks/results/default_run.json", "Where the results go.")
 flags.DEFINE_string("config", "configs/hidifftir.py:model=tiny", "The run config (the default).")
+flags.DEFINE_integer("control_seed", None, "Also run the more-SFT control for this seed.")
 FLAGS = flags.FLAGS
+
+EVAL_KEYS = {"greedy": "eval/accuracy", "pass@1": "eval/pass@1", "pass@4": "eval/pass@4",
+             "pass@16": "eval/pass@16", "mixed": "eval/sampled_mixed",
+             "all_wrong": "eval/sampled_all_wrong", "abstain_rate": "eval/abstain_rate",
+             "unanswerable_rate": "eval/unanswerable_rate"}
 
 
 def _git(*args) -> str:
@@ -36,6 +52,61 @@ def _git(*args) -> str:
     return "unknown"
 
 
+def _train(workdir: str, seed: int, overrides: tuple = ()) -> tuple[dict, dict, float]:
+  """Runs (or resumes) one trainer process; its summary, config and wall seconds."""
+  command = [sys.executable, "-m", "experiments.train", f"--config={FLAGS.config}",
+             f"--config.seed={seed}", "--config.train.progress_bar=False",
+             f"--workdir={workdir}", *overrides]
+  start = time.perf_counter()
+  subprocess.run(command, check=True)
+  wall = time.perf_counter() - start
+  with open(os.path.join(workdir, "summary.json")) as f:
+    summary = json.load(f)
+  with open(os.path.join(workdir, "config.json")) as f:
+    config = json.load(f)
+  return summary, config, wall
+
+
+def _evals(metrics: dict) -> dict:
+  return {name: metrics[key] for name, key in EVAL_KEYS.items() if key in metrics}
+
+
+def _mean(values) -> Optional[float]:
+  values = [v for v in values if v is not None]
+  return sum(values) / len(values) if values else None
+
+
+def record(workdir: str, seed: int, summary: dict, config: dict, wall: float) -> dict:
+  """One seed's figures from its run directory."""
+  sft, rl = _evals(summary["after_sft"]), _evals(summary["after_rl"])
+  steps = [r for r in read_metrics(os.path.join(workdir, "metrics.jsonl"))
+           if r.get("phase") == "rl"]
+  mixed = [r.get("groups/mixed_share") for r in steps]
+  gains = {f"gain_{k}": rl[k] - sft[k] for k in ("greedy", "pass@1") if k in sft and k in rl}
+  return dict(
+      seed=seed, eval_tasks=config["env"]["eval_tasks"],
+      eval_samples=config["sampler"]["eval_samples"], sft_steps=config["sft"]["steps"],
+      rl_steps=config["train"]["steps"], after_sft=sft, after_rl=rl, **gains,
+      headroom=(sft["pass@16"] - sft["greedy"]) if "pass@16" in sft else None,
+      mixed_groups_first5=_mean(mixed[:5]), mixed_groups_last5=_mean(mixed[-5:]),
+      seconds=dict(summary.get("seconds", {}), process=round(wall, 1)))
+
+
+def control(seed: int, run: dict) -> dict:
+  """The same minutes on more SFT instead of RL (see the module docstring)."""
+  seconds = run["seconds"]
+  per_step = seconds["sft"] / run["sft_steps"]
+  extra = int(round(seconds["rl"] / per_step))
+  workdir = os.path.join(FLAGS.workdir, f"control{seed}")
+  summary, config, wall = _train(workdir, seed, (
+      f"--config.sft.steps={run['sft_steps'] + extra}", "--config.train.steps=0"))
+  out = record(workdir, seed, summary, config, wall)
+  out["extra_sft_steps"] = extra
+  out["vs_rl"] = {k: run["after_rl"][k] - out["after_sft"][k]
+                  for k in ("greedy", "pass@1") if k in run["after_rl"] and k in out["after_sft"]}
+  return out
+
+
 def main(argv):
   del argv
   info = benchmark.machine(jax_info=False)
@@ -43,35 +114,23 @@ def main(argv):
   records = []
   for seed in seeds:
     workdir = os.path.join(FLAGS.workdir, f"seed{seed}")
-    command = [sys.executable, "-m", "experiments.train", f"--config={FLAGS.config}",
-               f"--config.seed={seed}", "--config.train.progress_bar=False",
-               f"--workdir={workdir}"]
-    start = time.perf_counter()
-    subprocess.run(command, check=True)
-    wall = time.perf_counter() - start
-    with open(os.path.join(workdir, "summary.json")) as f:
-      summary = json.load(f)
-    with open(os.path.join(workdir, "config.json")) as f:
-      config = json.load(f)
-    sft, rl = summary["after_sft"], summary["after_rl"]
-    records.append(dict(
-        seed=seed, eval_tasks=config["env"]["eval_tasks"], sft_steps=config["sft"]["steps"],
-        rl_steps=config["train"]["steps"], sft_accuracy=sft.get("eval/accuracy"),
-        rl_accuracy=rl.get("eval/accuracy"),
-        gain=rl.get("eval/accuracy", 0.0) - sft.get("eval/accuracy", 0.0),
-        sft_unanswerable=sft.get("eval/unanswerable_rate"),
-        rl_unanswerable=rl.get("eval/unanswerable_rate"),
-        seconds=dict(summary.get("seconds", {}), process=round(wall, 1))))
+    records.append(record(workdir, seed, *_train(workdir, seed)))
     print(json.dumps(records[-1]), flush=True)
-  gains = [r["gain"] for r in records]
   out = dict(
       command="python -m experiments.bench_default_run " + " ".join(sys.argv[1:]),
       config=FLAGS.config, commit=_git("rev-parse", "HEAD"),
       dirty=bool(_git("status", "--porcelain", "--untracked-files=no")),
-      machine=info,
-      runs=records, mean_gain=sum(gains) / len(gains), min_gain=min(gains))
+      machine=info, runs=records)
+  for key in ("gain_greedy", "gain_pass@1", "headroom"):
+    values = [r[key] for r in records if r.get(key) is not None]
+    if values:
+      out[f"min_{key}"], out[f"mean_{key}"] = min(values), sum(values) / len(values)
+  if FLAGS.control_seed is not None:
+    (run,) = [r for r in records if r["seed"] == FLAGS.control_seed]
+    out["control"] = control(FLAGS.control_seed, run)
+    print(json.dumps(out["control"]), flush=True)
   benchmark.write_result(FLAGS.json, out, indent=1)
-  print(json.dumps({k: out[k] for k in ("mean_gain", "min_gain")}))
+  print(json.dumps({k: v for k, v in out.items() if k.startswith(("min_", "mean_"))}))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,73 @@
+"""GRPO at a high learning rate from an SFT warm start, under the judge's two abstention rules.
+
+    python -m experiments.abstention_check --warm_start=runs/h0/hf_export \\
+        --workdir=runs/abstention --json=benchmarks/results/abstention_check.json
+
+SPEC §6: `unable_to_answer` (R_out 0) is earned, not claimed. Under the old rule, which paid 0
+for "I cannot answer" on answerable tasks, abstaining beats answering whenever the policy is
+right less than half the time (2p − 1 < 0), and RL learns to abstain. This runs the same GRPO
+(the HiDiffTIR protocol: `<answer>` tags, 16 rows, KL 0.001, entropy 0.001; lr 1e-3, 40 steps,
+3 queries a step) from one warm start twice, `judge.abstention=earned` (the SPEC's) and
+`claimed` (the old rule), and writes each run's eval accuracy and abstention rate before and
+after, and its training reward, accuracy and abstention rate per step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from absl import app, flags
+
+from tirjax.reporting import benchmark
+from tirjax.reporting.runs import read_metrics
+
+flags.DEFINE_string("warm_start", None, "An HF export of the SFT warm start.")
+flags.DEFINE_string("workdir", "runs/abstention", "Parent of the two run directories.")
+flags.DEFINE_string("json", "benchmarks/results/abstention_check.json", "Where results go.")
+flags.DEFINE_float("learning_rate", 1e-3, "GRPO's learning rate.")
+flags.DEFINE_integer("steps", 40, "RL steps.")
+flags.mark_flag_as_required("warm_start")
+FLAGS = flags.FLAGS
+
+RULES = ("earned", "claimed")
+
+
+def _command(rule: str, workdir: str) -> list[str]:
+  return [sys.executable, "-m", "experiments.train", f"--config=configs/grpo.py:model=tiny",
+          "--config.rollout.n=16", "--config.rollout.answer_protocol=answer_tag",
+          "--config.loss.kl_coef=0.001", "--config.loss.kl_estimator=k3",
+          "--config.loss.entropy_coef=0.001", f"--config.optim.learning_rate={FLAGS.learning_rate}",
+          f"--config.train.steps={FLAGS.steps}",
+          f"--config.model.hf_checkpoint={FLAGS.warm_start}", "--config.sft.steps=0",
+          "--config.train.progress_bar=False", f"--config.judge.abstention={rule}",
+          f"--workdir={workdir}"]
+
+
+def main(argv):
+  del argv
+  out = dict(command="python -m experiments.abstention_check " + " ".join(sys.argv[1:]),
+             machine=benchmark.machine(jax_info=False), runs={})
+  for rule in RULES:
+    workdir = os.path.join(FLAGS.workdir, rule)
+    command = _command(rule, workdir)
+    subprocess.run(command, check=True)  # a finished run is only re-evaluated
+    lines = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    evals = [x for x in lines if x["phase"] == "eval"]
+    steps = [x for x in lines if x["phase"] == "rl"]
+    keys = ("eval/accuracy", "eval/abstain_rate", "eval/mean_outcome")
+    out["runs"][rule] = dict(
+        command=" ".join(command[1:]),
+        before={k: evals[0].get(k) for k in keys}, after={k: evals[-1].get(k) for k in keys},
+        steps=[dict(step=x["step"], reward=x["reward/mean"], accuracy=x["train/accuracy"],
+                    abstain_rate=x.get("train/abstain_rate"), kl=x.get("loss/kl"))
+               for x in steps])
+    print(rule, json.dumps({"before": out["runs"][rule]["before"],
+                            "after": out["runs"][rule]["after"]}), flush=True)
+  benchmark.write_result(FLAGS.json, out, indent=1)
+
+
+if __name__ == "__main__":
+  app.run(main)
