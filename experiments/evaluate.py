@@ -9,7 +9,9 @@ environment, rollout protocol, judge and sampler (`sampler=jax|vllm`) the evalua
 its `model.hf_checkpoint` becomes the policy. One greedy episode per eval task
 (`env.eval_tasks`, or `--tasks`), as the trainer's evaluation runs it; with
 `--config.sampler.eval_samples=16` also 16 episodes per task at `rollout.temperature`, scored
-as pass@1/4/16 and the shares of tasks whose samples are all wrong, mixed or all right. Writes
+as pass@1/4/16 and the shares of tasks whose samples are all wrong, mixed or all right; on
+toolworld, the policy's preference for the directions its questions state
+(`tirjax.experiment.direction`). Writes
 `<out>/results.json` and `<out>/results.md` (an existing result is never overwritten) and
 prints the table. Metrics:
   * every dataset: PORTool's four axes (accuracy, average tool-call steps, unanswerable rate,
@@ -36,6 +38,7 @@ from flax import nnx
 
 from tirjax.episodes import judging
 from tirjax.experiment import resolve, samplers
+from tirjax.experiment.direction import direction_preference
 from tirjax.experiment.evaluation import evaluate
 from tirjax.experiment.progress import Progress
 from tirjax.experiment.tasks import TaskSource, load_tokenizer
@@ -53,7 +56,8 @@ _LABELS = (("accuracy", "eval/accuracy"), ("average tool-call steps", "eval/avg_
            ("sampled accuracy", "eval/sampled_accuracy"), ("pass@1", "eval/pass@1"),
            ("pass@4", "eval/pass@4"), ("pass@16", "eval/pass@16"),
            ("tasks with mixed outcomes", "eval/sampled_mixed"),
-           ("tasks with no right sample", "eval/sampled_all_wrong"))
+           ("tasks with no right sample", "eval/sampled_all_wrong"),
+           ("P(the direction the question states), teacher-forced", "eval/direction_p_right"))
 
 
 def policy_directory(policy: str) -> str:
@@ -110,6 +114,9 @@ def evaluate_policy(config, policy: str, out: str, tasks: Optional[int] = None,
                        progress=Progress(enabled=sys.stderr.isatty()).evaluation(len(eval_tasks)),
                        answer_in_tool_message=exp.env.answer_in_tool_message,
                        samples=exp.sampler.eval_samples)
+    if exp.env.name == "toolworld":
+      metrics.update(direction_preference(nnx.merge(graphdef, params), tokenizer, eval_tasks,
+                                          exp.rollout.answer_protocol))
   finally:
     if sampler is not None:
       sampler.close()

@@ -31,6 +31,7 @@ from tirjax import distributed, rundir, sharding
 from tirjax.checkpoint import CheckpointOptions, Checkpointer
 from tirjax.episodes import judging
 from tirjax.experiment import policy, refill, resolve, samplers
+from tirjax.experiment.direction import direction_preference
 from tirjax.experiment.evaluation import evaluate
 from tirjax.experiment.progress import Progress, summary_table
 from tirjax.experiment.rl_metrics import PhaseClock, rl_metrics
@@ -196,14 +197,20 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   mine = eval_stop - eval_start  # the eval tasks this process runs
 
   def evaluate_now() -> dict:
-    """Hands the current weights to the sampler and evaluates them (greedy by default)."""
+    """Hands the current weights to the sampler and evaluates them (greedy by default); on
+    toolworld also the policy's preference for the directions its questions state."""
     with run_clock("eval"):
-      sampler.update(policy.sampler_params(state), state.policy_version)
-      return evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
-                      exp.sampler.eval_temperature, seed=config.seed,
-                      progress=progress.evaluation(mine),
-                      answer_in_tool_message=exp.env.answer_in_tool_message,
-                      samples=exp.sampler.eval_samples)
+      params = policy.sampler_params(state)
+      sampler.update(params, state.policy_version)
+      result = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
+                        exp.sampler.eval_temperature, seed=config.seed,
+                        progress=progress.evaluation(mine),
+                        answer_in_tool_message=exp.env.answer_in_tool_message,
+                        samples=exp.sampler.eval_samples)
+      if exp.env.name == "toolworld":
+        result.update(direction_preference(nnx.merge(graphdef, params), tokenizer, eval_tasks,
+                                           exp.rollout.answer_protocol))
+      return result
 
   def evaluate_and_log(step: int, stage: Optional[str] = None) -> dict:
     """`evaluate_now`, written as the metrics' eval row `step`; with `stage` ("sft": after the

@@ -22,7 +22,8 @@ TABLE_ROWS = (("eval accuracy", "eval/accuracy"), ("average tool-call steps", "e
               ("ToolHop answer correctness", "eval/answer_correctness"),
               ("sampled: pass@1", "eval/pass@1"), ("sampled: pass@4", "eval/pass@4"),
               ("sampled: pass@16", "eval/pass@16"),
-              ("sampled: tasks with mixed outcomes", "eval/sampled_mixed"))
+              ("sampled: tasks with mixed outcomes", "eval/sampled_mixed"),
+              ("P(the direction the question states)", "eval/direction_p_right"))
 
 
 class Progress:

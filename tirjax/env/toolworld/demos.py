@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import random
 from typing import Any, Optional, Sequence
 
@@ -126,6 +127,47 @@ def confuse(call: dict, rng: random.Random) -> dict:
   else:
     return call
   return {"name": name, "arguments": args}
+
+
+_FLIPS = {"mode": {"max": "min", "min": "max"}, "order": {"desc": "asc", "asc": "desc"},
+          "op": {"gt": "lt", "lt": "gt"}}
+
+
+def flip(call: dict) -> dict:
+  """`call` with the other direction (`confuse`'s choice made wrong on purpose); a call
+  without a direction unchanged."""
+  name, args = call["name"], dict(call["arguments"])
+  if name == "convert":
+    args["from_unit"], args["to_unit"] = args["to_unit"], args["from_unit"]
+  elif name in _DIRECTIONS:
+    key = _DIRECTIONS[name][0]
+    args[key] = _FLIPS[key][args[key]]
+  else:
+    return call
+  return {"name": name, "arguments": args}
+
+
+def direction_steps(task: Task, answer_protocol: str = "response_gen"
+                    ) -> Optional[tuple[list[dict], list[dict], str, str]]:
+  """(context messages, tool specs, the step as demonstrated, the step flipped) for the first
+  step of `task`'s correct demonstration that takes a direction; None when no such step is
+  reached (no direction in the plan, or a down tool ends the demo first). The flipped step's
+  think text follows its calls, as a confused demonstration's does."""
+  options = DemoOptions(p_recover=0, p_detour=0, p_reorder=0, answer_protocol=answer_protocol)
+  demo = make_demo(task, random.Random(0), options)
+  plan, down = task.metadata["plan"], task.metadata["down"]
+  steps = [[plan[i] for i in step] for step in canonical_schedule(plan)]
+  for s, step in enumerate(steps):
+    if any(c["name"] == down for c in step):
+      return None
+    if any(c["name"] in _DIRECTIONS or c["name"] == "convert" for c in step):
+      i = 2 + 2 * s  # system, user, then an assistant and a tool message per step
+      content = demo.messages[i]["content"]
+      calls = json.loads(content[content.index("<tool_call>") + 11:content.rindex("</tool_call>")])
+      flipped = [flip(c) for c in calls]
+      wrong = chat.format_step(" ".join(describe(c) for c in flipped), flipped)
+      return demo.messages[:i], demo.tools, demo.messages[i]["content"], wrong
+  return None
 
 
 def _misspell(name: str, rng: random.Random) -> str:
