@@ -1,12 +1,33 @@
 # tirjax set-up and entry points. `make test` and `make run` create .venv on first use.
-PYTHON ?= python3
+# .venv needs Python >= 3.12 (jax >= 0.11 and flax >= 0.12.9 require it): unless PYTHON is
+# given, the first of python3, python3.12, python3.13 and pyenv's 3.12+ that runs and is one.
+# (Python 3.11 still works with jax 0.10 by hand: pip install -r requirements.txt.)
+python_at_least = $(firstword $(foreach p,$(2),$(shell $(p) -c \
+  'import sys; print(sys.version_info[:2] >= ($(1)))' 2>/dev/null | grep -qx True && echo $(p))))
+comma := ,
+PYTHON_CANDIDATES := python3 python3.12 python3.13 \
+  $(wildcard $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions/3.1[2-9]*/bin/python3)
+ifndef PYTHON
+PYTHON := $(call python_at_least,3$(comma) 12,$(PYTHON_CANDIDATES))
+endif
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup vllm-env test test-fast run bench gpu-wheels clean-venv
+.PHONY: setup vllm-env test test-fast test-compat run bench gpu-wheels clean-venv check-python
 
-$(VENV)/.installed: requirements.txt requirements-test.txt setup.py
-	$(PYTHON) -m venv $(VENV)
+# A clear stop where no Python 3.12+ was found, or PYTHON names an older one.
+check-python:
+	@test -n "$(PYTHON)" || { echo "tirjax's .venv needs Python >= 3.12 (jax >= 0.11) and none" \
+	  "was found among: $(PYTHON_CANDIDATES). Install one (e.g. pyenv install 3.12)" \
+	  "or give it: make PYTHON=/path/to/python3.12" >&2; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 12))' || { echo "PYTHON=$(PYTHON)" \
+	  "is not Python >= 3.12, which tirjax's .venv needs (jax >= 0.11)" >&2; exit 1; }
+
+# An existing .venv of an older Python (made before jax 0.11) is made anew; pip then installs
+# into the current one.
+$(VENV)/.installed: requirements.txt requirements-test.txt setup.py | check-python
+	$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null \
+	  || $(PYTHON) -m venv --clear $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt -r requirements-test.txt
 	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23 mpmath tree_sitter==0.21.3 \
@@ -18,14 +39,25 @@ setup: $(VENV)/.installed
 
 # The vLLM sampler's own environment (vLLM pins its own torch and transformers). uv resolves and
 # installs it in about 30 s; the torch CPU wheel comes from pip's find-links location (set
-# VLLM_FIND_LINKS where pip has none).
+# VLLM_FIND_LINKS where pip has none). It stays on Python 3.11, the Python of this machine's
+# local torch 2.13.0+cpu wheel (PyPI has no CPU build of torch for Linux): VLLM_PYTHON is the
+# first Python 3.11 found among python3.11, python3 and pyenv's 3.11, unless given.
 VLLM_VENV ?= .venv-vllm
 VLLM_REQUIREMENTS ?= requirements-vllm.txt
+VLLM_PYTHON_CANDIDATES := python3.11 python3 \
+  $(wildcard $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions/3.11*/bin/python3)
+ifndef VLLM_PYTHON
+VLLM_PYTHON := $(firstword $(foreach p,$(VLLM_PYTHON_CANDIDATES),$(shell $(p) -c \
+  'import sys; print(sys.version_info[:2] == (3, 11))' 2>/dev/null | grep -qx True && echo $(p))))
+endif
 VLLM_FIND_LINKS ?= $(or $(PIP_FIND_LINKS),\
-  $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+  $(shell $(or $(VLLM_PYTHON),python3) -m pip config get global.find-links 2>/dev/null))
 
 $(VLLM_VENV)/.installed: $(VLLM_REQUIREMENTS) requirements-vllm-exclude.txt
-	$(PYTHON) -m venv $(VLLM_VENV)
+	@test -n "$(VLLM_PYTHON)" || { echo ".venv-vllm needs Python 3.11 (the local torch CPU" \
+	  "wheel's) and none was found among: $(VLLM_PYTHON_CANDIDATES); give one:" \
+	  "make VLLM_PYTHON=/path/to/python" >&2; exit 1; }
+	$(VLLM_PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q "uv>=0.13,<0.14"
 	$(VLLM_VENV)/bin/uv pip install -q --python $(VLLM_VENV)/bin/python \
 	  $(if $(VLLM_FIND_LINKS),--find-links $(VLLM_FIND_LINKS)) \
