@@ -34,9 +34,9 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # The wheels are CPython 3.12 builds for the GPU image: a dry run uses the venv instead,
 # unless given --wheels.
 if { [ "$DRY" = 0 ] || [ "$WHEELS" = 1 ]; } && compgen -G ".whl/*.whl" > /dev/null; then
-  SITE="$OUT/site-packages"
+  SITE="$(cd "$OUT" && pwd)/site-packages"  # --out may be relative or absolute
   "$PY" -m pip install --quiet --no-index --no-deps --target "$SITE" .whl/*.whl
-  export PYTHONPATH="$PYTHONPATH:$PWD/$SITE"
+  export PYTHONPATH="$PYTHONPATH:$SITE"
 fi
 
 if [ "$DRY" = 1 ]; then
