@@ -2,15 +2,18 @@
 # .venv needs Python >= 3.12 (jax >= 0.11 and flax >= 0.12.9 require it): unless PYTHON is
 # given, the first of python3, python3.12, python3.13 and pyenv's 3.12+ that runs and is one.
 # (Python 3.11 still works with jax 0.10 by hand: pip install -r requirements.txt.)
-python_at_least = $(firstword $(foreach p,$(2),$(shell $(p) -c \
-  'import sys; print(sys.version_info[:2] >= ($(1)))' 2>/dev/null | grep -qx True && echo $(p))))
+# The first of the interpreters $(2) for which the Python expression $(1) is true.
+python_where = $(firstword $(foreach p,$(2),$(shell $(p) -c 'import sys; print($(1))' \
+  2>/dev/null | grep -qx True && echo $(p))))
 comma := ,
+PYENV_VERSIONS := $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions
 PYTHON_CANDIDATES := python3 python3.12 python3.13 \
-  $(wildcard $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions/3.1[2-9]*/bin/python3)
+  $(wildcard $(PYENV_VERSIONS)/3.1[2-9]*/bin/python3)
 ifndef PYTHON
-PYTHON := $(call python_at_least,3$(comma) 12,$(PYTHON_CANDIDATES))
+PYTHON := $(call python_where,sys.version_info >= (3$(comma) 12),$(PYTHON_CANDIDATES))
 endif
 VENV ?= .venv
+REQUIREMENTS ?= requirements.txt
 PY := $(VENV)/bin/python
 
 .PHONY: setup vllm-env test test-fast test-compat run bench gpu-wheels clean-venv check-python
@@ -25,11 +28,12 @@ check-python:
 
 # An existing .venv of an older Python (made before jax 0.11) is made anew; pip then installs
 # into the current one.
-$(VENV)/.installed: requirements.txt requirements-test.txt setup.py | check-python
+$(VENV)/.installed: $(REQUIREMENTS) requirements.txt requirements-test.txt requirements-wandb.txt \
+  setup.py | check-python
 	$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null \
 	  || $(PYTHON) -m venv --clear $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt -r requirements-test.txt
+	$(PY) -m pip install -q -r $(REQUIREMENTS) -r requirements-test.txt
 	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23 mpmath tree_sitter==0.21.3 \
 	  tree-sitter-java==0.21.0 tree-sitter-javascript==0.21.4 "tenacity>=8.5,<10"
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
@@ -44,12 +48,8 @@ setup: $(VENV)/.installed
 # first Python 3.11 found among python3.11, python3 and pyenv's 3.11, unless given.
 VLLM_VENV ?= .venv-vllm
 VLLM_REQUIREMENTS ?= requirements-vllm.txt
-VLLM_PYTHON_CANDIDATES := python3.11 python3 \
-  $(wildcard $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions/3.11*/bin/python3)
-ifndef VLLM_PYTHON
-VLLM_PYTHON := $(firstword $(foreach p,$(VLLM_PYTHON_CANDIDATES),$(shell $(p) -c \
-  'import sys; print(sys.version_info[:2] == (3, 11))' 2>/dev/null | grep -qx True && echo $(p))))
-endif
+VLLM_PYTHON_CANDIDATES := python3.11 python3 $(wildcard $(PYENV_VERSIONS)/3.11*/bin/python3)
+VLLM_PYTHON ?= $(call python_where,sys.version_info[:2] == (3$(comma) 11),$(VLLM_PYTHON_CANDIDATES))
 VLLM_FIND_LINKS ?= $(or $(PIP_FIND_LINKS),\
   $(shell $(or $(VLLM_PYTHON),python3) -m pip config get global.find-links 2>/dev/null))
 
@@ -76,13 +76,30 @@ run: setup
 	$(PY) -m experiments.train --config=$(RUN_CONFIG) --workdir=$(RUN_DIR)
 
 test: setup vllm-env
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 # The inner loop: everything but the vLLM tests and those marked slow, with fewer hypothesis
 # examples (under 3 minutes on 2 cores, no vLLM environment). `make test` stays the CI command
 # and runs everything.
 test-fast: setup
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow and not vllm" --hypothesis-profile=fast
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow and not vllm" --hypothesis-profile=fast \
+	  $(PYTEST_ARGS)
+
+# The GPU machine's image, checked here: .venv-compat with its recorded versions
+# (requirements-compat.txt; Python 3.12, jax 0.11.2), then `make test-fast` and
+# benchmarks/gpu/run.sh --dry-run in it, the latter with the packages the image lacks blocked
+# and .whl/ installed as on the GPU; results in benchmarks/results/compat.json. Not part of
+# `make test`: CI's time goes to the main suite.
+COMPAT_VENV ?= .venv-compat
+COMPAT_PYTHON ?= $(call python_where,sys.version_info[:2] == (3$(comma) 12),$(PYTHON_CANDIDATES))
+
+test-compat: gpu-wheels
+	@test -n "$(COMPAT_PYTHON)" || { echo "make test-compat needs Python 3.12 (the GPU image's)" \
+	  "and none was found among: $(PYTHON_CANDIDATES); give one: make test-compat" \
+	  "COMPAT_PYTHON=/path/to/python3.12" >&2; exit 1; }
+	$(MAKE) setup VENV=$(COMPAT_VENV) PYTHON=$(COMPAT_PYTHON) REQUIREMENTS=requirements-compat.txt
+	$(COMPAT_VENV)/bin/python -m experiments.compat --venv=$(COMPAT_VENV) \
+	  --json=benchmarks/results/compat.json
 
 bench: setup
 	$(PY) -m experiments.bench_kernels --json=benchmarks/results/bench_kernels_cpu.json

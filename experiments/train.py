@@ -82,11 +82,13 @@ def run(config, workdir: str) -> dict:
       rundir.write_json(os.path.join(workdir, "cell.json"), dict(
           label=config.advantage.name, estimator=config.advantage.name,
           options=dataclasses.asdict(exp.advantage), seed=config.seed))
-  writer = rundir.MetricsWriter(workdir) if primary else rundir.NullWriter()
+  writer = (rundir.MetricsWriter(workdir, exp.train.loggers, rundir.run_id(config),
+                                 config.to_dict()) if primary else rundir.NullWriter())
   progress = Progress(enabled=exp.train.progress_bar, quiet=not primary)
   try:
     with contextlib.ExitStack() as cleanup:  # sampler, checkpointer, tasks: closed however it ends
       summary = _train(config, exp, workdir, writer, progress, resuming, cleanup)
+    writer.summarize(summary)
   except BaseException as e:  # record the failure (Ctrl-C included), then re-raise
     if primary:
       rundir.write_status(workdir, "failed", progress.step, f"{type(e).__name__}: {e}")
@@ -167,7 +169,8 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
 
   # -- Checkpoint restore ---------------------------------------------------------------------
   ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), run_id=rundir.run_id(config),
-                      options=CheckpointOptions(max_to_keep=exp.train.keep_checkpoints))
+                      options=CheckpointOptions(max_to_keep=exp.train.keep_checkpoints),
+                      on_commit=writer.checkpointed)
   cleanup.callback(ckpt.close)
   phase = "sft" if exp.sft.steps > 0 else "rl"
   state = init_state(params, tx[phase], place[phase], jax.random.key(config.seed),
@@ -178,9 +181,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
       return init_state(params, tx[saved], place[saved], jax.random.key(config.seed))
     state = ckpt.restore(target)  # the newest intact checkpoint; corrupt ones are named
     phase = state.data_position["phase"]
-    writer.truncate_after({"sft": state.data_position["sft_step"],
-                           "rl": state.data_position["rl_step"],
-                           "eval": state.data_position["rl_step"]})
+    writer.truncate_after(rundir.phase_steps(state.data_position))
     if distributed.is_primary():
       print(f"resumed {workdir} at {phase} step "
             f"{state.data_position[phase + '_step']} (policy version {state.policy_version})")

@@ -220,3 +220,22 @@ def test_options_are_validated():
     ck.CheckpointOptions(max_to_keep=0)
   with pytest.raises(ValueError, match="run_id"):
     ck.Checkpointer("/tmp/unused-tirjax-ckpt", "")
+
+
+def test_on_commit_is_told_each_save_once_it_is_committed(tmp_path, states):
+  """What `rundir.MetricsWriter` relies on to send a step to W&B only once no resume can
+  redo it: a save is reported after its commit (at the next save, `wait` or `close`), once."""
+  seen = []
+  with ck.Checkpointer(str(tmp_path / "a"), "run-c", on_commit=seen.append) as c:
+    c.save(states[1])
+    c.save(states[2])  # Orbax commits step 1 before it starts step 2
+    assert seen == [states[1].data_position] and c.steps() == [1, 2]
+    c.wait()
+    c.wait()
+  assert seen == [states[1].data_position, states[2].data_position]
+  seen.clear()
+  with ck.Checkpointer(str(tmp_path / "b"), "run-c", ck.CheckpointOptions(async_save=False),
+                       on_commit=seen.append) as c:
+    c.save(states[1])
+    assert seen == [states[1].data_position]
+  assert seen == [states[1].data_position]

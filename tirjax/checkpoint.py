@@ -14,6 +14,9 @@ policy version.
   those steps again.
 * Multi-process runs (`tirjax.distributed`): every process saves and restores together (Orbax
   writes each process's shards); the directory's own files are process 0's to write.
+* `on_commit(data_position)` is told of each save once it is committed (at the next save,
+  `wait` or `close`; the steps it covers are then never redone: `rundir.MetricsWriter`
+  sends them to W&B).
 * A directory belongs to one run: it holds a `tirjax_run.json` naming the run id. Opening a
   directory of another run, or a non-empty directory without that file, is an error unless
   `overwrite=True`, which empties it first.
@@ -128,7 +131,8 @@ class Checkpointer:
   """
 
   def __init__(self, directory: str, run_id: str,
-               options: CheckpointOptions = CheckpointOptions(), *, overwrite: bool = False):
+               options: CheckpointOptions = CheckpointOptions(), *, overwrite: bool = False,
+               on_commit: Optional[Callable[[dict], None]] = None):
     if not run_id:
       raise ValueError("run_id: must be a non-empty string")
     self.directory = os.path.abspath(directory)
@@ -136,6 +140,8 @@ class Checkpointer:
       _claim(self.directory, run_id, overwrite)
     distributed.barrier("checkpoint-claim")
     self.run_id = run_id
+    self._on_commit, self._in_flight = on_commit, None  # the data position of a save under way
+    self._async = options.async_save
     self._manager = ocp.CheckpointManager(
         self.directory, item_names=("arrays", "meta"),
         options=ocp.CheckpointManagerOptions(
@@ -162,10 +168,14 @@ class Checkpointer:
             "rng_impl": str(jax.random.key_impl(state.rng)) if typed else None,
             "sums": checkpoint_sums.array_sums(arrays)}
     meta["meta_sum"] = checkpoint_sums.meta_sum(meta)
+    self.wait()  # the previous save (Orbax waits for it before a new one anyway)
     saved = self._manager.save(int(state.step), args=ocp.args.Composite(
         arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)))
     if not saved:
       raise CheckpointError(f"{self.directory}: Orbax did not save step {int(state.step)}")
+    self._in_flight = meta["data_position"]
+    if not self._async:
+      self._committed()
 
   def restore(self, target: Union[TrainState, Callable[[dict], TrainState]],
               step: Optional[int] = None) -> TrainState:
@@ -295,9 +305,16 @@ class Checkpointer:
   def wait(self) -> None:
     """Block until a background save has been committed."""
     self._manager.wait_until_finished()
+    self._committed()
+
+  def _committed(self) -> None:
+    position, self._in_flight = self._in_flight, None
+    if position is not None and self._on_commit is not None:
+      self._on_commit(position)
 
   def close(self) -> None:
-    self._manager.close()
+    self._manager.close()  # waits for a save under way
+    self._committed()
 
   def __enter__(self) -> "Checkpointer":
     return self

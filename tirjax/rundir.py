@@ -1,4 +1,4 @@
-"""A training run's directory: resolved config, status, metrics (JSONL + TensorBoard).
+"""A training run's directory: resolved config, status, metrics (JSONL, TensorBoard, W&B).
 
     workdir/
       config.json      the resolved config (a restart must match it, see `claim`)
@@ -6,6 +6,8 @@
       status.json      {"state": "running" | "finished" | "failed", "error", "step"}
       metrics.jsonl    one object per line: {"phase": "sft" | "rl" | "eval", "step", "time", ...}
       tensorboard/     the same scalars as TensorBoard event files
+      wandb/           with "wandb" in train.loggers: W&B's local files of the run
+                       (`tirjax.wandb_logger`; tirjax.json keeps the W&B run id)
       checkpoints/     Orbax train states (`tirjax.checkpoint`)
       hf_export/       the final policy as a Hugging Face directory
 
@@ -29,8 +31,9 @@ from flax import traverse_util
 # Keys a restart may change: how long and how verbosely it runs, and where its processes meet
 # (a resumed multi-process run may get other hosts; their number is part of the run).
 RESUMABLE_KEYS = ("train.steps", "train.eval_every", "train.log_every", "train.progress_bar",
-                  "distributed.coordinator_address", "distributed.process_id")
+                  "train.loggers", "distributed.coordinator_address", "distributed.process_id")
 PHASES = ("sft", "rl", "eval")
+LOGGERS = ("tensorboard", "wandb")  # metrics.jsonl is always written
 
 
 class WorkdirMismatch(RuntimeError):
@@ -88,19 +91,50 @@ def write_status(workdir: str, state: str, step: int, error: Optional[str] = Non
              {"state": state, "step": int(step), "error": error, "time": time.time()})
 
 
-class MetricsWriter:
-  """Appends metric records to metrics.jsonl and TensorBoard (`{phase}/{name}` tags)."""
+def tag(phase: str, name: str) -> str:
+  """A metric's TensorBoard and W&B name: `{phase}/{name}` unless it already has the prefix."""
+  return name if name.startswith(f"{phase}/") else f"{phase}/{name}"
 
-  def __init__(self, workdir: str, tensorboard: bool = True):
+
+def phase_steps(data_position: Mapping[str, Any]) -> dict[str, int]:
+  """The last step of each phase that a checkpoint at `data_position` covers (what a resume
+  from it keeps of metrics.jsonl). Evaluations count from RL's start: the one after SFT is
+  RL's step 0, so a checkpoint inside SFT covers none."""
+  rl = data_position["rl_step"] if data_position["phase"] == "rl" else -1
+  return {"sft": data_position["sft_step"], "rl": max(rl, 0), "eval": rl}
+
+
+class MetricsWriter:
+  """Appends metric records to metrics.jsonl, TensorBoard (`{phase}/{name}` tags) and, with
+  "wandb" among `loggers`, Weights & Biases (run `run_id`, with `config`).
+
+  W&B gets a record once it is final, at or before a committed checkpoint (`checkpointed`,
+  or the position `truncate_after` resumes from): a resume redoes the steps after that, and
+  W&B keeps what it is sent, so each step goes there once, up to a checkpoint interval
+  after metrics.jsonl.
+  """
+
+  def __init__(self, workdir: str, loggers=("tensorboard",), run_id: str = "",
+               config: Optional[Mapping[str, Any]] = None):
+    unknown = sorted(set(loggers) - set(LOGGERS))
+    if unknown:
+      raise ValueError(f"loggers: {unknown} unknown; the loggers are {LOGGERS}")
     self.path = os.path.join(workdir, "metrics.jsonl")
-    self._tb = None
-    if tensorboard:
+    self._tb = self._wandb = None
+    self._pending = []  # this process's records not yet final (W&B only)
+    if "tensorboard" in loggers:
       from tensorboardX import SummaryWriter  # imported lazily: optional at library level
       self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+    if "wandb" in loggers:
+      if not run_id:
+        raise ValueError("run_id: the W&B logger needs the run's id (rundir.run_id)")
+      from tirjax.wandb_logger import WandbLogger  # pylint: disable=import-outside-toplevel
+      self._wandb = WandbLogger(workdir, run_id, config or {})
 
   def truncate_after(self, phase_steps: Mapping[str, int]) -> None:
     """On resume: drops records logged after the restored step of each phase, so that the
-    steps redone after a crash are not logged twice."""
+    steps redone after a crash are not logged twice. Those kept are final: W&B gets any of
+    them it lacks."""
     if not os.path.exists(self.path):
       return
     with open(self.path) as f:
@@ -117,6 +151,9 @@ class MetricsWriter:
     with open(tmp, "w") as f:
       f.writelines(keep)
     os.replace(tmp, self.path)
+    if self._wandb is not None:
+      self._wandb.warn_if_ahead(phase_steps)
+      self._wandb.send([json.loads(line) for line in keep])
 
   def write(self, phase: str, step: int, metrics: Mapping[str, Any]) -> dict:
     rec = _record(phase, step, metrics)
@@ -125,12 +162,29 @@ class MetricsWriter:
     if self._tb is not None:
       for k, v in rec.items():
         if k not in ("phase", "step", "time") and isinstance(v, float) and math.isfinite(v):
-          self._tb.add_scalar(k if k.startswith(f"{phase}/") else f"{phase}/{k}", v, step)
+          self._tb.add_scalar(tag(phase, k), v, step)
+    if self._wandb is not None:
+      self._pending.append(json.loads(json.dumps(rec, default=_jsonable)))
     return rec
+
+  def checkpointed(self, data_position: Mapping[str, Any]) -> None:
+    """A checkpoint at `data_position` is committed: the records it covers are final."""
+    if self._wandb is not None:
+      final = phase_steps(data_position)
+      done = [r for r in self._pending if r["step"] <= final[r["phase"]]]
+      self._pending = [r for r in self._pending if r["step"] > final[r["phase"]]]
+      self._wandb.send(done)
+
+  def summarize(self, summary: Mapping[str, Any]) -> None:
+    """The finished run's summary (summary.json) as the W&B run's summary."""
+    if self._wandb is not None:
+      self._wandb.summarize(summary)
 
   def close(self) -> None:
     if self._tb is not None:
       self._tb.close()
+    if self._wandb is not None:
+      self._wandb.close()  # records still pending are redone by a resume, which sends them
 
 
 def _record(phase: str, step: int, metrics: Mapping[str, Any]) -> dict:
@@ -152,6 +206,12 @@ class NullWriter:
 
   def write(self, phase: str, step: int, metrics: Mapping[str, Any]) -> dict:
     return _record(phase, step, metrics)
+
+  def checkpointed(self, data_position: Mapping[str, Any]) -> None:
+    del data_position
+
+  def summarize(self, summary: Mapping[str, Any]) -> None:
+    del summary
 
   def close(self) -> None:
     pass

@@ -2,7 +2,7 @@
 # tirjax on one GPU in under 8 minutes: train step, chunked log-probs, advantage kernels and
 # the JAX sampler, as one JSON file and a short table (issue 19).
 #
-#   benchmarks/gpu/run.sh [--dry-run] [--out=DIR]
+#   benchmarks/gpu/run.sh [--dry-run] [--wheels] [--out=DIR]
 #
 # On the GPU machine (no network; Python 3.12 with jax[cuda], flax, optax, orbax, chex,
 # transformers, scipy, absl ...): copy the repository with its `.whl/` folder (`make
@@ -12,25 +12,31 @@
 #
 # --dry-run: the same sections on the CPU at tiny sizes (about two minutes), as `make test`
 # runs it, so that the script cannot rot between the rare GPU sessions.
+# --wheels: install `.whl/` in a dry run too, as on the GPU (`make test-compat` runs the dry
+# run in the image's versions, with what the image lacks blocked).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DRY=0
+WHEELS=0
 OUT=benchmarks/results/gpu_run
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY=1 ;;
+    --wheels) WHEELS=1 ;;
     --out=*) OUT="${arg#--out=}" ;;
-    *) echo "run.sh: unknown argument '$arg' (expected --dry-run, --out=DIR)" >&2; exit 2 ;;
+    *) echo "run.sh: unknown argument '$arg' (expected --dry-run, --wheels, --out=DIR)" >&2
+       exit 2 ;;
   esac
 done
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-# The wheels are CPython 3.12 builds for the GPU image: a dry run here uses the venv instead.
-if [ "$DRY" = 0 ] && compgen -G ".whl/*.whl" > /dev/null; then
-  SITE="$OUT/site-packages"
+# The wheels are CPython 3.12 builds for the GPU image: a dry run uses the venv instead,
+# unless given --wheels.
+if { [ "$DRY" = 0 ] || [ "$WHEELS" = 1 ]; } && compgen -G ".whl/*.whl" > /dev/null; then
+  SITE="$(cd "$OUT" && pwd)/site-packages"  # --out may be relative or absolute
   "$PY" -m pip install --quiet --no-index --no-deps --target "$SITE" .whl/*.whl
-  export PYTHONPATH="$PYTHONPATH:$PWD/$SITE"
+  export PYTHONPATH="$PYTHONPATH:$SITE"
 fi
 
 if [ "$DRY" = 1 ]; then

@@ -13,6 +13,7 @@ import dataclasses
 import os
 from typing import Any, Mapping
 
+from tirjax import rundir
 from tirjax.env.judge import ABSTENTION_RULES
 
 MAX_TASKS = 200_000  # tasks or demonstrations a run may ask for
@@ -173,6 +174,8 @@ class TrainOptions:
   export_final: bool = True
   log_entropy: bool = False
   dynamic_sampling_tries: int = 4  # DAPO: extra rollout rounds to refill filtered groups
+  # metrics.jsonl always; also TensorBoard and/or W&B ("wandb": pip install 'tirjax[wandb]')
+  loggers: tuple = ("tensorboard",)
 
   def __post_init__(self):
     for name in ("steps", "eval_every", "dynamic_sampling_tries", "mini_batch_queries"):
@@ -191,6 +194,10 @@ class TrainOptions:
     return self.queries_per_step // (self.mini_batch_queries or self.queries_per_step)
     for name in ("eval_at_start", "progress_bar", "export_final", "log_entropy"):
       _bool(self, name)
+    if (not isinstance(self.loggers, tuple) or len(set(self.loggers)) != len(self.loggers)
+        or not set(self.loggers) <= set(rundir.LOGGERS)):
+      raise ValueError(f"loggers: must be distinct names among {rundir.LOGGERS}, got "
+                       f"{self.loggers!r}")
 
 
 @dataclasses.dataclass(frozen=True)
