@@ -44,7 +44,8 @@ from tirjax.rollouts import Rollouts
 from tirjax.training.batches import SFTBatch, longest_row, policy_batch, trim_tokens
 from tirjax.training.minibatches import combine_updates, update_passes
 from tirjax.training.optimizer import make_optimizer
-from tirjax.training.reference import ReferencePolicy, with_reference_logprobs
+from tirjax.training.reference import (ReferencePolicy, TokenLogprobs, with_policy_logprobs,
+                                      with_reference_logprobs)
 from tirjax.training.step import init_state, placement, policy_step, sft_step, split_model
 
 FLAGS = flags.FLAGS
@@ -254,6 +255,8 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   if exp.loss.kl_coef > 0:  # the KL reference: the policy as RL starts (kept across restarts)
     reference = ReferencePolicy(graphdef, policy.reference_params(state, workdir),
                                 place["rl"], exp.step)
+  own_logprobs = (TokenLogprobs(graphdef, place["rl"], exp.step)
+                  if exp.train.tempered_policy else None)
   progress.start("rl", exp.train.steps, state.data_position["rl_step"])
   last_eval = None
   rl_start, eval_before_rl = time.perf_counter(), run_clock.seconds.get("eval", 0.0)
@@ -285,6 +288,9 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
       adv = jax.block_until_ready(exp.estimator(rollouts, exp.advantage))
     with clock("reference"):
       rollouts = jax.block_until_ready(with_reference_logprobs(rollouts, reference, exp.loss))
+      if own_logprobs is not None:  # π_old at the step's temperature (train.tempered_policy)
+        rollouts = jax.block_until_ready(with_policy_logprobs(rollouts, own_logprobs,
+                                                              state.params))
     with clock("update"):  # ppo_epochs passes over the batch's mini-batches (SPEC §5.1)
       state, updates = update_passes(
           state, steps["rl"], policy_batch(rollouts, adv),
@@ -297,7 +303,8 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
                                                     "row_mask")})
     loss_metrics, update_stats = combine_updates(updates)
     stats = rl_metrics(local, local_adv, loss_metrics, episodes, batch.stats,
-                       exp.rollout.max_steps, exp.loss.aggregation, first_update=updates[0])
+                       exp.rollout.max_steps, exp.loss.aggregation,
+                       first_update=None if own_logprobs is not None else updates[0])
     stats.update(update_stats)
     stats.update(clock.metrics(batch.stats))
     stats["dapo/extra_rounds"] = extra_rounds

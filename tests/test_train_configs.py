@@ -231,3 +231,15 @@ def test_own_sections_name_the_bad_key(key, value, message):
     c[section][leaf] = value
   with pytest.raises(resolve.ConfigError, match=message):
     resolve.resolve(c)
+
+
+def test_tempered_policy_sets_the_step_temperature():
+  c = load("hidifftir")
+  c.rollout.temperature = 0.6
+  assert resolve.resolve(c).step.temperature == 1.0  # the raw model, by default
+  c.train.tempered_policy = True
+  exp = resolve.resolve(c)
+  assert exp.step.temperature == 0.6 and exp.sft_step.temperature == 1.0
+  c.rollout.temperature = 0.0
+  with pytest.raises(resolve.ConfigError, match=r"train\.tempered_policy: needs a sampling"):
+    resolve.resolve(c)

@@ -95,3 +95,22 @@ def test_kl_enters_the_policy_step(model):
   _, metrics_plain = plain(fresh, batch.replace(ref_logprobs=None))
   assert "kl" not in metrics_plain
   np.testing.assert_allclose(float(metrics_plain["loss"]), float(metrics["pg"]), rtol=1e-5)
+
+
+def test_own_logprobs_are_the_policy_at_the_step_temperature(model):
+  """`train.tempered_policy`: π_old recomputed under the current parameters at the step's
+  temperature equals the dense tempered log-probs; the first update then sees ρ = 1 (nothing
+  clipped), whatever the sampler reported."""
+  graphdef, params, _, tx, place = model
+  own = training.TokenLogprobs(graphdef, place, STEP)
+  r = training.with_policy_logprobs(rollouts(2), own, params)
+  m = nnx.merge(graphdef, params)
+  want, _ = model_logprobs.dense_logprobs(m.hidden(r.tokens, r.token_valid), m.unembedding,
+                                          r.tokens, r.token_valid, STEP.temperature)
+  np.testing.assert_allclose(r.old_logprobs, want, rtol=1e-5, atol=1e-6)
+  adv = advantages.get("grpo")(r, advantages.get("grpo").make_options({}))
+  step = training.policy_step(graphdef, tx, place, loss.LossOptions(), STEP)
+  state = training.init_state(params, tx, place, jax.random.key(0))
+  _, metrics = step(state, training.policy_batch(r, adv))
+  np.testing.assert_allclose(float(metrics["metrics/ratio/std"]), 0.0, atol=1e-5)
+  assert float(metrics["metrics/clip_frac_low"]) == float(metrics["metrics/clip_frac_high"]) == 0

@@ -46,11 +46,12 @@ def read_metrics(workdir):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", CONFIGS)
 def test_two_step_smoke_run(name, tmp_path):
-  # hidifftir also runs the mini-batch updates (2 passes × 2 mini-batches) and the sampled
-  # evaluation (pass@k) through the whole trainer.
+  # hidifftir also runs the mini-batch updates (2 passes × 2 mini-batches), the tempered
+  # policy (π_old recomputed at T = 0.8) and the sampled evaluation (pass@k) through the whole
+  # trainer.
   extra = {"sft.steps": 2, "sft.batch_size": 2, "train.queries_per_step": 2,
-           "train.mini_batch_queries": 1, "train.ppo_epochs": 2,
-           "sampler.eval_samples": 2} if name == "hidifftir" else {}
+           "train.mini_batch_queries": 1, "train.ppo_epochs": 2, "sampler.eval_samples": 2,
+           "rollout.temperature": 0.8, "train.tempered_policy": True} if name == "hidifftir" else {}
   summary = run(short_config(name, **extra), str(tmp_path))
   status = json.load(open(tmp_path / "status.json"))
   assert status["state"] == "finished"
@@ -67,6 +68,8 @@ def test_two_step_smoke_run(name, tmp_path):
   assert set(summary) >= {"after_sft", "after_rl"}
   assert 0 <= summary["after_rl"]["eval/accuracy"] <= 1
   assert all(r["updates/count"] == (4 if name == "hidifftir" else 1) for r in rl)
+  # π_old recomputed by the trainer (hidifftir: tempered policy): no sampler gap to log
+  assert all(("sampler/logprob_gap_max" in r) == (name != "hidifftir") for r in rl)
   assert 0 <= rl[0]["groups/mixed_share"] <= 1
   if name == "hidifftir":
     assert [r["step"] for r in records if r["phase"] == "sft"] == [1, 2]

@@ -175,9 +175,13 @@ def resolve(c) -> Experiment:
   except ValueError as e:
     raise ConfigError(f"sft.{e}") from None
 
+  if train.tempered_policy:
+    _need(rollout.temperature > 0, "train.tempered_policy",
+          "needs a sampling temperature > 0 (rollout.temperature = 0 is greedy)")
   step = StepOptions(num_microbatches=train.micro_batches,
-                     logprob_chunk_size=model.logprob_chunk, log_entropy=train.log_entropy)
-  sft_step = dataclasses.replace(step, log_entropy=False)
+                     logprob_chunk_size=model.logprob_chunk, log_entropy=train.log_entropy,
+                     temperature=rollout.temperature if train.tempered_policy else 1.0)
+  sft_step = dataclasses.replace(step, log_entropy=False, temperature=1.0)
   return Experiment(**own, estimator=estimator, advantage=advantage, rollout=rollout,
                     loss=loss, optim=optim, step=step, sft_optim=sft_optim, sft_loss=sft_loss,
                     sft_step=sft_step, demos=demos, sharding=shard, distributed=dist)

@@ -22,8 +22,8 @@ def rl_metrics(r: Rollouts, adv: Advantages, step_metrics: Mapping[str, float],
                first_update: Optional[Mapping[str, float]] = None) -> dict:
   """The step's metrics; `aggregation` is the loss's, which weighs each row's push on a step
   in the unlearning rate (SPEC §4.1). `step_metrics`: the loss's (over the step's updates);
-  `first_update`: the first update's, whose ratio is the sampler-vs-trainer gap (default
-  `step_metrics`, a step of one update)."""
+  `first_update`: the first update's, whose ratio is the sampler-vs-trainer gap when π_old
+  is the sampler's (None: no gap is logged; the trainer recomputed π_old)."""
   valid = np.asarray(r.row_valid)
   outcome = np.asarray(r.outcome)[valid]
   out = {"reward/mean": float(outcome.mean()) if outcome.size else 0.0,
@@ -49,8 +49,8 @@ def rl_metrics(r: Rollouts, adv: Advantages, step_metrics: Mapping[str, float],
               "unlearning/num_necessary": int(u["num_necessary"])})
   for k, v in step_metrics.items():
     out[f"loss/{k}"] = float(np.asarray(v))
-  first_update = step_metrics if first_update is None else first_update
-  lo, hi = first_update.get("metrics/ratio/min"), first_update.get("metrics/ratio/max")
+  lo, hi = ((first_update or {}).get("metrics/ratio/min"),
+            (first_update or {}).get("metrics/ratio/max"))
   if lo is not None and hi is not None and lo > 0 and hi > 0:
     # The first update sees the sampler's own weights: ρ = exp(trainer − sampler log-prob).
     out["sampler/logprob_gap_max"] = max(abs(math.log(lo)), abs(math.log(hi)))

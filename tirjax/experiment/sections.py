@@ -165,6 +165,12 @@ class TrainOptions:
   mini_batch_queries: int = 0
   ppo_epochs: int = 1
   micro_batches: int = 1  # sequential micro-batches of rows per update (gradient accumulation)
+  # The policy the loss optimises: False, the raw model (the samplers report its log-probs);
+  # True, the sampling policy softmax(z / rollout.temperature), as verl and TRL optimise it:
+  # the loss's and the KL reference's log-probs are taken at that temperature and π_old is
+  # recomputed by the trainer before the first update. Sampling at a temperature ≠ 1 with
+  # False takes the policy gradient of the raw model from another policy's samples (biased).
+  tempered_policy: bool = False
   eval_every: int = 20  # RL steps between evaluations; 0: after the last step only
   eval_at_start: bool = True
   checkpoint_every: int = 10
@@ -192,7 +198,8 @@ class TrainOptions:
   def num_minibatches(self) -> int:
     """Mini-batches (updates) per pass over a rollout batch."""
     return self.queries_per_step // (self.mini_batch_queries or self.queries_per_step)
-    for name in ("eval_at_start", "progress_bar", "export_final", "log_entropy"):
+    for name in ("eval_at_start", "progress_bar", "export_final", "log_entropy",
+                 "tempered_policy"):
       _bool(self, name)
     if (not isinstance(self.loggers, tuple) or len(set(self.loggers)) != len(self.loggers)
         or not set(self.loggers) <= set(rundir.LOGGERS)):

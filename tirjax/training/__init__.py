@@ -4,13 +4,15 @@
   batches    PolicyBatch / SFTBatch (what a step reads), micro-batch split
   sft        SFTOptions, masked next-token cross-entropy
   step       StepOptions, Placement, init_state, TrainStep, policy_step, sft_step
-  reference  ReferencePolicy, with_reference_logprobs (the KL term's log-probs, β > 0 only)
+  reference  ReferencePolicy, with_reference_logprobs (the KL term's log-probs, β > 0 only);
+             TokenLogprobs, with_policy_logprobs (π_old recomputed by the trainer)
   flops      model FLOPs per step and MFU
 """
 
 from tirjax.training.batches import PolicyBatch, SFTBatch, policy_batch
 from tirjax.training.optimizer import OptimizerOptions, learning_rate, make_optimizer
-from tirjax.training.reference import ReferencePolicy, with_reference_logprobs
+from tirjax.training.reference import (ReferencePolicy, TokenLogprobs, with_policy_logprobs,
+                                      with_reference_logprobs)
 from tirjax.training.sft import SFTOptions
 from tirjax.training.step import (Placement, StepOptions, TrainStep, init_state, placement,
                                   policy_step, sft_step, split_model)
@@ -18,4 +20,4 @@ from tirjax.training.step import (Placement, StepOptions, TrainStep, init_state,
 __all__ = ["OptimizerOptions", "Placement", "PolicyBatch", "ReferencePolicy", "SFTBatch",
            "SFTOptions", "StepOptions", "TrainStep", "init_state", "learning_rate",
            "make_optimizer", "placement", "policy_batch", "policy_step", "sft_step",
-           "split_model", "with_reference_logprobs"]
+           "split_model", "TokenLogprobs", "with_policy_logprobs", "with_reference_logprobs"]

@@ -3,6 +3,8 @@
     reference = (ReferencePolicy(graphdef, ref_params, place, step_opts)
                  if loss_opts.kl_coef > 0 else None)
     rollouts = with_reference_logprobs(rollouts, reference, loss_opts)   # before policy_batch
+    rollouts = with_policy_logprobs(rollouts, TokenLogprobs(graphdef, place, step_opts),
+                                    state.params)   # π_old the trainer's own (optional)
 
 With β = 0 (PORTool) nothing is computed and no reference copy of the weights is needed.
 The log-probs use the policy step's chunking, micro-batching and temperature, so that
@@ -23,17 +25,12 @@ from tirjax.training.batches import merge_microbatches, split_microbatches
 from tirjax.training.step import Placement, StepOptions, placed_copy
 
 
-class ReferencePolicy:
-  """Log-probs `[B, L]` of token batches under fixed parameters.
+class TokenLogprobs:
+  """`(params, tokens, token_valid) -> [B, L]` log-probs under `params`, with the policy
+  step's chunking, micro-batching and temperature; `jitted` is the compiled function."""
 
-  Holds its own copy of `params` (placed like the policy's), since the policy step donates
-  the policy's arrays. `jitted(params, tokens, token_valid)` is the compiled function.
-  """
-
-  def __init__(self, graphdef: nnx.GraphDef, params: nnx.State, place: Placement,
-               opts: StepOptions = StepOptions()):
+  def __init__(self, graphdef: nnx.GraphDef, place: Placement, opts: StepOptions = StepOptions()):
     self.placement = place
-    self.params = placed_copy(params, place.params)
 
     def logprobs(params, tokens, token_valid):
       model = nnx.merge(graphdef, params)
@@ -48,10 +45,37 @@ class ReferencePolicy:
     self.jitted = jax.jit(logprobs, in_shardings=(place.params, place.batch, place.batch),
                           out_shardings=place.batch)
 
-  def logprobs(self, tokens: jax.Array, token_valid: jax.Array) -> jax.Array:
+  def __call__(self, params: nnx.State, tokens: jax.Array, token_valid: jax.Array) -> jax.Array:
     tokens, token_valid = jax.device_put((tokens, token_valid), self.placement.batch)
     with jax.set_mesh(self.placement.mesh):
-      return self.jitted(self.params, tokens, token_valid)
+      return self.jitted(params, tokens, token_valid)
+
+
+class ReferencePolicy:
+  """Log-probs `[B, L]` of token batches under fixed parameters.
+
+  Holds its own copy of `params` (placed like the policy's), since the policy step donates
+  the policy's arrays.
+  """
+
+  def __init__(self, graphdef: nnx.GraphDef, params: nnx.State, place: Placement,
+               opts: StepOptions = StepOptions()):
+    self.placement = place
+    self.params = placed_copy(params, place.params)
+    self.fn = TokenLogprobs(graphdef, place, opts)
+
+  def logprobs(self, tokens: jax.Array, token_valid: jax.Array) -> jax.Array:
+    return self.fn(self.params, tokens, token_valid)
+
+
+def with_policy_logprobs(rollouts: Rollouts, logprobs: TokenLogprobs, params: nnx.State
+                         ) -> Rollouts:
+  """`rollouts` whose `old_logprobs` are the trainer's own, under the current (the
+  sampler's) parameters at the step's temperature: π_old as the loss computes π, so the
+  first update's ratio is 1 whatever the sampler reports (verl's actor recomputes them so).
+  Needed when the policy is the tempered one (`train.tempered_policy`): the samplers report
+  the raw model's log-probs."""
+  return rollouts.replace(old_logprobs=logprobs(params, rollouts.tokens, rollouts.token_valid))
 
 
 def with_reference_logprobs(rollouts: Rollouts, reference: Optional[ReferencePolicy],
