@@ -1,13 +1,13 @@
 """The embedded default (`make run`) for several seeds, timed, with RL's headroom and gain.
 
-    python -m experiments.bench_default_run --seeds=0,1,2 --workdir=runs/default_bench \\
-        --json=benchmarks/results/default_run.json
+    python -m experiments.bench_default_run --seeds=0,1,2 --sampled_seeds=0 \\
+        --workdir=runs/default_bench --json=benchmarks/results/default_run.json
 
 Runs `python -m experiments.train --config=configs/hidifftir.py:model=tiny` once per seed (a
 fresh process each, as `make run` does) in `<workdir>/seed<k>`, resuming any that exist, and
 writes per seed, after SFT and after RL: greedy eval accuracy, and pass@1/4/16 at the rollout
-temperature with the shares of tasks whose samples are all wrong or mixed (the default's
-evaluations sample `sampler.eval_samples` episodes per task); the gains; the share of RL
+temperature with the shares of tasks whose samples are all wrong or mixed (`--eval_samples`
+episodes per task, for the `--sampled_seeds`); the gains; the share of RL
 steps' groups with mixed outcomes over the first and the last 5 steps; the seconds of SFT, RL
 and evaluation (the trainer's own clocks) and of the whole process. Then the gains' minimum
 over seeds, the commit and the machine (its CPU model: the same seed's SFT reaches different
@@ -37,6 +37,11 @@ flags.DEFINE_string("workdir", "runs/default_bench", "Parent of the per-seed run
 flags.DEFINE_string("json", "benchmarks/results/default_run.json", "Where the results go.")
 flags.DEFINE_string("config", "configs/hidifftir.py:model=tiny", "The run config (the default).")
 flags.DEFINE_integer("control_seed", None, "Also run the more-SFT control for this seed.")
+flags.DEFINE_integer("eval_samples", 16, "Episodes sampled per eval task for pass@k "
+                     "(sampler.eval_samples; the default itself evaluates greedily only).")
+flags.DEFINE_string("sampled_seeds", None, "Comma-separated seeds that get the sampled "
+                    "evaluation (pass@k; about 7 minutes per evaluation on 2 cores); all "
+                    "seeds when unset. The others run exactly `make run`'s config.")
 FLAGS = flags.FLAGS
 
 EVAL_KEYS = {"greedy": "eval/accuracy", "pass@1": "eval/pass@1", "pass@4": "eval/pass@4",
@@ -99,7 +104,8 @@ def control(seed: int, run: dict) -> dict:
   extra = int(round(seconds["rl"] / per_step))
   workdir = os.path.join(FLAGS.workdir, f"control{seed}")
   summary, config, wall = _train(workdir, seed, (
-      f"--config.sft.steps={run['sft_steps'] + extra}", "--config.train.steps=0"))
+      f"--config.sft.steps={run['sft_steps'] + extra}", "--config.train.steps=0",
+      f"--config.sampler.eval_samples={run['eval_samples']}"))
   out = record(workdir, seed, summary, config, wall)
   out["extra_sft_steps"] = extra
   out["vs_rl"] = {k: run["after_rl"][k] - out["after_sft"][k]
@@ -112,9 +118,13 @@ def main(argv):
   info = benchmark.machine(jax_info=False)
   seeds = [int(s) for s in FLAGS.seeds.split(",") if s.strip()]
   records = []
+  sampled = seeds if FLAGS.sampled_seeds is None else [
+      int(s) for s in FLAGS.sampled_seeds.split(",") if s.strip()]
   for seed in seeds:
     workdir = os.path.join(FLAGS.workdir, f"seed{seed}")
-    records.append(record(workdir, seed, *_train(workdir, seed)))
+    overrides = ((f"--config.sampler.eval_samples={FLAGS.eval_samples}",)
+                 if seed in sampled and FLAGS.eval_samples else ())
+    records.append(record(workdir, seed, *_train(workdir, seed, overrides)))
     print(json.dumps(records[-1]), flush=True)
   out = dict(
       command="python -m experiments.bench_default_run " + " ".join(sys.argv[1:]),

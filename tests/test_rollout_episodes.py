@@ -100,7 +100,7 @@ def test_wrong_answers_are_false(tokenizer, tasks, demos):
   assert not np.asarray(batch.rollouts.answer_score).any()
 
 
-def test_down_queries_answered_unable_to_answer(tokenizer, tasks, demos):
+def test_down_queries_abstained_on_earn_unable_to_answer_only_where_unanswerable(tokenizer, tasks, demos):
   down = [t for t in tasks if t.metadata["down"] is not None][:16]
   assert len(down) == 16
   sampler = ScriptedSampler(tokenizer, tasks, demos)
@@ -109,13 +109,13 @@ def test_down_queries_answered_unable_to_answer(tokenizer, tasks, demos):
   batch = rollout(sampler, tokenizer, down, options(n=1))
   assert {(e.answer, e.verdict, e.outcome) for e in batch.episodes} == {
       (UNABLE_TO_ANSWER, UNABLE_TO_ANSWER, 0.0)}
-  # Judged against the answer the query has when every tool is up, the same trajectories are
-  # also unable_to_answer: 0.
+  # Judged against the answer the query has when every tool is up (an answerable task), the
+  # same abstentions are false: -1 (SPEC §6: abstaining is earned only where no answer exists).
   real = [dataclasses.replace(t, answer=t.metadata["answer_if_up"]) for t in down]
   batch = rollout(sampler, tokenizer, real, options(n=1))
-  assert {(e.verdict, e.outcome) for e in batch.episodes} == {(UNABLE_TO_ANSWER, 0.0)}
+  assert {(e.verdict, e.outcome) for e in batch.episodes} == {("false", -1.0)}
   r = batch.rollouts
-  assert np.asarray(r.outcome)[:16].tolist() == [0.0] * 16
+  assert np.asarray(r.outcome)[:16].tolist() == [-1.0] * 16
   assert np.asarray(r.answered)[:16].all() and not np.asarray(r.answer_score).any()
 
 

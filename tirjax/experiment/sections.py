@@ -193,11 +193,6 @@ class TrainOptions:
       raise ValueError(f"mini_batch_queries: {self.mini_batch_queries} does not divide "
                        f"queries_per_step={self.queries_per_step} (mini-batches hold whole "
                        "query groups)")
-
-  @property
-  def num_minibatches(self) -> int:
-    """Mini-batches (updates) per pass over a rollout batch."""
-    return self.queries_per_step // (self.mini_batch_queries or self.queries_per_step)
     for name in ("eval_at_start", "progress_bar", "export_final", "log_entropy",
                  "tempered_policy"):
       _bool(self, name)
@@ -205,6 +200,11 @@ class TrainOptions:
         or not set(self.loggers) <= set(rundir.LOGGERS)):
       raise ValueError(f"loggers: must be distinct names among {rundir.LOGGERS}, got "
                        f"{self.loggers!r}")
+
+  @property
+  def num_minibatches(self) -> int:
+    """Mini-batches (updates) per pass over a rollout batch."""
+    return self.queries_per_step // (self.mini_batch_queries or self.queries_per_step)
 
 
 @dataclasses.dataclass(frozen=True)
