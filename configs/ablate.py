@@ -64,7 +64,7 @@ SNAPSHOT = dict(train=dict(steps=SNAPSHOT_STEPS, eval_every=0, eval_at_start=Fal
 # export, report) on the smallest sizes.
 SMOKE = dict(env=dict(train_tasks=16, eval_tasks=4),
              sft=dict(steps=2, batch_size=4, num_demos=8),
-             train=dict(queries_per_step=1),
+             train=dict(queries_per_step=1, mini_batch_queries=0),
              rollout=dict(n=2, max_steps=2, max_new_tokens=24))
 CELL_PRESETS = tuple(k for k in base.PRESET_KEYS if k != "rollout")  # rollout modes are cells'
 

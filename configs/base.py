@@ -105,6 +105,8 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
 
   if c.model.preset == "tiny":
     _cpu_scale(c, steps_given="steps" in presets)
+    if env == "toolworld":
+      _toolworld_headroom(c, steps_given="steps" in presets)
   if env == "bfcl":
     _bfcl(c)
   if env == "doors":
@@ -121,7 +123,35 @@ TINY_SIZES = dict(hidden_size=128, intermediate_size=256, num_layers=2, num_head
 
 
 def _cpu_scale(c: ml_collections.ConfigDict, steps_given: bool) -> None:
-  """The tiny model on short toolworld episodes, designed so that RL has headroom and a lever
+  """The tiny model on short episodes: sizes, steps and learning rates that fit a 2-core CPU
+  (toolworld's RL design is `_toolworld_headroom`'s)."""
+  if not steps_given:
+    c.train.steps = 40
+  c.model.tiny = ml_collections.ConfigDict(TINY_SIZES)
+  c.model.logprob_chunk = 256
+  c.env.eval_tasks = 256
+  c.sft.steps = 800
+  c.sft.optim.learning_rate = 1e-2
+  c.sft.optim.warmup_steps = 20
+  c.sft.optim.schedule = "cosine"
+  # `ref + 0`, not the bare reference: an override of the derived key then replaces it, where
+  # a shared reference would silently change sft.steps too.
+  c.sft.optim.decay_steps = c.sft.get_ref("steps") + 0
+  c.sft.optim.final_lr_fraction = 0.05
+  c.optim.learning_rate = 3e-4
+  c.optim.weight_decay = 0.0
+  c.train.queries_per_step = 3
+  c.train.mini_batch_queries = 0
+  c.train.eval_every = 0  # evaluated after SFT and after the last RL step only
+  c.rollout.max_steps = 6  # toolworld needs at most 4 tool steps and the answer
+  c.rollout.shapes.max_steps = c.rollout.get_ref("max_steps") + 0
+  c.rollout.max_new_tokens = 64
+  c.rollout.shapes.max_tokens = 512
+  c.rollout.shapes.max_params = 4
+
+
+def _toolworld_headroom(c: ml_collections.ConfigDict, steps_given: bool) -> None:
+  """Toolworld with the tiny model (`make run`), designed so that RL has headroom and a lever
   on a 2-core CPU (issue 26; benchmarks/results/default_run.json).
 
   The warm start: 800 SFT steps at lr 1e-2 on demonstrations that never show which way a
@@ -140,33 +170,15 @@ def _cpu_scale(c: ml_collections.ConfigDict, steps_given: bool) -> None:
   """
   if not steps_given:
     c.train.steps = 60
-  c.model.tiny = ml_collections.ConfigDict(TINY_SIZES)
   c.model.logprob_chunk = 2048  # the whole row: fewer, larger matmuls on the CPU
-  c.env.eval_tasks = 256
   c.env.p_direction = 1.0
   c.env.hop_weights = (0.35, 0.45, 0.2, 0.0)
-  c.sft.steps = 800
   c.sft.p_confuse = 1.0
-  c.sft.optim.learning_rate = 1e-2
-  c.sft.optim.warmup_steps = 20
-  c.sft.optim.schedule = "cosine"
-  # `ref + 0`, not the bare reference: an override of the derived key then replaces it, where
-  # a shared reference would silently change sft.steps too.
-  c.sft.optim.decay_steps = c.sft.get_ref("steps") + 0
-  c.sft.optim.final_lr_fraction = 0.05
-  c.optim.learning_rate = 3e-4
-  c.optim.weight_decay = 0.0
   c.train.queries_per_step = 8
   c.train.mini_batch_queries = 2
   c.rollout.n = 6
   c.rollout.temperature = 0.6
   c.train.tempered_policy = True
-  c.train.eval_every = 0  # evaluated after SFT and after the last RL step only
-  c.rollout.max_steps = 6  # toolworld needs at most 4 tool steps and the answer
-  c.rollout.shapes.max_steps = c.rollout.get_ref("max_steps") + 0
-  c.rollout.max_new_tokens = 64
-  c.rollout.shapes.max_tokens = 512
-  c.rollout.shapes.max_params = 4
 
 
 def _bfcl(c: ml_collections.ConfigDict) -> None:

@@ -82,7 +82,7 @@ def test_default_grid_plans_every_cell_with_its_options(tmp_path):
     warm_label = os.path.relpath(job.needs, workdir).split(os.sep)[0]
     assert job.needs == os.path.join(workdir, warm_label, f"seed{job.seed}")
     assert c.model.hf_checkpoint == os.path.join(os.path.abspath(job.needs), "hf_export")
-    assert (c.sft.steps, c.train.steps) == (0, 40)
+    assert (c.sft.steps, c.train.steps) == (0, grpo_config.get_config().train.steps)
     assert c.rollout.answer_protocol == configs[(warm_label, job.seed)].rollout.answer_protocol
 
 

@@ -40,6 +40,7 @@ def test_the_config_section_is_checked_by_key():
 def test_queries_must_divide_over_the_processes(monkeypatch):
   c = grpo.get_config("model=tiny")
   c.train.queries_per_step = 3
+  c.train.mini_batch_queries = 1
   monkeypatch.setattr(jax, "process_count", lambda: 2)
   with pytest.raises(resolve.ConfigError, match="train.queries_per_step: 3 queries do not "
                      "divide over the 2 processes"):

@@ -31,11 +31,11 @@ def test_config_resolves(name):
 
 def test_paper_defaults():
   portool = resolve.resolve(load("portool"))
-  assert portool.rollout.mode == "tree" and portool.rollout.n == 8
+  assert portool.rollout.mode == "tree" and portool.rollout.n == 6  # tiny: 6 rows a query
   assert portool.rollout.tree.branch_factor == 2 and portool.rollout.max_steps == 6
   assert portool.loss.kl_coef == 0 and portool.advantage.gamma == 0.95
   hidiff = resolve.resolve(load("hidifftir"))
-  assert hidiff.rollout.n == 16 and hidiff.rollout.max_steps == 6  # tiny: short toolworld
+  assert hidiff.rollout.n == 6 and hidiff.rollout.max_steps == 6  # tiny: short toolworld
   assert load("hidifftir", "model=qwen3_1p7b").rollout.max_steps == 10  # the paper's
   assert hidiff.loss.kl_coef == 0.001 and hidiff.loss.kl_estimator == "k3"
   assert hidiff.loss.entropy_coef == 0.001 and hidiff.advantage.alpha == 0.7
@@ -53,7 +53,12 @@ def test_paper_defaults():
   paper = paper_scale("hidifftir")
   assert (paper.train.queries_per_step, paper.train.mini_batch_queries) == (256, 32)
   assert paper.train.num_minibatches == 8 and paper.train.ppo_epochs == 1
+  assert paper.rollout.n == 16 and paper.rollout.temperature == 1.0
   assert paper_scale("portool").train.num_minibatches == 4
+  assert paper_scale("portool").rollout.n == 8
+  # tiny (issue 26): 8 queries x 6 rows at T = 0.6 on the tempered policy, 4 updates a batch
+  assert (hidiff.train.queries_per_step, hidiff.train.num_minibatches) == (8, 4)
+  assert hidiff.rollout.temperature == 0.6 and hidiff.train.tempered_policy
 
 
 def test_rows_follow_queries_per_step():
@@ -126,8 +131,8 @@ def test_mesh_preset():
                                       "advantage.options.overlong_cache": 3 * 64 // 5}),
     ("dr_grpo", "rollout.max_new_tokens", 100, {"loss.norm_constant": 600.0}),
     ("dr_grpo", "rollout.max_steps", 2, {"loss.norm_constant": 128.0}),
-    ("grpo", "train.queries_per_step", 5, {"rollout.shapes.num_rows": 5 * 8}),
-    ("grpo", "rollout.n", 4, {"rollout.shapes.num_rows": 3 * 4}),
+    ("grpo", "train.queries_per_step", 6, {"rollout.shapes.num_rows": 6 * 6}),
+    ("grpo", "rollout.n", 4, {"rollout.shapes.num_rows": 8 * 4}),
     ("hidifftir", "rollout.max_steps", 4, {"rollout.shapes.max_steps": 4}),
     ("hidifftir", "sft.steps", 300, {"sft.optim.decay_steps": 300}),
 ])
@@ -218,8 +223,8 @@ def test_every_section_resolves_to_its_typed_options(arg):
     ("judge.abstention", "free", r"judge\.abstention: must be one of"),
     ("sampler.eval_samples", -1, r"sampler\.eval_samples: must be an integer >= 0"),
     ("train.ppo_epochs", 0, r"train\.ppo_epochs: must be an integer >= 1"),
-    ("train.mini_batch_queries", 2, r"train\.mini_batch_queries: 2 does not divide "
-                                    r"queries_per_step=3"),
+    ("train.mini_batch_queries", 3, r"train\.mini_batch_queries: 3 does not divide "
+                                    r"queries_per_step=8"),
     ("env.p_direction", 1.5, r"env\.p_direction: must lie in \[0, 1\]"),
 ])
 def test_own_sections_name_the_bad_key(key, value, message):
@@ -235,11 +240,12 @@ def test_own_sections_name_the_bad_key(key, value, message):
 
 def test_tempered_policy_sets_the_step_temperature():
   c = load("hidifftir")
-  c.rollout.temperature = 0.6
-  assert resolve.resolve(c).step.temperature == 1.0  # the raw model, by default
+  c.rollout.temperature = 0.7
+  c.train.tempered_policy = False
+  assert resolve.resolve(c).step.temperature == 1.0  # the raw model
   c.train.tempered_policy = True
   exp = resolve.resolve(c)
-  assert exp.step.temperature == 0.6 and exp.sft_step.temperature == 1.0
+  assert exp.step.temperature == 0.7 and exp.sft_step.temperature == 1.0
   c.rollout.temperature = 0.0
   with pytest.raises(resolve.ConfigError, match=r"train\.tempered_policy: needs a sampling"):
     resolve.resolve(c)

@@ -24,6 +24,9 @@ SHORT = {
     "rollout.shapes.max_steps": 2, "rollout.shapes.max_tokens": 256,
     "rollout.arpo.initial_rollouts": 2, "rollout.arpo.total_rollouts": 3,
     "sharding.num_devices": 1,
+    # one update per step at T = 1 on the raw model (the tiny toolworld default tempers at 0.6
+    # in mini-batches of 2 queries; the hidifftir smoke run below covers that path)
+    "train.mini_batch_queries": 0, "rollout.temperature": 1.0, "train.tempered_policy": False,
 }
 
 
