@@ -41,6 +41,12 @@ def _command(rule: str, workdir: str) -> list[str]:
           "--config.loss.kl_coef=0.001", "--config.loss.kl_estimator=k3",
           "--config.loss.entropy_coef=0.001", f"--config.optim.learning_rate={FLAGS.learning_rate}",
           f"--config.train.steps={FLAGS.steps}",
+          # the tiny toolworld preset as it was when this was measured (before issue 26's
+          # redesign): 3 queries a step, one update, T = 1, the old task mix
+          "--config.train.queries_per_step=3", "--config.train.mini_batch_queries=0",
+          "--config.rollout.temperature=1.0", "--config.train.tempered_policy=False",
+          "--config.env.p_direction=0.0", "--config.env.hop_weights=(0.25,0.35,0.25,0.15)",
+          "--config.sft.p_confuse=0.0", "--config.model.logprob_chunk=256",
           f"--config.model.hf_checkpoint={FLAGS.warm_start}", "--config.sft.steps=0",
           "--config.train.progress_bar=False", f"--config.judge.abstention={rule}",
           f"--workdir={workdir}"]
