@@ -12,6 +12,11 @@ policy version.
   a restore of the latest step falls back to the newest intact one, moving the corrupt ones
   aside to `corrupt-<step>/` (kept for inspection, never deleted) so that the run can save
   those steps again.
+* Once a step is committed, its files are recorded too (`tirjax_files.json`: sizes, and sums
+  of the small files); a restore names, in a warning, every recorded file that is missing or
+  changed. Those it reads are covered by the sums above; the others (each process's own OCDBT
+  b-tree and manifest, the commit markers) change nothing that is restored, so the verified
+  state is kept. A step whose save was cut short after its commit has no such record.
 * Multi-process runs (`tirjax.distributed`): every process saves and restores together (Orbax
   writes each process's shards); the directory's own files are process 0's to write.
 * A directory belongs to one run: it holds a `tirjax_run.json` naming the run id. Opening a
@@ -35,6 +40,7 @@ import orbax.checkpoint as ocp
 from tirjax import checkpoint_sums, distributed
 
 RUN_FILE = "tirjax_run.json"
+FILES = "tirjax_files.json"  # in each step's directory
 
 
 class CheckpointError(RuntimeError):
@@ -84,14 +90,27 @@ def _read_run_id(directory: str) -> Optional[str]:
   path = os.path.join(directory, RUN_FILE)
   if not os.path.exists(path):
     return None
-  with open(path) as f:
-    return json.load(f)["run_id"]
+  try:
+    with open(path) as f:
+      run_id = json.load(f)["run_id"]
+    if not isinstance(run_id, str):
+      raise TypeError(f"run_id is a {type(run_id).__name__}")
+  except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
+    raise RunMismatch(f"{path}: cannot be read as this directory's run file ({type(e).__name__}: "
+                      f"{e}); it should hold {{\"run_id\": ...}}. Restore it, or pass "
+                      "overwrite=True to delete the directory's contents.") from e
+  return run_id
 
 
 def _claim(directory: str, run_id: str, overwrite: bool) -> None:
   """Check that `directory` is this run's (or empty); with `overwrite`, empty it first."""
   os.makedirs(directory, exist_ok=True)
-  owner = _read_run_id(directory)
+  try:
+    owner = _read_run_id(directory)
+  except RunMismatch:
+    if not overwrite:
+      raise
+    owner = None  # unreadable: emptied below with everything else
   if owner == run_id:
     return
   if os.listdir(directory):
@@ -136,6 +155,7 @@ class Checkpointer:
       _claim(self.directory, run_id, overwrite)
     distributed.barrier("checkpoint-claim")
     self.run_id = run_id
+    self._unrecorded: list[int] = []  # steps saved, their files not yet recorded
     self._manager = ocp.CheckpointManager(
         self.directory, item_names=("arrays", "meta"),
         options=ocp.CheckpointManagerOptions(
@@ -149,6 +169,7 @@ class Checkpointer:
       CheckpointError: Orbax declined the save (it skips, without a word, any step at or
         below the latest saved one: steps must grow across the run, SFT then RL).
     """
+    self._record_files()  # the previous save's (Orbax waits for it before a new one anyway)
     latest = self.latest_step()
     if latest is not None and int(state.step) <= latest:
       raise CheckpointError(f"{self.directory}: step {int(state.step)} is not after the latest "
@@ -166,6 +187,7 @@ class Checkpointer:
         arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)))
     if not saved:
       raise CheckpointError(f"{self.directory}: Orbax did not save step {int(state.step)}")
+    self._unrecorded.append(int(state.step))
 
   def restore(self, target: Union[TrainState, Callable[[dict], TrainState]],
               step: Optional[int] = None) -> TrainState:
@@ -237,6 +259,7 @@ class Checkpointer:
       bad = checkpoint_sums.mismatches(meta["sums"], checkpoint_sums.array_sums(arrays))
       if bad:
         raise self._corrupt(step, f"checksum mismatch in {len(bad)} array(s), e.g. {bad[0]}")
+    self._check_files(step, verified="sums" in meta)
     rng = arrays["rng"]
     if typed:
       rng = jax.random.wrap_key_data(rng, impl=meta["rng_impl"])
@@ -292,11 +315,43 @@ class Checkpointer:
   def steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
 
-  def wait(self) -> None:
-    """Block until a background save has been committed."""
+  def _record_files(self) -> None:
+    """Writes the file record of each committed step saved since the last call (waiting for a
+    save in the background to commit first)."""
     self._manager.wait_until_finished()
+    steps, self._unrecorded = self._unrecorded, []
+    for step in steps:
+      step_dir = os.path.join(self.directory, str(step))
+      if distributed.is_primary() and os.path.isdir(step_dir):  # not already rotated out
+        sums = checkpoint_sums.file_sums(step_dir, exclude=FILES)
+        tmp = os.path.join(step_dir, f".{FILES}.tmp")
+        with open(tmp, "w") as f:
+          json.dump(sums, f)
+        os.replace(tmp, os.path.join(step_dir, FILES))
+
+  def _check_files(self, step: int, verified: bool) -> None:
+    """Warns about each recorded file of `step` that is missing or changed."""
+    step_dir = os.path.join(self.directory, str(step))
+    path = os.path.join(step_dir, FILES)
+    if not distributed.is_primary() or not os.path.exists(path):
+      return
+    try:
+      with open(path) as f:
+        bad = checkpoint_sums.file_mismatches(json.load(f), step_dir)
+    except (ValueError, TypeError, AttributeError) as e:
+      bad = [f"{FILES}: cannot be read ({type(e).__name__}: {e})"]
+    if bad:
+      kept = ("the restored arrays and metadata match their checksums, so the state is restored "
+              "as saved" if verified else "restored unverified")
+      warnings.warn(f"{step_dir}: {len(bad)} file(s) differ from those saved ({'; '.join(bad[:5])}"
+                    f"{'; ...' if len(bad) > 5 else ''}); {kept}", RuntimeWarning, stacklevel=4)
+
+  def wait(self) -> None:
+    """Block until a background save has been committed (and its files recorded)."""
+    self._record_files()
 
   def close(self) -> None:
+    self._record_files()
     self._manager.close()
 
   def __enter__(self) -> "Checkpointer":
