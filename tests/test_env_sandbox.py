@@ -183,6 +183,23 @@ def test_episode_continues_after_a_runaway_tool(sandbox):
   assert r.checks_passed == 4 and not r.done
 
 
+def test_without_namespaces_each_namespace_still_has_a_process_and_the_gaps_are_reported():
+  """`isolate_network=False` (as on a machine without user namespaces): no namespaces, no
+  read-only view, no scratch quota, and `enforced` says so; time-outs and separate workers
+  still hold."""
+  with Sandbox(dataclasses.replace(LIMITS, isolate_network=False)) as sb:
+    sb.define("a", CODE)
+    sb.define("b", CODE, stateful=True)
+    assert sb.call("a", "ok", {"x": 2})["x"] == 2 and sb.call("b", "push", {"v": 1}) == 1
+    for key in ("network_namespace", "pid_namespace", "readonly_filesystem", "scratch_quota"):
+      assert not sb.enforced[key], key
+    assert sb.enforced["worker_per_namespace"] and sb.live_workers == 2
+    with pytest.raises(ToolError, match="killed"):
+      sb.call("a", "stubborn_loop", {})
+    assert sb.call("b", "push", {"v": 2}) == 2  # another worker: untouched
+    assert sb.call("a", "ok", {"x": 3})["x"] == 3
+
+
 def test_limits_are_validated_and_enforcement_reported():
   with pytest.raises(ValueError, match="memory_mb"):
     SandboxLimits(memory_mb=16)
