@@ -4,11 +4,14 @@ by the kernel once tool code has switched the hook off (seccomp, no capabilities
 scratch quota). Plus error text held to the executor's own limit."""
 
 import os
+import signal
+import time
 
 import pytest
 
+from tests.test_env_sandbox_attacks import _cpu_ticks, _libseccomp_loads
 from tirjax.env.executor import EnvOptions, ToolEnv
-from tirjax.env.sandbox import Sandbox, SandboxLimits, SandboxTool
+from tirjax.env.sandbox import Sandbox, SandboxLimits, SandboxTool, kernel_isolation_available
 from tirjax.env.tools import Task, Tool, ToolError
 
 LIMITS = SandboxLimits(timeout_s=2.0, grace_s=1.0, memory_mb=384, max_file_mb=4,
@@ -52,6 +55,19 @@ def spinning_thread():
 
 def threads():
     return len(os.listdir("/proc/self/task"))
+
+def spin_after_return():
+    """Work that outlives the call without a thread: a SIGALRM handler that spins, armed to
+    fire a second after the call returns, with the worker's own cancel of its timer undone."""
+    import signal
+    setitimer = signal.setitimer
+    def spin(signum, frame):
+        while True:
+            pass
+    signal.signal(signal.SIGALRM, spin)
+    setitimer(signal.ITIMER_REAL, 1.0)
+    signal.setitimer = lambda *args: (0.0, 0.0)
+    return "armed"
 
 def libc():
     import ctypes
@@ -107,10 +123,13 @@ def sandbox():
     yield sb
 
 
-def kernel_required(sb, *keys):
-  missing = [k for k in keys if not sb.enforced[k]]
-  if missing:
-    pytest.skip(f"this machine does not permit {missing} (Sandbox.enforced)")
+def kernel_required(seccomp: bool = False):
+  """Skips where the machine lacks what a layer needs. Where it has it, the test runs whatever
+  `Sandbox.enforced` says, so a layer that failed to come up fails the test, not skips it."""
+  if not kernel_isolation_available():
+    pytest.skip("no unprivileged user, PID and mount namespaces on this machine")
+  if seccomp and not _libseccomp_loads():
+    pytest.skip("libseccomp is not installed on this machine")
 
 
 def test_one_namespace_cannot_forge_anothers_replies(sandbox):
@@ -133,7 +152,7 @@ def test_the_hook_switched_off_in_one_namespace_still_holds_in_the_others(sandbo
 
 
 def test_a_thread_cannot_start_even_through_a_fresh_thread_module(sandbox):
-  kernel_required(sandbox, "threads_refused")
+  kernel_required(seccomp=True)
   with pytest.raises(ToolError, match="RuntimeError: can't start new thread"):
     sandbox.call("attacker", "spinning_thread", {})
   assert sandbox.call("attacker", "threads", {}) == 1
@@ -142,7 +161,7 @@ def test_a_thread_cannot_start_even_through_a_fresh_thread_module(sandbox):
 def test_with_the_hook_off_the_kernel_still_refuses(sandbox):
   """What only the hook refused before: threads, signals, native code's mounts and
   namespaces, raising limits. Each is refused by the kernel with the hook switched off."""
-  kernel_required(sandbox, "seccomp", "capabilities_dropped", "readonly_filesystem")
+  kernel_required(seccomp=True)
   assert sandbox.call("attacker", "hook_off", {})
   with pytest.raises(ToolError, match="can't start new thread"):
     sandbox.call("attacker", "spinning_thread", {})
@@ -156,8 +175,41 @@ def test_with_the_hook_off_the_kernel_still_refuses(sandbox):
   assert sandbox.call("attacker", "threads", {}) == 1
 
 
+def _worker_pid(sb, ns):
+  with open(f"/proc/self/fdinfo/{sb._workers[ns].pidfd}") as f:  # the owner's view of its pid
+    return int(next(line for line in f if line.startswith("Pid:")).split()[1])
+
+
+def _stopped_with_alarm_pending(pid):
+  """Whether the process is stopped with a SIGALRM waiting (a running one may show it pending
+  for a moment, until it is scheduled to take it)."""
+  with open(f"/proc/{pid}/status") as f:
+    status = dict(line.split(":", 1) for line in f)
+  pending = int(status["ShdPnd"], 16) & (1 << (signal.SIGALRM - 1))
+  return status["State"].split()[0] == "T" and bool(pending)
+
+
+def test_nothing_the_tool_left_behind_runs_between_calls(sandbox):
+  """Issue 30 §2: a thread left spinning after its call took a core for the rest of the run.
+  Threads are refused now, but a signal handler armed by a timer runs outside the call too.
+  Between calls the worker is stopped: the timer's signal stays pending, no CPU is used, and
+  the next call, which runs the handler, is killed at its time-out."""
+  pid = _worker_pid(sandbox, "attacker")
+  assert sandbox.call("attacker", "spin_after_return", {}) == "armed"
+  start = _cpu_ticks(pid)
+  deadline = time.monotonic() + 30
+  while not _stopped_with_alarm_pending(pid) and _cpu_ticks(pid) < start + 50:  # or 0.5 s spun
+    assert time.monotonic() < deadline
+    time.sleep(0.01)
+  assert _cpu_ticks(pid) < start + 50, "the handler ran after the call had returned"
+  assert _stopped_with_alarm_pending(pid)
+  with pytest.raises(ToolError, match="timed out"):
+    sandbox.call("attacker", "threads", {})
+  assert sandbox.call("attacker", "threads", {}) == 1  # the namespace, in a fresh worker
+
+
 def test_the_scratch_folder_has_a_quota(sandbox):
-  kernel_required(sandbox, "scratch_quota")
+  kernel_required()
   with pytest.raises(ToolError, match="No space left on device"):
     sandbox.call("attacker", "write_files", {"n": 10, "mb": LIMITS.max_file_mb})
   sandbox.define("other", ATTACKER)  # the quota is each worker's own

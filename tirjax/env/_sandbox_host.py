@@ -85,17 +85,26 @@ def _wait_readable(fd: int, deadline: float) -> bool:
   return left > 0 and bool(select.select([fd], [], [], left)[0])
 
 
-def _kill(pidfd: int) -> bool:
-  """SIGKILL through a pidfd; False if the process was already gone."""
+def _signal(pidfd: int, signum: int) -> bool:
+  """`signum` through a pidfd (SIGKILL, SIGSTOP and SIGCONT reach even the init of a PID
+  namespace from outside it); False if the process was already gone."""
   try:
-    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    signal.pidfd_send_signal(pidfd, signum)
     return True
   except OSError:
     return False
 
 
+def _kill(pidfd: int) -> bool:
+  return _signal(pidfd, signal.SIGKILL)
+
+
 class WorkerProcess:
-  """One namespace's worker: its request and reply pipes, and a pidfd to kill it by."""
+  """One namespace's worker: its request and reply pipes, and a pidfd to kill it by.
+
+  Between requests the worker is stopped (SIGSTOP, which no handler can catch): tool code can
+  leave nothing running after its call returns, not even a signal handler armed by a timer, so
+  a worker uses CPU only while the owner waits for its reply, bounded by the time-out."""
 
   def __init__(self, pidfd: int, requests: int, replies: int, scratch: str, max_line: int):
     self.pidfd, self.scratch, self._max_line = pidfd, scratch, max_line
@@ -103,8 +112,9 @@ class WorkerProcess:
     self._buf = b""
 
   def send(self, request: dict) -> bool:
-    """Writes one request line; False if the worker is gone."""
+    """Resumes the worker and writes one request line; False if the worker is gone."""
     data = json.dumps(request).encode() + b"\n"
+    _signal(self.pidfd, signal.SIGCONT)
     try:
       while data:
         data = data[os.write(self._requests, data):]
@@ -131,6 +141,7 @@ class WorkerProcess:
       except ValueError:
         continue
       if isinstance(reply, dict) and reply.get("id") == request_id and "ok" in reply:
+        _signal(self.pidfd, signal.SIGSTOP)  # until the next request
         return reply
 
   def kill(self) -> None:

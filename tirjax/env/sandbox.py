@@ -15,7 +15,8 @@ defence in depth that gives friendly errors, not the boundary:
 
 * a separate process per namespace with a wall-clock limit: the tool gets `timeout_s` (an
   interval timer raises inside it), and a worker that has not answered `grace_s` later is
-  killed (through a pidfd);
+  killed (through a pidfd); between requests it is stopped (SIGSTOP), so nothing tool code
+  leaves behind (a signal handler armed by a timer) runs outside a call;
 * `unshare --map-root-user --net --pid --fork --kill-child --mount --mount-proc` for the
   zygote, then for each worker its own PID namespace (it is their init and sees no other
   process), mount namespace (every mount read-only and nodev, its own /proc) and empty network
