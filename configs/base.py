@@ -76,7 +76,7 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   c.env.update(name=env, data_path=DATA[env])
   c.sampler.kind = presets.get("sampler", "jax")
   c.train.update(train or {})
-  c.train.steps = int(presets.get("steps", 100))
+  c.train.steps = _parse_steps(presets.get("steps", "100"))
 
   c.rollout = config_from_dataclass(dataclass_from_config(RolloutOptions, rollout, "rollout"))
   if "rollout" in presets:
@@ -207,6 +207,14 @@ def _doors(c: ml_collections.ConfigDict, steps_given: bool) -> None:
   c.train.update(queries_per_step=4, eval_every=10, checkpoint_every=10)
   if not steps_given:
     c.train.steps = 30
+
+
+def _parse_steps(text: str) -> int:
+  try:
+    return int(text)
+  except ValueError:
+    raise ValueError(f"steps={text}: the preset 'steps' must be an integer (RL steps, e.g. "
+                     "steps=40)") from None
 
 
 def _parse_mesh(text: str) -> tuple:

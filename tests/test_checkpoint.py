@@ -209,6 +209,15 @@ def test_directories_of_other_runs_are_never_overwritten_silently(tmp_path, stat
     ck.Checkpointer(str(tmp_path / "b"), "run-2")
   assert (tmp_path / "b" / "notes.txt").read_text() == "mine"
 
+  run_file = tmp_path / "a" / ck.RUN_FILE
+  run_file.write_text('{"run_id": "run-1"')  # cut short
+  with pytest.raises(ck.RunMismatch, match=f"{run_file}: cannot be read .*JSONDecodeError"):
+    ck.Checkpointer(str(tmp_path / "a"), "run-1")
+  run_file.write_text('{"run": "run-1"}')
+  with pytest.raises(ck.RunMismatch, match=f"{run_file}: cannot be read .*KeyError"):
+    ck.Checkpointer(str(tmp_path / "a"), "run-1")
+  assert sorted(os.listdir(tmp_path / "a")) == ["1", ck.RUN_FILE]
+
   with ck.Checkpointer(str(tmp_path / "a"), "run-2", overwrite=True) as c:
     assert c.steps() == [] and c.latest_step() is None
     with pytest.raises(FileNotFoundError, match="no checkpoint"):

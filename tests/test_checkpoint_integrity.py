@@ -4,7 +4,9 @@ its directory, and a restore falls back to the newest intact step, keeping the c
 import glob
 import json
 import os
+import re
 import shutil
+import warnings
 
 import pytest
 
@@ -51,6 +53,34 @@ CORRUPTIONS = {"flipped_byte": (flip_bytes, "checksum mismatch"),
                "garbled_metadata": (garble_metadata, "metadata cannot be read"),
                "edited_metadata": (edit_metadata, "metadata fails its checksum"),
                "missing_item": (remove_arrays, "arrays cannot be read")}
+
+
+# Files a restore never opens (issue 30): a byte of process 0's own OCDBT b-tree (superseded by
+# the merged tree under arrays/), its manifest, a commit marker. The restored state is intact
+# either way; the files' record names what changed, and nothing falls back.
+def flip_btree_byte(step_dir):
+  big = _largest_data_file(step_dir)
+  nodes = [p for p in glob.glob(os.path.join(step_dir, "arrays", "ocdbt.process_0", "d", "*"))
+           if p != big]
+  path = min(nodes, key=os.path.getsize)
+  data = bytearray(open(path, "rb").read())
+  data[len(data) // 2] ^= 0xFF
+  open(path, "wb").write(bytes(data))
+  return os.path.relpath(path, step_dir), "changed"
+
+
+def remove_process_manifest(step_dir):
+  os.remove(os.path.join(step_dir, "arrays", "ocdbt.process_0", "manifest.ocdbt"))
+  return os.path.join("arrays", "ocdbt.process_0", "manifest.ocdbt"), "missing"
+
+
+def remove_commit_marker(step_dir):
+  os.remove(os.path.join(step_dir, "commit_success.txt"))
+  return "commit_success.txt", "missing"
+
+
+UNREAD = {"flipped_btree_byte": flip_btree_byte, "removed_process_manifest":
+          remove_process_manifest, "removed_commit_marker": remove_commit_marker}
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +137,7 @@ def test_a_checkpoint_without_sums_restores_with_a_warning(tmp_path, states):
   meta = json.load(open(path))
   del meta["sums"], meta["meta_sum"]
   json.dump(meta, open(path, "w"))
+  os.remove(os.path.join(str(tmp_path), "2", ck.FILES))  # nor a record of its files
   with ck.Checkpointer(str(tmp_path), "run-i") as c:
     with pytest.warns(RuntimeWarning, match="without checksums"):
       assert_same(c.restore(target_like(states[2])), states[2])
@@ -123,3 +154,27 @@ def test_the_target_may_depend_on_the_saved_metadata(tmp_path, states):
   with ck.Checkpointer(str(tmp_path), "run-i") as c:
     assert_same(c.restore(target), states[2])
   assert seen == [2]
+
+
+@pytest.mark.parametrize("kind", sorted(UNREAD))
+def test_a_changed_file_that_no_restore_reads_is_named_and_the_state_kept(tmp_path, states,
+                                                                          kind):
+  saved_two_steps(str(tmp_path), states)
+  step_dir = os.path.join(str(tmp_path), "2")
+  rel, what = UNREAD[kind](step_dir)
+  with ck.Checkpointer(str(tmp_path), "run-i") as c:
+    with pytest.warns(RuntimeWarning, match=f"{step_dir}: 1 file.*{re.escape(rel)}: {what}"):
+      restored = c.restore(target_like(states[2]))
+    assert_same(restored, states[2])  # verified by the sums of what it read
+    assert c.steps() == [1, 2]  # nothing moved aside
+
+
+def test_an_intact_checkpoint_restores_without_a_word(tmp_path, states):
+  with ck.Checkpointer(str(tmp_path), "run-i") as c:  # saved in the background
+    c.save(states[1])
+    c.save(states[2])
+  for step in ("1", "2"):
+    assert os.path.exists(os.path.join(str(tmp_path), step, ck.FILES))
+  with ck.Checkpointer(str(tmp_path), "run-i") as c, warnings.catch_warnings():
+    warnings.simplefilter("error", RuntimeWarning)
+    assert_same(c.restore(target_like(states[2])), states[2])

@@ -1,6 +1,7 @@
 """Sandbox (SPEC §6): runaway, hostile or crashing tool code is stopped or refused within its
 limit, and the next call works."""
 
+import dataclasses
 import os
 import time
 
@@ -124,10 +125,27 @@ def test_network_namespace_has_only_loopback(sandbox):
   assert sandbox.enforced["network_namespace"] == network_namespace_available()
 
 
-def test_writes_inside_scratch_are_allowed(sandbox):
+def test_each_namespace_writes_its_own_scratch_folder(sandbox):
   out, _ = call(sandbox, "write_scratch")
   assert out == "kept"
-  assert os.path.exists(os.path.join(sandbox.scratch, "note.txt"))
+  assert sandbox.call("t", "ok", {"x": 0}) and call(sandbox, "write_scratch")[0] == "kept"
+  sandbox.define("other", "import os\ndef ls():\n    return os.listdir('.')")
+  assert sandbox.call("other", "ls", {}) == []  # another worker, another folder
+  if sandbox.enforced["scratch_quota"]:  # a tmpfs in the worker's mount namespace
+    assert not [f for _, _, files in os.walk(sandbox.scratch) for f in files]
+
+
+def test_least_recently_used_workers_make_room_and_their_namespaces_come_back():
+  with Sandbox(dataclasses.replace(LIMITS, max_workers=2)) as sb:
+    sb.define("a", CODE, stateful=True)
+    assert [sb.call("a", "push", {"v": i}) for i in range(2)] == [1, 2]
+    sb.define("b", CODE)
+    assert sb.call("a", "ok", {"x": 0})["n"] == 2  # "a" is now the most recently used
+    sb.define("c", CODE)  # closes "b"
+    assert sb.live_workers == 2
+    assert sb.call("b", "ok", {"x": 1})["x"] == 1  # defined again; closes "a"
+    assert sb.call("a", "ok", {"x": 0})["n"] == 2  # defined again, its calls replayed
+    assert sb.live_workers == 2 and sb.restarts == 0
 
 
 def test_stateful_namespace_survives_a_restart():
@@ -165,11 +183,31 @@ def test_episode_continues_after_a_runaway_tool(sandbox):
   assert r.checks_passed == 4 and not r.done
 
 
+def test_without_namespaces_each_namespace_still_has_a_process_and_the_gaps_are_reported():
+  """`isolate_network=False` (as on a machine without user namespaces): no namespaces, no
+  read-only view, no scratch quota, and `enforced` says so; time-outs and separate workers
+  still hold."""
+  with Sandbox(dataclasses.replace(LIMITS, isolate_network=False)) as sb:
+    sb.define("a", CODE)
+    sb.define("b", CODE, stateful=True)
+    assert sb.call("a", "ok", {"x": 2})["x"] == 2 and sb.call("b", "push", {"v": 1}) == 1
+    for key in ("network_namespace", "pid_namespace", "readonly_filesystem", "scratch_quota"):
+      assert not sb.enforced[key], key
+    assert sb.enforced["worker_per_namespace"] and sb.live_workers == 2
+    with pytest.raises(ToolError, match="killed"):
+      sb.call("a", "stubborn_loop", {})
+    assert sb.call("b", "push", {"v": 2}) == 2  # another worker: untouched
+    assert sb.call("a", "ok", {"x": 3})["x"] == 3
+
+
 def test_limits_are_validated_and_enforcement_reported():
   with pytest.raises(ValueError, match="memory_mb"):
     SandboxLimits(memory_mb=16)
   with pytest.raises(ValueError, match="timeout_s"):
     SandboxLimits(timeout_s=0)
+  for name in ("scratch_mb", "max_workers", "max_output_chars"):
+    with pytest.raises(ValueError, match=name):
+      SandboxLimits(**{name: 0})
   with Sandbox(LIMITS) as sb:
     assert sb.enforced["audit_hook"] and sb.enforced["memory_limit"]
     assert isinstance(sb.enforced["network_namespace"], bool)

@@ -100,9 +100,11 @@ def test_every_layer_the_machine_permits_is_on(sandbox):
   to come up fails here instead of turning the attack tests below into skips."""
   if not kernel_isolation_available():
     pytest.skip("no unprivileged user, PID and mount namespaces on this machine")
-  for key in ("network_namespace", "pid_namespace", "readonly_filesystem", "parent_death"):
+  for key in ("network_namespace", "pid_namespace", "readonly_filesystem", "parent_death",
+              "scratch_quota", "capabilities_dropped", "worker_per_namespace"):
     assert sandbox.enforced[key], key
   assert sandbox.enforced["seccomp"] == _libseccomp_loads()
+  assert sandbox.enforced["threads_refused"] == _libseccomp_loads()
 
 
 def test_fork_exec_is_refused_and_nothing_outlives_close(sandbox, tmp_path):
@@ -162,15 +164,14 @@ def test_patched_builtins_do_not_reach_another_namespace(sandbox):
 
 
 TOOL = """
-import time
 def f():
     open('left_behind.txt', 'w').write('x')
     return 1
 def stubborn():
-    open('busy', 'w').write('x')
     while True:
         try:
-            time.sleep(1)
+            while True:
+                pass
         except BaseException:
             pass
 """
@@ -180,35 +181,59 @@ OWNER = textwrap.dedent(f"""
     from tirjax.env.sandbox import Sandbox, SandboxLimits
     sb = Sandbox(SandboxLimits(timeout_s=600.0))
     sb.define("a", {TOOL!r})
+    sb.define("b", {TOOL!r})
     sb.call("a", "f", {{}})
-    unshare = sb._proc.pid
-    children = open(f"/proc/{{unshare}}/task/{{unshare}}/children").read().split()
-    print(json.dumps({{"pids": [unshare] + [int(c) for c in children],
-                      "scratch": sb.scratch}}), flush=True)
+    print(json.dumps({{"group": sb._zygote.proc.pid, "scratch": sb.scratch}}), flush=True)
     sb.call("a", "stubborn", {{}})  # busy when its owner is killed: it never reads its stdin
 """)
 
 
-def test_a_sigkilled_owner_takes_its_worker_and_scratch_with_it(tmp_path):
+def _descendants(pid):
+  """`pid` and every process under it (the unshare process, the zygote, its workers)."""
+  found, todo = [], [pid]
+  while todo:
+    p = todo.pop()
+    found.append(p)
+    for task in os.listdir(f"/proc/{p}/task") if os.path.exists(f"/proc/{p}") else ():
+      with open(f"/proc/{p}/task/{task}/children") as f:
+        todo += [int(c) for c in f.read().split()]
+  return found
+
+
+def _alive(pid):
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except OSError:
+    return False
+
+
+def _cpu_ticks(pid):
+  with open(f"/proc/{pid}/stat") as f:
+    return int(f.read().rsplit(")", 1)[1].split()[11])  # utime
+
+
+def test_a_sigkilled_owner_takes_its_workers_and_scratch_with_it(tmp_path):
   owner = subprocess.Popen([sys.executable, "-c", OWNER], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=True,
                            env={**os.environ, "PYTHONPATH": os.getcwd()})
   info = json.loads(owner.stdout.readline())
-  assert len(info["pids"]) == 2 and os.path.exists(os.path.join(info["scratch"],
-                                                                "left_behind.txt"))
+  pids = _descendants(info["group"])
+  workers = [p for p in pids if p != info["group"] and not _descendants(p)[1:]]
+  assert len(workers) == 2, pids  # one per namespace, beside the zygote
+  ticks = {p: _cpu_ticks(p) for p in workers}
   deadline = time.monotonic() + 30
-  while not os.path.exists(os.path.join(info["scratch"], "busy")):  # in the tool's loop
+  while all(_cpu_ticks(p) < ticks[p] + 10 for p in workers):  # "a" is in the tool's loop
     assert time.monotonic() < deadline and owner.poll() is None
     time.sleep(0.05)
   owner.send_signal(signal.SIGKILL)
   owner.wait()
   deadline = time.monotonic() + 30
-  alive = info["pids"]
+  alive = pids
   while alive and time.monotonic() < deadline:  # an observable state, polled
-    alive = [p for p in info["pids"] if os.path.exists(f"/proc/{p}")
-             and open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+    alive = [p for p in pids if _alive(p)]
     time.sleep(0.05)
-  assert not alive, f"worker processes {alive} outlived their owner"
-  assert not os.path.exists(os.path.join(info["scratch"], "left_behind.txt"))  # emptied
+  assert not alive, f"sandbox processes {alive} outlived their owner"
+  assert not os.path.exists(info["scratch"]) or os.listdir(info["scratch"]) == []  # emptied
   with Sandbox(LIMITS):  # the next sandbox removes the dead owner's scratch folder
     assert not os.path.exists(info["scratch"])

@@ -124,6 +124,12 @@ def test_mesh_preset():
     load("grpo", "mesh=2x2")
 
 
+def test_steps_preset_names_itself_when_it_is_not_an_integer():
+  assert load("grpo", "steps=7").train.steps == 7
+  with pytest.raises(ValueError, match="steps=abc: the preset 'steps' must be an integer"):
+    load("grpo", "model=tiny,steps=abc")
+
+
 @pytest.mark.parametrize("name, base_key, value, derived", [
     ("dapo", "rollout.max_new_tokens", 100, {"advantage.options.max_response_tokens": 6 * 100,
                                              "advantage.options.overlong_cache": 120}),

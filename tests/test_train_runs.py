@@ -4,6 +4,7 @@ import importlib
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -98,6 +99,34 @@ def _final_params(workdir):
   return load_file(os.path.join(workdir, "hf_export", "model.safetensors"))
 
 
+def _kill_when(command, env, ready, log, what):
+  """Starts `command` (its stdout to `log`) and SIGKILLs it once `ready()` holds (an observable
+  state, not a fixed sleep)."""
+  with open(log, "w") as out:
+    proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.DEVNULL)
+  deadline = time.time() + 600
+  while not ready():
+    assert time.time() < deadline and proc.poll() is None, f"the run ended before {what}"
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+
+
+def _logged(workdir, phase, step):
+  """Whether `phase` step `step` is in the run's metrics (a line being written is not yet)."""
+  def ready():
+    try:
+      return any(r["phase"] == phase and r["step"] >= step for r in read_metrics(workdir))
+    except (OSError, ValueError):
+      return False
+  return ready
+
+
+def _committed(workdir, step):
+  """Whether checkpoint `step` is committed (Orbax renames it into place once written)."""
+  return lambda: (workdir / "checkpoints" / str(step)).is_dir()
+
+
 @pytest.mark.slow
 def test_resume_after_sigkill_equals_an_uninterrupted_run(tmp_path):
   steps = 4
@@ -106,18 +135,8 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(tmp_path):
   subprocess.run(_command(full, steps), check=True, env=env, capture_output=True)
   # Kill at a step chosen at random (seeded), once its checkpoint exists.
   kill_after = int(np.random.default_rng(0).integers(1, steps))
-  proc = subprocess.Popen(_command(killed, steps), env=env, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
-  deadline = time.time() + 600
-  while time.time() < deadline:
-    done = [r["step"] for r in (read_metrics(killed) if (killed / "metrics.jsonl").exists()
-                                else []) if r["phase"] == "rl"]
-    if done and max(done) >= kill_after:
-      break
-    assert proc.poll() is None, "the run ended before it could be killed"
-    time.sleep(0.2)
-  proc.send_signal(signal.SIGKILL)
-  proc.wait()
+  _kill_when(_command(killed, steps), env, _logged(killed, "rl", kill_after),
+             tmp_path / "killed.log", f"RL step {kill_after}")
   assert json.load(open(killed / "status.json"))["state"] == "running"  # killed, not finished
   subprocess.run(_command(killed, steps), check=True, env=env, capture_output=True)
   a, b = _final_params(full), _final_params(killed)
@@ -131,25 +150,10 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(tmp_path):
 SFT_THEN_RL = {"sft.steps": 4, "sft.batch_size": 2, "sft.num_demos": 8}
 
 
-def _kill_at(workdir, command, env, phase, step):
-  """Starts `command` and SIGKILLs it once `phase` step `step` is logged (an observable
-  state, not a fixed sleep)."""
-  proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  deadline = time.time() + 600
-  while time.time() < deadline:
-    done = [r["step"] for r in (read_metrics(workdir) if (workdir / "metrics.jsonl").exists()
-                                else []) if r["phase"] == phase]
-    if done and max(done) >= step:
-      break
-    assert proc.poll() is None, f"the run ended before {phase} step {step}"
-    time.sleep(0.05)
-  proc.send_signal(signal.SIGKILL)
-  proc.wait()
-
-
 @pytest.mark.slow
 def test_resume_after_sft_warm_start_kills_in_sft_and_in_rl(tmp_path):
-  """Issue 14: one monotonic checkpoint step over SFT then RL. Killed at a random SFT step and
+  """Issue 14: one monotonic checkpoint step over SFT then RL. Killed once a random SFT step's
+  checkpoint is committed (issue 30: it then resumes from that checkpoint, inside SFT) and
   then at a random RL step (seeded), the run ends with the uninterrupted run's parameters bit
   for bit, logs every row once, and a finished run rerun only re-evaluates."""
   steps = 4
@@ -159,8 +163,14 @@ def test_resume_after_sft_warm_start_kills_in_sft_and_in_rl(tmp_path):
   subprocess.run(_command(full, steps) + extra, check=True, env=env, capture_output=True)
   rng = np.random.default_rng(7)
   sft_kill, rl_kill = int(rng.integers(1, SFT_THEN_RL["sft.steps"])), int(rng.integers(1, steps))
-  _kill_at(killed, _command(killed, steps) + extra, env, "sft", sft_kill)
-  _kill_at(killed, _command(killed, steps) + extra, env, "rl", rl_kill)
+  _kill_when(_command(killed, steps) + extra, env, _committed(killed, sft_kill),
+             tmp_path / "first.log", f"SFT checkpoint {sft_kill}")
+  _kill_when(_command(killed, steps) + extra, env, _logged(killed, "rl", rl_kill),
+             tmp_path / "second.log", f"RL step {rl_kill}")
+  resumed = (tmp_path / "second.log").read_text()
+  at = [int(x) for x in re.findall(rf"resumed {re.escape(str(killed))} at sft step (\d+)",
+                                   resumed)]
+  assert len(at) == 1 and sft_kill <= at[0] < SFT_THEN_RL["sft.steps"], resumed
   assert json.load(open(killed / "status.json"))["state"] == "running"  # killed, not finished
   subprocess.run(_command(killed, steps) + extra, check=True, env=env, capture_output=True)
   a, b = _final_params(full), _final_params(killed)

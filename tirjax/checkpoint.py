@@ -12,6 +12,11 @@ policy version.
   a restore of the latest step falls back to the newest intact one, moving the corrupt ones
   aside to `corrupt-<step>/` (kept for inspection, never deleted) so that the run can save
   those steps again.
+* Once a step is committed, its files are recorded too (`tirjax_files.json`: sizes, and sums
+  of the small files); a restore names, in a warning, every recorded file that is missing or
+  changed. Those it reads are covered by the sums above; the others (each process's own OCDBT
+  b-tree and manifest, the commit markers) change nothing that is restored, so the verified
+  state is kept. A step whose save was cut short after its commit has no such record.
 * Multi-process runs (`tirjax.distributed`): every process saves and restores together (Orbax
   writes each process's shards); the directory's own files are process 0's to write.
 * `on_commit(data_position)` is told of each save once it is committed (at the next save,
@@ -38,6 +43,7 @@ import orbax.checkpoint as ocp
 from tirjax import checkpoint_sums, distributed
 
 RUN_FILE = "tirjax_run.json"
+FILES = "tirjax_files.json"  # in each step's directory
 
 
 class CheckpointError(RuntimeError):
@@ -87,14 +93,27 @@ def _read_run_id(directory: str) -> Optional[str]:
   path = os.path.join(directory, RUN_FILE)
   if not os.path.exists(path):
     return None
-  with open(path) as f:
-    return json.load(f)["run_id"]
+  try:
+    with open(path) as f:
+      run_id = json.load(f)["run_id"]
+    if not isinstance(run_id, str):
+      raise TypeError(f"run_id is a {type(run_id).__name__}")
+  except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
+    raise RunMismatch(f"{path}: cannot be read as this directory's run file ({type(e).__name__}: "
+                      f"{e}); it should hold {{\"run_id\": ...}}. Restore it, or pass "
+                      "overwrite=True to delete the directory's contents.") from e
+  return run_id
 
 
 def _claim(directory: str, run_id: str, overwrite: bool) -> None:
   """Check that `directory` is this run's (or empty); with `overwrite`, empty it first."""
   os.makedirs(directory, exist_ok=True)
-  owner = _read_run_id(directory)
+  try:
+    owner = _read_run_id(directory)
+  except RunMismatch:
+    if not overwrite:
+      raise
+    owner = None  # unreadable: emptied below with everything else
   if owner == run_id:
     return
   if os.listdir(directory):
@@ -142,6 +161,7 @@ class Checkpointer:
     self.run_id = run_id
     self._on_commit, self._in_flight = on_commit, None  # the data position of a save under way
     self._async = options.async_save
+    self._unrecorded: list[int] = []  # steps saved, their files not yet recorded
     self._manager = ocp.CheckpointManager(
         self.directory, item_names=("arrays", "meta"),
         options=ocp.CheckpointManagerOptions(
@@ -173,6 +193,7 @@ class Checkpointer:
         arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)))
     if not saved:
       raise CheckpointError(f"{self.directory}: Orbax did not save step {int(state.step)}")
+    self._unrecorded.append(int(state.step))
     self._in_flight = meta["data_position"]
     if not self._async:
       self._committed()
@@ -247,6 +268,7 @@ class Checkpointer:
       bad = checkpoint_sums.mismatches(meta["sums"], checkpoint_sums.array_sums(arrays))
       if bad:
         raise self._corrupt(step, f"checksum mismatch in {len(bad)} array(s), e.g. {bad[0]}")
+    self._check_files(step, verified="sums" in meta)
     rng = arrays["rng"]
     if typed:
       rng = jax.random.wrap_key_data(rng, impl=meta["rng_impl"])
@@ -302,18 +324,50 @@ class Checkpointer:
   def steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
 
-  def wait(self) -> None:
-    """Block until a background save has been committed."""
+  def _record_files(self) -> None:
+    """Writes the file record of each committed step saved since the last call (waiting for a
+    save in the background to commit first)."""
     self._manager.wait_until_finished()
-    self._committed()
+    steps, self._unrecorded = self._unrecorded, []
+    for step in steps:
+      step_dir = os.path.join(self.directory, str(step))
+      if distributed.is_primary() and os.path.isdir(step_dir):  # not already rotated out
+        sums = checkpoint_sums.file_sums(step_dir, exclude=FILES)
+        tmp = os.path.join(step_dir, f".{FILES}.tmp")
+        with open(tmp, "w") as f:
+          json.dump(sums, f)
+        os.replace(tmp, os.path.join(step_dir, FILES))
+
+  def _check_files(self, step: int, verified: bool) -> None:
+    """Warns about each recorded file of `step` that is missing or changed."""
+    step_dir = os.path.join(self.directory, str(step))
+    path = os.path.join(step_dir, FILES)
+    if not distributed.is_primary() or not os.path.exists(path):
+      return
+    try:
+      with open(path) as f:
+        bad = checkpoint_sums.file_mismatches(json.load(f), step_dir)
+    except (ValueError, TypeError, AttributeError) as e:
+      bad = [f"{FILES}: cannot be read ({type(e).__name__}: {e})"]
+    if bad:
+      kept = ("the restored arrays and metadata match their checksums, so the state is restored "
+              "as saved" if verified else "restored unverified")
+      warnings.warn(f"{step_dir}: {len(bad)} file(s) differ from those saved ({'; '.join(bad[:5])}"
+                    f"{'; ...' if len(bad) > 5 else ''}); {kept}", RuntimeWarning, stacklevel=4)
 
   def _committed(self) -> None:
     position, self._in_flight = self._in_flight, None
     if position is not None and self._on_commit is not None:
       self._on_commit(position)
 
+  def wait(self) -> None:
+    """Block until a background save has been committed (and its files recorded)."""
+    self._record_files()
+    self._committed()
+
   def close(self) -> None:
-    self._manager.close()  # waits for a save under way
+    self._record_files()
+    self._manager.close()
     self._committed()
 
   def __enter__(self) -> "Checkpointer":

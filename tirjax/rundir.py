@@ -74,8 +74,12 @@ def claim(workdir: str, config: Mapping[str, Any]) -> bool:
                             "a run into it (choose a new --workdir)")
     write_json(path, config)
     return False
-  with open(path) as f:
-    old = json.load(f)
+  try:
+    with open(path) as f:
+      old = json.load(f)
+  except ValueError as e:  # JSONDecodeError, or text that is not UTF-8
+    raise WorkdirMismatch(f"{path}: cannot be read as JSON ({e}); restore it, or choose a new "
+                          "--workdir") from e
   a, b = flatten(old), flatten(config)
   differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in RESUMABLE_KEYS)
   if differ:

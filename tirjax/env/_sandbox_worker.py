@@ -1,26 +1,31 @@
-"""The sandbox worker: runs dataset-supplied tool code in its own process (see `sandbox.py`).
+"""The sandbox's processes: a zygote, and a worker per namespace forked from it (see
+`sandbox.py`).
 
-Started by `Sandbox` as `python -I -B _sandbox_worker.py CONFIG_JSON`, possibly under
-`unshare --net`. It imports nothing from tirjax (so it starts fast and cheap) and speaks
-newline-delimited JSON on its original stdin/stdout:
+`Sandbox` starts the zygote as `python -I -B _sandbox_worker.py CONFIG_JSON`, under
+`unshare --map-root-user --net --pid --fork --mount --mount-proc` where the machine permits
+it. The zygote imports nothing from tirjax (so it starts fast and cheap), makes its view of
+the filesystem read-only (`_sandbox_kernel.contain`) and then forks a worker for each
+request on its control socket (a Unix socket that carries the worker's two pipes in, and a
+pidfd of the worker out). It runs no tool code; it may import installed packages' modules
+that the owner names (`Sandbox.preload`), which its workers then share.
+
+Each worker serves one namespace, so no tool shares an interpreter, a reply pipe or an audit
+hook with another. Before any tool code runs it gets its own PID, mount and network
+namespaces (it is their first process: it sees no other process), its own /proc and a
+size-limited tmpfs as its scratch folder; it lowers its resource limits, drops every
+capability, installs a seccomp filter that refuses new processes and threads (it never starts
+one), signals, ptrace, mounts and namespaces (`_sandbox_kernel`), and then the audit hook
+(PEP 578: friendly errors for network, processes, threads, native code, limit changes and
+writes outside the scratch folder; a first layer, not the boundary). It speaks
+newline-delimited JSON on its own pipes:
 
   {"op": "exec", "ns": str, "code": str, "variables": {...}}  run code in namespace `ns`
   {"op": "call", "ns": str, "target": "f" | "obj.method", "arguments": {...}}
-  {"op": "drop", "ns": str}
   -> {"ok": true, "result": <JSON>, "stdout": str} | {"ok": false, "error": str, "stdout": str}
 
 Every request carries an `id` that its reply echoes, so that a line tool code manages to
 write to the reply pipe cannot shift later replies (the sandbox drops lines that do not answer
-the request in flight).
-
-Started under `unshare --pid --mount` (see `sandbox.py`), it first makes its view of the
-filesystem read-only except the scratch folder (`_sandbox_kernel.contain`). A watchdog thread blocks on the
-`lifeline` pipe, whose only write end the sandbox holds: when the sandbox's process dies it
-empties the scratch folder and exits, and as the PID namespace's init its exit kills every
-process left in it. Then it lowers its resource limits, installs a seccomp filter that refuses
-new processes (`_sandbox_kernel.deny_new_processes`) and an audit hook (PEP 578;
-a first layer that gives friendly errors) that refuses network, process creation, threads,
-native code loading, limit changes and writes outside the scratch folder.
+the request in flight). Its first line reports the layers in force ("enforced").
 """
 
 import builtins
@@ -31,6 +36,7 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import sys
 
 _NETWORK = ("socket.", "urllib.Request", "http.client.", "ftplib.", "smtplib.", "imaplib.",
@@ -113,29 +119,6 @@ def forbid_threads() -> None:
   threading._start_new_thread = _no_threads
 
 
-def watch_parent(lifeline: int, scratch: str) -> None:
-  """A thread that waits for the sandbox's end of the lifeline to close (the sandbox's process
-  died, or closed it), then empties the scratch folder and exits the worker."""
-  import _thread
-  wait, exit_now, empty, listdir = os.read, os._exit, shutil.rmtree, os.listdir
-  join, isdir, remove = os.path.join, os.path.isdir, os.remove
-
-  def run():
-    try:
-      wait(lifeline, 1)
-    except BaseException:  # noqa: BLE001 - any end of the wait ends the worker
-      pass
-    try:
-      for name in listdir(scratch):  # the folder itself may be a mount point: its contents
-        path = join(scratch, name)
-        empty(path, ignore_errors=True) if isdir(path) else remove(path)
-    except BaseException:  # noqa: BLE001
-      pass
-    exit_now(0)
-
-  _thread.start_new_thread(run, ())
-
-
 def apply_limits(cfg: dict) -> None:
   mem = int(cfg["memory_bytes"])
   resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
@@ -201,9 +184,6 @@ class Worker:
 
   def _handle(self, req: dict) -> dict:
     op = req.get("op")
-    if op == "drop":
-      self.spaces.pop(req["ns"], None)
-      return {"ok": True, "result": None, "stdout": ""}
     out = io.StringIO()
     try:
       signal.setitimer(signal.ITIMER_REAL, float(self.cfg["timeout_s"]))
@@ -264,37 +244,145 @@ def _load_kernel():
   return module
 
 
-def main() -> None:
-  cfg = json.loads(sys.argv[1])
-  # Keep private copies of the protocol pipes; fds 0 and 1 then point at /dev/null so that
-  # C-level writes of tool code cannot corrupt the protocol.
-  requests = os.fdopen(os.dup(0), "r", encoding="utf-8")
-  replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
-  null = os.open(os.devnull, os.O_RDWR)
-  os.dup2(null, 0)
-  os.dup2(null, 1)
-  scratch = os.path.realpath(cfg["scratch"])
-  os.chdir(scratch)
-  os.environ.update(HOME=scratch, TMPDIR=scratch)
-  kernel = _load_kernel()
-  enforced = {"pid_namespace": os.getpid() == 1,
-              "readonly_filesystem": bool(cfg.get("contain")) and kernel.contain(scratch)}
-  os.chdir(scratch)  # again: the old cwd is the folder under its new bind mount
-  if cfg.get("lifeline") is not None:
-    watch_parent(int(cfg["lifeline"]), scratch)  # its thread starts before the filter
-  apply_limits(cfg)
-  enforced["seccomp"] = kernel.deny_new_processes()
-  forbid_threads()
-  signal.signal(signal.SIGALRM, _on_alarm)
-  install_audit_hook(scratch)
-  worker = Worker(cfg)
-  replies.write(json.dumps({"ok": True, "result": "ready", "stdout": "",
-                            "enforced": enforced}) + "\n")
-  replies.flush()
-  for line in requests:
-    reply = worker.handle(json.loads(line))
-    replies.write(json.dumps(reply) + "\n")
+def _threads_refused() -> bool:
+  """Whether the kernel refuses a new thread (asked before the Python guard replaces
+  `start_new_thread`, so that the answer is the kernel's)."""
+  import _thread
+  try:
+    _thread.start_new_thread(int, ())
+  except RuntimeError:
+    return True
+  return False
+
+
+def _close_fds_but(keep) -> None:
+  """Closes every descriptor from 3 up except `keep` (the zygote's control socket and the
+  pipes of other workers are never a worker's to use)."""
+  low = 3
+  for fd in sorted(keep):
+    os.closerange(low, fd)
+    low = fd + 1
+  os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+
+
+def run_worker(cfg: dict, kernel, fds: list, scratch: str, contained: bool,
+               zygote: int) -> None:
+  """The worker, in a child of the zygote: it sets up its layers, innermost last, then
+  answers requests on its own pipes until its owner closes them or kills it. Never returns."""
+  try:
+    os.setsid()  # kill(0, ...) reaches only its own process group
+    _close_fds_but(fds)
+    requests = os.fdopen(fds[0], "r", encoding="utf-8")
+    replies = os.fdopen(fds[1], "w", encoding="utf-8")
+    enforced = {"pid_namespace": False, "scratch_quota": False}
+    if contained:
+      enforced.update(kernel.isolate(scratch, int(cfg["scratch_bytes"])))
+    elif not kernel.die_with_parent(signal.SIGKILL) or os.getppid() != zygote:
+      return  # the zygote is already gone, or the worker could not be tied to it
+    os.chdir(scratch)
+    os.environ.update(HOME=scratch, TMPDIR=scratch)
+    apply_limits(cfg)
+    enforced["capabilities_dropped"] = kernel.drop_capabilities()
+    enforced["seccomp"] = kernel.refuse_syscalls()
+    enforced["threads_refused"] = _threads_refused()
+    forbid_threads()
+    signal.signal(signal.SIGALRM, _on_alarm)
+    install_audit_hook(scratch)
+    worker = Worker(cfg)
+    replies.write(json.dumps({"ok": True, "result": "ready", "stdout": "", "id": None,
+                              "enforced": enforced}) + "\n")
     replies.flush()
+    for line in requests:
+      reply = worker.handle(json.loads(line))
+      replies.write(json.dumps(reply) + "\n")
+      replies.flush()
+  finally:
+    os._exit(0)
+
+
+def _answer(control, reply: dict, pidfd=None) -> None:
+  """One answer on the control socket (with the worker's pidfd, which it then closes)."""
+  socket.send_fds(control, [json.dumps(reply).encode()], [] if pidfd is None else [pidfd])
+  if pidfd is not None:
+    os.close(pidfd)
+
+
+def spawn(control, cfg: dict, kernel, fds: list, scratch: str, contained: bool) -> None:
+  """Forks a worker for one namespace and answers the owner with its pidfd (a handle that
+  reaches it across PID namespaces). Contained, a short-lived child makes the new
+  namespaces and forks the worker as their first process, then answers and exits."""
+  zygote, name = os.getpid(), os.path.basename(scratch)  # the name tells answers apart
+  try:
+    if not contained:
+      pid = os.fork()
+      if pid == 0:
+        run_worker(cfg, kernel, fds, scratch, False, zygote)
+      _answer(control, {"ok": True, "request": name}, os.pidfd_open(pid))
+    elif os.fork() == 0:
+      try:
+        if not kernel.new_namespaces():
+          _answer(control, {"ok": False, "request": name,
+                            "error": "no new PID, mount and network namespaces"})
+        else:
+          signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # its pid stays valid until opened
+          pid = os.fork()
+          if pid == 0:
+            run_worker(cfg, kernel, fds, scratch, True, zygote)
+          _answer(control, {"ok": True, "request": name}, os.pidfd_open(pid))
+      finally:
+        os._exit(0)
+  except OSError as e:
+    _answer(control, {"ok": False, "request": name, "error": f"{type(e).__name__}: {e}"})
+  finally:
+    for fd in fds:
+      os.close(fd)
+
+
+def preload(modules: list) -> dict:
+  """Imports installed packages' modules (trusted code, the owner's choice) in the zygote, so
+  that every worker forked later starts with them; returns {module: error} of those that
+  failed."""
+  import importlib
+  errors = {}
+  for name in modules:
+    try:
+      importlib.import_module(name)
+    except Exception as e:  # noqa: BLE001 - reported; a worker that needs it fails there
+      errors[name] = f"{type(e).__name__}: {e}"
+  return errors
+
+
+def main() -> None:
+  """The zygote: prepared once (imports, read-only view, libseccomp), it forks a worker per
+  request on its control socket. It runs no tool code. When the owner's end of the socket
+  closes (the owner closed the sandbox or died, even by SIGKILL) it empties the scratch
+  folder and exits, and its workers die with it: as the PID namespace's init, or by the
+  parent-death signal outside one."""
+  cfg = json.loads(sys.argv[1])
+  control = socket.socket(fileno=int(cfg.pop("control")))
+  root = os.path.realpath(cfg["scratch"])
+  kernel = _load_kernel()
+  contained = bool(cfg.get("contain"))
+  enforced = {"readonly_filesystem": contained and kernel.contain(root)}
+  kernel.load_libseccomp()  # once, here: each worker installs its own filter from it
+  signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # exited workers are reaped by the kernel
+  _answer(control, {"ok": True, "enforced": enforced})
+  while True:
+    try:
+      message, fds, _, _ = socket.recv_fds(control, 1 << 16, 2)
+    except OSError:
+      break
+    if not message:
+      break
+    request = json.loads(message)
+    if request["op"] == "import":
+      _answer(control, {"ok": True, "request": request["request"],
+                        "errors": preload(request["modules"])})
+    else:
+      spawn(control, cfg, kernel, fds, os.path.join(root, request["request"]), contained)
+  for name in os.listdir(root):
+    shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+  os._exit(0)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,9 @@ class EnvOptions:
   # A returned JSON object with a non-empty "error" key (the convention of the FTRL, ToolHop
   # and BFCL tool code) fails check 5; the object is still returned to the agent as the result.
   error_results: bool = True
-  max_output_chars: int = 100_000  # longer tool outputs are replaced by an error
+  # Longer tool outputs are replaced by an error; longer error messages (the tool's, the
+  # sandbox's, the parser's) are cut to it.
+  max_output_chars: int = 100_000
   # Tasks scored by Solve-P/R/F1 (they carry expected answers, FTRL's): "ftrl" executes a call
   # of a known tool whose arguments violate its schema, as bytedance/FTRL's scorer does (it
   # calls the tool's Python function with the arguments as given; a missing or extra argument
@@ -126,7 +128,7 @@ class ToolEnv:
     answer = parsed.answer
     executed_ok = True
     if parsed.checks_passed < 3:
-      entries.append({"error": parsed.error})
+      entries.append({"error": self._held(parsed.error)})
     for call, error in zip(parsed.calls, parsed.call_errors):
       name = call["name"]
       terminal = name == TERMINAL_TOOL and self.options.answer_protocol == "response_gen"
@@ -139,7 +141,7 @@ class ToolEnv:
       elif error is None or self._run_despite_schema(name):
         entry = self._execute(name, call["arguments"])
       else:
-        entry = {"name": name, "error": error}
+        entry = {"name": name, "error": self._held(error)}
       executed_ok &= self._succeeded(entry)
       entries.append(entry)
       if not terminal:
@@ -260,9 +262,14 @@ class ToolEnv:
                         f"{self.options.max_output_chars})")
       return {"name": name, "result": value}
     except ToolError as e:
-      return {"name": name, "error": str(e)}
+      return {"name": name, "error": self._held(str(e))}
     except Exception as e:  # noqa: BLE001 - a tool's failure is reported to the agent
-      return {"name": name, "error": f"{type(e).__name__}: {e}"}
+      return {"name": name, "error": self._held(f"{type(e).__name__}: {e}")}
+
+  def _held(self, error: str) -> str:
+    """An error message held to `max_output_chars`, like a tool's output: its tokens go into
+    the context just the same."""
+    return held_to(error, self.options.max_output_chars)
 
   def _run_despite_schema(self, name: str) -> bool:
     """FTRL's scoring: a call of a known tool with schema-violating arguments is still run."""
@@ -285,6 +292,15 @@ class ToolEnv:
         del candidates[i]
         return True
     return False
+
+
+def held_to(text: str, limit: int) -> str:
+  """`text` if it has at most `limit` characters, else its start and a note of its length,
+  `limit` characters in all."""
+  if len(text) <= limit:
+    return text
+  note = f" ... [{len(text)} characters, cut to {limit}]"
+  return text[:limit - len(note)] + note if len(note) < limit else text[:limit]
 
 
 def _as_json(value: Any) -> Any:

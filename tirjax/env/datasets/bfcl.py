@@ -9,8 +9,9 @@ Sandboxing: the classes are the package's own code, but their arguments come fro
 and some methods can be driven to exhaust time or memory (`MathAPI.power` with a huge integer
 exponent, `square_root` / `logarithm` with a huge `precision`). So they run in the sandbox
 worker like ToolHop and FTRL code: each episode opens a `BfclSession`, which instantiates the
-entry's classes from its `initial_config` in a fresh, stateful sandbox namespace (calls are
-replayed after a worker restart) and drops it when the episode closes.
+entry's classes from its `initial_config` in a fresh, stateful sandbox namespace (a worker
+process of its own; calls are replayed after a worker restart) and drops it when the episode
+closes. The classes' modules are imported once, by the sandbox's zygote (`Sandbox.preload`).
 
 Mapping to `Task` (SPEC §6.1: the episode as bfcl-eval's multi-turn inference loop runs it):
 the question is the first user turn and the later ones are a `Dialogue`, in order. A
@@ -78,6 +79,8 @@ def check(decoded, ground_truth, entry, category):
         for key in [k for k in vars(_utils) if k.startswith(prefix)]:
             del vars(_utils)[key]
 """
+_CHECKER_MODULES = ("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker",
+                    "bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils")
 MAX_STEPS_PER_TURN = 20  # bfcl-eval's MAXIMUM_STEP_LIMIT (constants.default_prompts)
 _session_ids = itertools.count()
 
@@ -257,6 +260,10 @@ def load_bfcl(sandbox: Sandbox, data_dir: Optional[str] = None,
   """Tasks of BFCL multi-turn categories from `data_dir` (default: the installed package's)."""
   data_dir = data_dir or os.path.join(package_dir(), "data")
   backend = _Backend(data_dir)
+  # Each episode's back-end is a fresh worker: it starts with the classes' modules (and the
+  # checker's) already imported, by the sandbox's zygote. Those that fail to import (missing
+  # optional dependencies) fail in the episodes that need them, as before.
+  sandbox.preload(sorted(set(backend.modules.values())) + list(_CHECKER_MODULES))
   tasks = []
   for category in categories:
     entries = _read_jsonl(os.path.join(data_dir, f"BFCL_v4_{category}.json"))
