@@ -26,8 +26,9 @@ AXES = {
     "call_sim": "BTKC", "gt_valid": "BC", "answer_score": "B", "tokens": "BL",
     "token_valid": "BL", "loss_mask": "BL", "token_step": "BL", "old_logprobs": "BL",
     "policy_version": "B", "ref_logprobs": "BL", "call_solves": "BTK", "num_expected": "B",
+    "greedy_outcome": "B", "state_id": "BT",
 }
-PAD_VALUE = {"node_id": -1, "token_step": -1}
+PAD_VALUE = {"node_id": -1, "token_step": -1, "state_id": -1}
 
 
 def as_batch(r: Rollouts) -> dict[str, np.ndarray]:

@@ -19,8 +19,17 @@ Conventions that the SPEC leaves to the implementation, fixed here:
 * `token_valid` marks real tokens (prompt, generated and tool-response tokens); each row is
   right-padded, so its real tokens are a prefix.
 * Optional inputs of single estimators: `calls` (the call encodings from which `call_sim`
-  is computed, needed by `toolrl`) and `call_solves` / `num_expected` (FTRL's verified
-  outputs, needed by `ftrl`). `ref_logprobs` is optional (needed when the KL weight > 0).
+  is computed, needed by `toolrl`), `call_solves` / `num_expected` (FTRL's verified
+  outputs, needed by `ftrl`), `greedy_outcome` (R_out of one greedy rollout of the row's
+  query, ReMax's baseline, needed by `remax`; the greedy rows themselves are never in the
+  batch, so never in the loss) and `state_id` (anchor states, needed by `gigpo`).
+  `ref_logprobs` is optional (needed when the KL weight > 0).
+* `state_id[b, t]` names what step t of row b saw before it acted: the query and the tool
+  calls and tool responses (or user turns) of the row's earlier steps, the policy's own text
+  ignored (GiGPO's anchor state, SPEC §4.4). Steps of one group with the same history share
+  an id, whatever their tree nodes; ids are batch-global like `node_id` (`0 <= state_id <
+  B*T`, -1 on padding), and rows that share a node share its state. `state_ids` computes
+  them from one key per step of what its calls and responses were.
 """
 
 from __future__ import annotations
@@ -76,6 +85,8 @@ class Rollouts:
   calls: Optional[CallEncoding] = None
   call_solves: Optional[jax.Array] = None  # [B, T, K] bool (FTRL)
   num_expected: Optional[jax.Array] = None  # [B] int32 (FTRL)
+  greedy_outcome: Optional[jax.Array] = None  # [B] f32 in {+1, 0, -1} (ReMax's baseline)
+  state_id: Optional[jax.Array] = None  # [B, T] int32 anchor state of each step (GiGPO)
 
   # Static sizes, read from shapes (never pytree leaves).
   @property
@@ -139,10 +150,12 @@ _SPEC = {
     "ref_logprobs": ("BL", "f", 0.0),
     "call_solves": ("BTK", "b", False),
     "num_expected": ("B", "i", 0),
+    "greedy_outcome": ("B", "f", 0.0),
+    "state_id": ("BT", "i", -1),
 }
 _DTYPES = {"i": np.int32, "b": np.bool_, "f": np.float32}
 CALL_PAD = -1  # every `CallEncoding` field's padding value
-OPTIONAL = ("ref_logprobs", "call_solves", "num_expected")
+OPTIONAL = ("ref_logprobs", "call_solves", "num_expected", "greedy_outcome", "state_id")
 
 
 def fill_value(name: str):
@@ -270,6 +283,10 @@ def validate(r: Rollouts) -> Rollouts:
          "must lie in [0, 1]")
   _check_groups(a, B)
   _check_tree(a, B, T)
+  if a["greedy_outcome"] is not None:
+    _check_greedy(a)
+  if a["state_id"] is not None:
+    _check_states(a, B, T)
   _check_tokens(a)
   if r.calls is not None:
     _check_calls(r.calls, B, T, K, C)
@@ -318,6 +335,61 @@ def _check_tree(a, B: int, T: int) -> None:
       raise RolloutsError(
           f"format_reward: node {nid[b, t]} has {step_fm[int(nid[b, t])]} on one row and "
           f"{fm[b, t]} on row {b} (step {t}); rows that share a node share its step")
+
+
+def _check_greedy(a) -> None:
+  """greedy_outcome: an R_out on valid rows, one per query (its greedy rollout's)."""
+  g, rv, gid = a["greedy_outcome"], a["row_valid"], a["group_id"]
+  _check(np.all(np.isin(g[rv], (-1.0, 0.0, 1.0))), "greedy_outcome",
+         "valid rows must have greedy_outcome in {-1, 0, +1}")
+  for q in np.unique(gid[rv]):
+    rows = np.flatnonzero(rv & (gid == q))
+    if not np.all(g[rows] == g[rows[0]]):
+      raise RolloutsError(f"greedy_outcome: rows {rows.tolist()} of group {q} disagree (one "
+                          "greedy rollout per query)")
+
+
+def _check_states(a, B: int, T: int) -> None:
+  """state_id: in range, -1 on padding, one (group, depth, previous state) per id (a history
+  extends the history before it), and one state per tree node (a shared node is one step)."""
+  sid, nid, sv, gid = a["state_id"], a["node_id"], a["step_valid"], a["group_id"]
+  _check(np.all(sid[~sv] == -1), "state_id", "must be -1 on padding steps")
+  _check(np.all((sid[sv] >= 0) & (sid[sv] < B * T)), "state_id",
+         f"valid steps must have ids in [0, B*T={B * T})")
+  prev = np.full_like(sid, -1)
+  prev[:, 1:] = sid[:, :-1]
+  seen: dict[int, tuple[int, int, int]] = {}
+  of_node: dict[int, int] = {}
+  for b, t in zip(*np.nonzero(sv)):
+    key = (int(gid[b]), int(t), int(prev[b, t]))
+    if seen.setdefault(int(sid[b, t]), key) != key:
+      raise RolloutsError(
+          f"state_id: state {sid[b, t]} appears with (group, depth, previous state) "
+          f"{seen[int(sid[b, t])]} and {key} (row {b}, step {t}); a state is one history")
+    if of_node.setdefault(int(nid[b, t]), int(sid[b, t])) != int(sid[b, t]):
+      raise RolloutsError(
+          f"state_id: node {nid[b, t]} has state {of_node[int(nid[b, t])]} on one row and "
+          f"{sid[b, t]} on row {b} (step {t}); rows that share a node share its state")
+
+
+def state_ids(group_id, step_key, step_valid) -> np.ndarray:
+  """`state_id` [B, T] int32 from one integer key per step of what the step's tool calls and
+  responses were (equal keys: the same calls and responses; the policy's text left out).
+
+  The state of step t is its group and the keys of steps 0..t-1 of its row (a prefix code per
+  depth, so no loop over rows); ids are dense from 0 over valid steps, -1 on padding.
+  """
+  group_id, step_key = np.asarray(group_id, np.int64), np.asarray(step_key, np.int64)
+  step_valid = np.asarray(step_valid, bool)
+  B, T = step_valid.shape
+  prefix, code = group_id.copy(), np.zeros((B, T), np.int64)
+  for t in range(T):
+    code[:, t] = t * B + prefix  # prefix codes are dense ids < B at each depth
+    prefix = np.unique(np.stack([prefix, step_key[:, t]], 1), axis=0, return_inverse=True)[1]
+    prefix = prefix.reshape(-1)
+  out = np.full((B, T), -1, np.int32)
+  out[step_valid] = np.unique(code[step_valid], return_inverse=True)[1].reshape(-1)
+  return out
 
 
 def _check_tokens(a) -> None:
