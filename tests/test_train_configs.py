@@ -215,3 +215,12 @@ def test_own_sections_name_the_bad_key(key, value, message):
     c[section][leaf] = value
   with pytest.raises(resolve.ConfigError, match=message):
     resolve.resolve(c)
+
+
+def test_an_estimator_that_needs_a_rollout_field_requires_its_rollout_option():
+  """remax reads Rollouts.greedy_outcome: without the greedy rollout it is refused up front."""
+  c = load("remax")
+  assert resolve.resolve(c).rollout.greedy_baseline
+  c.rollout.greedy_baseline = False
+  with pytest.raises(resolve.ConfigError, match=r"rollout\.greedy_baseline: advantage remax"):
+    resolve.resolve(c)
