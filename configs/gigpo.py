@@ -6,9 +6,8 @@ Defaults (Feng et al. 2025, verl-agent): independent groups of n = 8 rollouts, �
 ω = 1, both advantages z-scored ("mean_std_norm"); anchor states are the steps' histories of
 tool calls and tool responses (`Rollouts.state_id`, recorded by the episode runner), the
 policy's own text ignored. T_max = 6, no KL (`base.portool_protocol`).
-Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, which predates it); every
-estimator there ended within eval noise (±0.02) of its warm start after 8 RL steps, and so is
-this one expected to. Its smoke run (`configs/ablate.py:grid=beyond_smoke`) trains end to end.
+Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, older); expected, as
+there: within eval noise (±0.02) of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).
 """
 
 from configs import base

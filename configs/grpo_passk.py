@@ -5,9 +5,8 @@
 Defaults (Chen et al. 2025 as verl's `grpo_passk` implements it): the margin divided by the
 group's std (ddof 1); the group of n = 8 rows is the k samples. PORTool's protocol otherwise
 (`base.portool_protocol`: independent groups, T_max = 6, no KL).
-Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, which predates it); every
-estimator there ended within eval noise (±0.02) of its warm start after 8 RL steps, and so is
-this one expected to. Its smoke run (`configs/ablate.py:grid=beyond_smoke`) trains end to end.
+Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, older); expected, as
+there: within eval noise (±0.02) of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).
 """
 
 from configs import base

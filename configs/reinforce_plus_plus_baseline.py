@@ -3,17 +3,16 @@
     python -m experiments.train --config=configs/reinforce_plus_plus_baseline.py:model=tiny \
         --workdir=runs/reinforce_plus_plus_baseline
 
-Defaults (Hu 2025; verl's `reinforce_plus_plus_baseline`): the group mean as baseline, then
-whitening over every generated token of the batch, the token-mean loss; PORTool's protocol
-otherwise (`base.portool_protocol`: independent groups of n = 8, T_max = 6, no KL).
-Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, which predates it); every
-estimator there ended within eval noise (±0.02) of its warm start after 8 RL steps, and so is
-this one expected to. Its smoke run (`configs/ablate.py:grid=beyond_smoke`) trains end to end.
+Defaults (Hu 2025; verl's `reinforce_plus_plus_baseline`): REINFORCE++'s (configs/
+reinforce_plus_plus.py: token-mean loss, independent groups of n = 8, T_max = 6, no KL), with
+the group mean subtracted from R_out before the whitening. Not in the ablation snapshot
+(benchmarks/results/ablation_toolworld/, older); expected, as there: within eval noise (±0.02)
+of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).
 """
 
-from configs import base
+from configs import base, reinforce_plus_plus
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="reinforce_plus_plus_baseline", **base.portool_protocol(
-      loss=dict(aggregation="token_mean")))
+  return base.make(arg, estimator="reinforce_plus_plus_baseline",
+                   **reinforce_plus_plus.PROTOCOL)

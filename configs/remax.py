@@ -7,9 +7,8 @@ query (`rollout.greedy_baseline=True`: temperature 0, n = 1), judged like the ot
 is every row's baseline and the episode itself never enters the loss. The rollout stage costs
 one greedy episode per query more. PORTool's protocol otherwise (`base.portool_protocol`:
 independent groups of n = 8, T_max = 6, the clipped surrogate averaged per trajectory, no KL).
-Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, which predates it); every
-estimator there ended within eval noise (±0.02) of its warm start after 8 RL steps, and so is
-this one expected to. Its smoke run (`configs/ablate.py:grid=beyond_smoke`) trains end to end.
+Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, older); expected, as
+there: within eval noise (±0.02) of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).
 """
 
 from configs import base

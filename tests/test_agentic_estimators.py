@@ -5,12 +5,11 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from tests.batches import as_batch, pad, permute_rows, tree_batches
+from tests.batches import check_padding, check_reference, check_row_permutation, tree_batches
 from tirjax import advantages, segments
 from tirjax.advantages.gigpo import GiGPOOptions
 from tirjax.advantages.tree_grpo import TreeGRPOOptions
 from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
-from tirjax.testing.reference import REFERENCES
 
 VARIANTS = (
     ("gigpo", GiGPOOptions()),
@@ -26,39 +25,13 @@ MUL = {"name": "mul", "arguments": {"a": 2}}
 ANSWER = {"name": "response_gen", "arguments": {"answer": "3"}}
 
 
-def _fields(opts) -> dict:
-  return {f: getattr(opts, f) for f in opts.__dataclass_fields__}
-
-
-@given(tree_batches())
-def test_matches_reference(r):
-  batch = as_batch(r)
-  for name, opts in VARIANTS:
-    out = advantages.get(name)(r, opts)
-    ref = REFERENCES[name](batch, **_fields(opts))
-    np.testing.assert_allclose(out.steps, ref["steps"], atol=2e-5, rtol=1e-5, err_msg=str(opts))
-    np.testing.assert_allclose(out.rows, ref["rows"], atol=2e-5, rtol=1e-5, err_msg=str(opts))
-    assert np.all(np.isfinite(out.tokens)), name
-
-
 @given(tree_batches(), st.integers(0, 2**32 - 1))
-def test_row_permutation_permutes_output(r, seed):
-  perm = np.random.default_rng(seed).permutation(r.num_rows)
-  moved = permute_rows(r, perm)
-  for name in NAMES:
-    est = advantages.get(name)
-    np.testing.assert_allclose(est(moved).steps, np.asarray(est(r).steps)[perm], atol=1e-5,
-                               err_msg=name)
-
-
-@given(tree_batches(), st.integers(0, 2**32 - 1))
-def test_padding_changes_nothing(r, seed):
-  big, rows = pad(r, np.random.default_rng(seed), extra_rows=5, extra_steps=2, extra_calls=1,
-                  extra_gt=1, extra_tokens=3)
-  for name in NAMES:
-    est = advantages.get(name)
-    np.testing.assert_allclose(np.asarray(est(big).steps)[rows, :r.max_steps], est(r).steps,
-                               atol=1e-5, err_msg=name)
+def test_reference_row_permutation_and_padding(r, seed):
+  """Against the loop reference for every variant; rows reordered, outputs reordered; padding
+  rows, steps, calls and tokens change nothing."""
+  check_reference(r, VARIANTS)
+  check_row_permutation(r, seed, NAMES)
+  check_padding(r, seed, NAMES)
 
 
 @given(tree_batches())
@@ -98,7 +71,8 @@ def test_gigpo_worked_group():
   second = np.array([1, -1]) / np.sqrt(2)
   np.testing.assert_allclose(out.rows, episode, rtol=1e-5, atol=2e-6)
   np.testing.assert_allclose(np.asarray(out.steps)[:, 0], episode + first, rtol=1e-5, atol=2e-6)
-  np.testing.assert_allclose(np.asarray(out.steps)[:2, 1], episode[:2] + second, rtol=1e-5, atol=2e-6)
+  np.testing.assert_allclose(np.asarray(out.steps)[:2, 1], episode[:2] + second, rtol=1e-5,
+                             atol=2e-6)
   np.testing.assert_allclose(out.extras["step_group_size"], [[3, 2], [3, 2], [3, 0]])
   # "prefix" anchors: the second steps have different parents, so they stand alone (A^S = 0).
   prefix = advantages.get("gigpo")(r, GiGPOOptions(gamma=0.5, anchor="prefix"))

@@ -179,3 +179,15 @@ def test_take_groups_copies_kept_groups_renumbers_ids_and_moves_records():
   assert state[2, 0] == state[3, 0] and state[2, 1] == state[3, 1]  # one history, one state
   assert len({state[0, 0], state[2, 0]}) == 2  # two queries' first states
   assert [(x.row, x.group) for x in records] == [(0, 0), (1, 0), (2, 1), (3, 1)]
+
+
+def test_take_groups_renumbers_colliding_ids_of_different_batches():
+  """Group 0 of two batches with the same node and state ids: after the merge the two groups
+  share none (ids stay batch-global, so the merged batch validates)."""
+  from tirjax.experiment.refill import take_groups
+  r = base()
+  out, _ = take_groups([(r, []), (r, [])], [(0, 0), (1, 0)], num_rows=6)
+  got = rollouts.to_numpy(out)
+  for name in ("node_id", "state_id"):
+    first, second = got[name][:2], got[name][2:4]
+    assert not set(first[first >= 0].tolist()) & set(second[second >= 0].tolist()), name

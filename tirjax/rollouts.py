@@ -281,7 +281,7 @@ def validate(r: Rollouts) -> Rollouts:
   _check(not np.any(a["gt_valid"] & ~rv[:, None]), "gt_valid", "ground-truth calls on a padding row")
   _check(np.all((a["answer_score"] >= 0) & (a["answer_score"] <= 1)), "answer_score",
          "must lie in [0, 1]")
-  _check_groups(a, B)
+  _check_per_group(a, "gt_valid", "their ground-truth calls")
   _check_tree(a, B, T)
   if a["greedy_outcome"] is not None:
     _check_greedy(a)
@@ -303,73 +303,63 @@ def _check(ok, field: str, problem: str) -> None:
     raise RolloutsError(f"{field}: {problem}")
 
 
-def _check_groups(a, B: int) -> None:
-  """Rows of one group answer one query: they share the ground-truth call list."""
-  gid, rv, gt = a["group_id"], a["row_valid"], a["gt_valid"]
+def _check_per_group(a, name: str, what: str) -> None:
+  """Rows of one group answer one query: they agree on `name` (its ground-truth calls, its
+  greedy rollout's outcome)."""
+  gid, rv, values = a["group_id"], a["row_valid"], a[name]
   for g in np.unique(gid[rv]):
     rows = np.flatnonzero(rv & (gid == g))
-    if not np.all(gt[rows] == gt[rows[0]]):
-      raise RolloutsError(f"gt_valid: rows {rows.tolist()} of group {g} disagree on their "
-                          "ground-truth calls")
+    if not np.all(values[rows] == values[rows[0]]):
+      raise RolloutsError(f"{name}: rows {rows.tolist()} of group {g} disagree on {what}")
+
+
+def _check_prefix_ids(a, name: str, B: int, T: int, why: str) -> None:
+  """`name`, step ids like `node_id`: in range, -1 on padding, and one (group, depth, id of
+  the previous step) per id: an id names one prefix of one query. `why` ends the message."""
+  ids, sv, gid = a[name], a["step_valid"], a["group_id"]
+  _check(np.all(ids[~sv] == -1), name, "must be -1 on padding steps")
+  _check(np.all((ids[sv] >= 0) & (ids[sv] < B * T)), name,
+         f"valid steps must have ids in [0, B*T={B * T})")
+  prev = np.full_like(ids, -1)
+  prev[:, 1:] = ids[:, :-1]
+  seen: dict[int, tuple[int, int, int]] = {}
+  for b, t in zip(*np.nonzero(sv)):
+    key = (int(gid[b]), int(t), int(prev[b, t]))
+    if seen.setdefault(int(ids[b, t]), key) != key:
+      raise RolloutsError(
+          f"{name}: id {ids[b, t]} appears with (group, depth, previous id) "
+          f"{seen[int(ids[b, t])]} and {key} (row {b}, step {t}); {why}")
+
+
+def _check_one_per_node(a, name: str, why: str) -> None:
+  """The rows that share a node share its step: one value of `name` [B, T] per node."""
+  nid, values = a["node_id"], a[name]
+  seen: dict[int, float] = {}
+  for b, t in zip(*np.nonzero(a["step_valid"])):
+    if seen.setdefault(int(nid[b, t]), values[b, t].item()) != values[b, t].item():
+      raise RolloutsError(f"{name}: node {nid[b, t]} has {seen[int(nid[b, t])]} on one row and "
+                          f"{values[b, t]} on row {b} (step {t}); {why}")
 
 
 def _check_tree(a, B: int, T: int) -> None:
-  """node_id: in range, -1 on padding, one (group, depth, parent, node) per id; the rows that
-  share a node share its step, hence its format_reward."""
-  nid, sv, gid, fm = a["node_id"], a["step_valid"], a["group_id"], a["format_reward"]
-  _check(np.all(nid[~sv] == -1), "node_id", "must be -1 on padding steps")
-  _check(np.all((nid[sv] >= 0) & (nid[sv] < B * T)), "node_id",
-         f"valid steps must have ids in [0, B*T={B * T})")
-  parent = np.full_like(nid, -1)
-  parent[:, 1:] = nid[:, :-1]
-  seen: dict[int, tuple[int, int, int]] = {}
-  step_fm: dict[int, float] = {}
-  for b, t in zip(*np.nonzero(sv)):
-    key = (int(gid[b]), int(t), int(parent[b, t]))
-    prev = seen.setdefault(int(nid[b, t]), key)
-    if prev != key:
-      raise RolloutsError(
-          f"node_id: node {nid[b, t]} appears with (group, depth, parent) {prev} and {key} "
-          f"(row {b}, step {t}); a shared node must share its group, depth and prefix")
-    if step_fm.setdefault(int(nid[b, t]), float(fm[b, t])) != float(fm[b, t]):
-      raise RolloutsError(
-          f"format_reward: node {nid[b, t]} has {step_fm[int(nid[b, t])]} on one row and "
-          f"{fm[b, t]} on row {b} (step {t}); rows that share a node share its step")
+  """node_id: one (group, depth, parent) per node; the rows that share a node share its step,
+  hence its format_reward."""
+  _check_prefix_ids(a, "node_id", B, T, "a shared node must share its group, depth and prefix")
+  _check_one_per_node(a, "format_reward", "rows that share a node share its step")
 
 
 def _check_greedy(a) -> None:
   """greedy_outcome: an R_out on valid rows, one per query (its greedy rollout's)."""
-  g, rv, gid = a["greedy_outcome"], a["row_valid"], a["group_id"]
-  _check(np.all(np.isin(g[rv], (-1.0, 0.0, 1.0))), "greedy_outcome",
-         "valid rows must have greedy_outcome in {-1, 0, +1}")
-  for q in np.unique(gid[rv]):
-    rows = np.flatnonzero(rv & (gid == q))
-    if not np.all(g[rows] == g[rows[0]]):
-      raise RolloutsError(f"greedy_outcome: rows {rows.tolist()} of group {q} disagree (one "
-                          "greedy rollout per query)")
+  _check(np.all(np.isin(a["greedy_outcome"][a["row_valid"]], (-1.0, 0.0, 1.0))),
+         "greedy_outcome", "valid rows must have greedy_outcome in {-1, 0, +1}")
+  _check_per_group(a, "greedy_outcome", "it (one greedy rollout per query)")
 
 
 def _check_states(a, B: int, T: int) -> None:
-  """state_id: in range, -1 on padding, one (group, depth, previous state) per id (a history
-  extends the history before it), and one state per tree node (a shared node is one step)."""
-  sid, nid, sv, gid = a["state_id"], a["node_id"], a["step_valid"], a["group_id"]
-  _check(np.all(sid[~sv] == -1), "state_id", "must be -1 on padding steps")
-  _check(np.all((sid[sv] >= 0) & (sid[sv] < B * T)), "state_id",
-         f"valid steps must have ids in [0, B*T={B * T})")
-  prev = np.full_like(sid, -1)
-  prev[:, 1:] = sid[:, :-1]
-  seen: dict[int, tuple[int, int, int]] = {}
-  of_node: dict[int, int] = {}
-  for b, t in zip(*np.nonzero(sv)):
-    key = (int(gid[b]), int(t), int(prev[b, t]))
-    if seen.setdefault(int(sid[b, t]), key) != key:
-      raise RolloutsError(
-          f"state_id: state {sid[b, t]} appears with (group, depth, previous state) "
-          f"{seen[int(sid[b, t])]} and {key} (row {b}, step {t}); a state is one history")
-    if of_node.setdefault(int(nid[b, t]), int(sid[b, t])) != int(sid[b, t]):
-      raise RolloutsError(
-          f"state_id: node {nid[b, t]} has state {of_node[int(nid[b, t])]} on one row and "
-          f"{sid[b, t]} on row {b} (step {t}); rows that share a node share its state")
+  """state_id: one (group, depth, previous state) per id (a history extends the history
+  before it), and one state per tree node (a shared node is one step)."""
+  _check_prefix_ids(a, "state_id", B, T, "a state is one history")
+  _check_one_per_node(a, "state_id", "rows that share a node share its state")
 
 
 def state_ids(group_id, step_key, step_valid) -> np.ndarray:
