@@ -191,12 +191,11 @@ def dumps(result: dict) -> str:
 def header(result: dict) -> str:
   m = result["machine"]
   reused = "".join(
-      f" {r['runs']} of the {len(result['runs'])} runs were kept from `{r['from']}` "
-      f"(`{r['command']}`, {_machine(r['machine'])}, {r['seconds']} s)," for r in
-      result.get("reused", []))
+      f"\n- {r['runs']} of the {len(result['runs'])} runs from `{r['from']}`: `{r['command']}` "
+      f"({_machine(r['machine'])}, {r['seconds']} s)" for r in result.get("reused", []))
   if reused:
-    reused += (" with the same cell, seed, task and training (`--reuse`); the seconds count "
-               "the others.")
+    reused = ("\n\nKept from earlier results (`--reuse`: same cell, seed, task and training; the "
+              "seconds above count the others):" + reused)
   return (f"# Credit bench\n\nCommand: `{result['command']}`\n\n"
           f"Machine: {_machine(m)}; {result['seconds']} s in all.{reused}\n\n"
           f"Task: {json.dumps(result['task'])}\n\nTraining: {json.dumps(result['train'])}\n\n"

@@ -183,7 +183,7 @@ def test_reuse_keeps_runs_of_the_same_cell_and_reruns_the_rest(tmp_path, monkeyp
   assert [(r["label"], r["seed"]) for r in kept] == [("grpo", 0)]
   assert kept[0]["final"] == old["runs"][0]["final"] and kept[0]["reused_from"] == str(first)
   assert [(r["from"], r["runs"]) for r in data["reused"]] == [(str(first), 1)]
-  assert "1 of the 4 runs were kept" in (tmp_path / "second.md").read_text()
+  assert f"- 1 of the 4 runs from `{first}`: `python -m" in (tmp_path / "second.md").read_text()
   with flagsaver.as_parsed(json=str(tmp_path / "third.json"), seeds="0", iterations="3",
                            reuse=str(first), estimators="grpo"):
     credit_bench.main(["credit_bench"])  # other training options: nothing is kept
