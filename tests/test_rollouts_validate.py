@@ -96,6 +96,8 @@ CASES = [
     ("state_id", lambda a: _set("state_id", (2, 0), a["state_id"][0, 0])(a)),  # another query's
     ("state_id", lambda a: _set("state_id", (0, 1), a["state_id"][0, 0])(a)),  # at two depths
     ("state_id", _set("state_id", (1, 0), 17)),  # shared node "s", two states
+    # ... with fresh ids for row 1's later steps too: only the one-state-per-node rule fires
+    ("state_id", lambda a: [_set("state_id", (1, t), 17 - t)(a) for t in (0, 1)] and None),
     ("calls.pred_name", lambda a: None),  # replaced below
     ("call_solves", lambda a: {**a, "num_expected": None}),
 ]
