@@ -5,8 +5,8 @@
         --workdir=runs/portool --parallel=2
     python -m experiments.ablate --config=configs/ablate.py:grid=smoke --workdir=/tmp/ablate_smoke
 
-Argument (comma-separated presets): `grid=all|estimators|portool|hidifftir|smoke|snapshot`
-(default all),
+Argument (comma-separated presets):
+`grid=all|estimators|portool|hidifftir|beyond|smoke|beyond_smoke|snapshot` (default all),
 `seeds=N` (seeds 0..N-1; default 3, smoke 2), `warm_start=per_seed|shared|none` (one SFT per
 seed, one SFT for all seeds, or SFT inside every run; see `tirjax.ablation.grid`), and the estimator configs' presets `model`, `env`,
 `sampler`, `mesh`, `steps` (configs/base.py), given to every cell's config. Each cell runs its
@@ -18,10 +18,14 @@ Produces `<workdir>/<label>/seed<k>/`, an `experiments.train` run directory per 
 of each seed that the RL cells start from (one per answer protocol: two for `grid=all`); and
 `<workdir>/report/` (report.md: eval accuracy, steps, unanswerable rate, formatting reward,
 training reward and unlearning rates as mean ± 95% CI over seeds, paired by seed against
-`grpo`; learning curves). `grid=all` is 23 cells × 3 seeds + 6 warm starts. Measured on the
+`grpo`; learning curves). `grid=all` is 34 cells × 3 seeds + 6 warm starts. Measured on the
 2-core CPU with the tiny model: a warm start (800 SFT steps at ~0.4 s) about 5-6 min, an RL
 step (3 queries, ~64 rows) about 9 s, an evaluation of 256 tasks about 30 s: an RL cell of 40
-steps with its evaluations about 7 min, so `grid=all` about 8-9 CPU-hours. `grid=snapshot` (results: benchmarks/results/ablation_toolworld/) (the 12 estimators
+steps with its evaluations about 7 min, so `grid=all` about 12-13 CPU-hours (the 23 cells
+before SPEC §4.4's estimators: 8-9). `grid=estimators` is every registered estimator (20);
+`grid=beyond` (14 cells) puts SPEC §4.4's estimators next to grpo, portool and hidifftir, with
+GiGPO on trees and with prefix anchors and CISPO's loss on grpo; `grid=beyond_smoke` runs
+those 8 estimators as `grid=smoke` runs its two. `grid=snapshot` (results: benchmarks/results/ablation_toolworld/) (the 12 estimators
 × 3 seeds from one shared warm start per answer protocol, `SNAPSHOT_STEPS` RL steps, one final
 evaluation) about 1.5 CPU-hours. `grid=smoke` (grpo and portool, 2 seeds, 2 steps each, 4 eval
 tasks) takes 2-3 minutes and checks the pipeline, not the methods (accuracies ~0).
@@ -39,8 +43,18 @@ from configs import base
 from tirjax.config import parse_preset_arg
 
 SNAPSHOT_STEPS = 10
-ESTIMATORS = ("grpo", "grpo_fm", "dr_grpo", "rloo", "dapo", "arpo", "toolrl", "ftrl",
-              "matchtir_km", "matchtir_ot", "hidifftir", "portool")
+# The seeds' estimators and their baselines (SPEC §4.1-4.3): the committed snapshot's cells.
+SEED_ESTIMATORS = ("grpo", "grpo_fm", "dr_grpo", "rloo", "dapo", "arpo", "toolrl", "ftrl",
+                   "matchtir_km", "matchtir_ot", "hidifftir", "portool")
+# SPEC §4.4: verl's estimators, GiGPO and Tree-GRPO.
+BEYOND_ESTIMATORS = ("reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo",
+                     "gpg", "grpo_passk", "gigpo", "tree_grpo")
+ESTIMATORS = SEED_ESTIMATORS + BEYOND_ESTIMATORS
+# The step- and tree-level comparators side by side with the seeds' methods, on their own
+# rollouts and on each other's (GiGPO on PORTool's trees, Tree-GRPO and PORTool on independent
+# rows), with CISPO's loss on GRPO (it acts from the second update of a batch on).
+BEYOND = (("grpo", "portool", "hidifftir") + BEYOND_ESTIMATORS +
+          ("gigpo/anchor=prefix", "gigpo/rollout.mode=tree", "grpo/loss.surrogate=cispo"))
 PORTOOL = ("grpo", "portool", "portool/tree_aggregation=max", "portool/tree_aggregation=mean",
            "portool/fork_scale=none", "portool/shared_step_trj=own", "portool/omega1=0",
            "portool/rollout.mode=independent")
@@ -48,12 +62,13 @@ HIDIFFTIR = ("grpo", "hidifftir", "hidifftir/success_rate=smoothed",
              "hidifftir/trajectory_difficulty=false", "hidifftir/turn_difficulty=false",
              "hidifftir/answer_turn=none", "matchtir_km", "matchtir_km/matching=greedy")
 # The committed snapshot: every estimator and the ablations the papers' claims rest on.
-SNAPSHOT_CELLS = ESTIMATORS + ("portool/omega1=0", "portool/fork_scale=none",
+SNAPSHOT_CELLS = SEED_ESTIMATORS + ("portool/omega1=0", "portool/fork_scale=none",
                                "portool/rollout.mode=independent",
                                "hidifftir/turn_difficulty=false",
                                "hidifftir/trajectory_difficulty=false")
-GRIDS = {"all": tuple(dict.fromkeys(ESTIMATORS + PORTOOL + HIDIFFTIR)), "estimators": ESTIMATORS,
-         "portool": PORTOOL, "hidifftir": HIDIFFTIR, "smoke": ("grpo", "portool"),
+GRIDS = {"all": tuple(dict.fromkeys(ESTIMATORS + PORTOOL + HIDIFFTIR + BEYOND)),
+         "estimators": ESTIMATORS, "portool": PORTOOL, "hidifftir": HIDIFFTIR, "beyond": BEYOND,
+         "smoke": ("grpo", "portool"), "beyond_smoke": BEYOND_ESTIMATORS,
          "snapshot": SNAPSHOT_CELLS}
 # The committed snapshot (benchmarks/results/ablation_toolworld/report.md): every estimator from one
 # shared SFT warm start per answer protocol, a short RL budget that fits a 2-core CPU in about
@@ -74,7 +89,7 @@ def get_config(arg=None):
                                    "warm_start": ("per_seed", "shared", "none"),
                                    **{k: base.PRESET_KEYS[k] for k in CELL_PRESETS}})
   grid = presets.get("grid", "all")
-  smoke = grid == "smoke"
+  smoke = grid in ("smoke", "beyond_smoke")
   seeds = presets.get("seeds", "2" if smoke else "3")
   if not seeds.isdigit() or int(seeds) < 1:
     raise ValueError(f"config argument seeds={seeds}: expected an integer >= 1")

@@ -4,9 +4,10 @@
 
 Batches (SPEC §4, issue "Foundation"; `--queries` scales both):
   * independent: 256 queries × 16 rows × 10 steps × 4 calls per step × 8 ground-truth calls
-    (`synthetic_calls.random_call_rollouts`), for every estimator but `portool`;
+    (`synthetic_calls.random_call_rollouts`), for every estimator but the tree ones;
   * tree: 256 queries, PORTool trees with n = 8, f = 2, T_max = 6 (`synthetic.tree_rollouts`),
-    for `portool` (and `grpo` on the same trees, for comparison).
+    for `TREE_ESTIMATORS` (`portool`, `tree_grpo`; and `grpo` on the same trees, for
+    comparison).
 Each jitted kernel is compiled first, then timed `--repeats` times; each reference
 (`tirjax/testing/reference`: plain Python loops over groups, trees and rows, scipy's
 `linear_sum_assignment` per row) `--ref_repeats` times. Reported: medians in milliseconds of
@@ -48,6 +49,7 @@ _SEED = flags.DEFINE_integer("seed", 0, "seed of the random batches")
 _ONLY = flags.DEFINE_list("only", [], "a subset of the kernel names")
 _QUERIES = flags.DEFINE_integer("queries", 256, "queries per batch (256: the papers' batch; "
                                 "2048: 8x, as on the GPU)", lower_bound=1)
+TREE_ESTIMATORS = ("portool", "tree_grpo")  # timed on rollout trees; the others on flat rows
 
 
 def timed(fn, repeats: int) -> tuple[float, float]:
@@ -106,7 +108,7 @@ def main(argv):
 
   cases = {}
   for name in advantages.names():
-    r, batch = (tree, tree_batch) if name == "portool" else (flat, flat_batch)
+    r, batch = (tree, tree_batch) if name in TREE_ESTIMATORS else (flat, flat_batch)
     cases[name] = (advantages.get(name), (r,), lambda name=name, batch=batch: REFERENCES[name](batch))
   cases["grpo_on_trees"] = (advantages.get("grpo"), (tree,), lambda: REFERENCES["grpo"](tree_batch))
   cases.update(matcher_cases(flat, flat_batch))

@@ -2,6 +2,7 @@
 
     python -m experiments.credit_bench --json=benchmarks/results/credit_bench.json --seeds=0-9
     python -m experiments.credit_bench --estimators=grpo,portool/omega1=0,rloo --seeds=0,1
+    python -m experiments.credit_bench --json=new.json --seeds=0-9 --reuse=old.json,more.json
     python -m experiments.report benchmarks/results/credit_bench.json --out=report/credit
 
 Runs each cell (`tirjax.credit.cells`: an estimator label such as "portool/omega1=0"; by
@@ -11,6 +12,15 @@ sampled policy's exact success reaches 90% of the optimum, final success and ret
 unlearning rates (SPEC §4.1) averaged over training batches. Writes the JSON (command,
 machine, options, every run with its curve) and a Markdown table next to it (`--markdown`),
 and prints the table. A run that raises is recorded as failed and shown as such.
+
+`--reuse=<earlier results>` keeps those files' finished runs whose cell (estimator, options,
+rollouts, loss), seed, task and training options are the same as this command's, instead of
+running them again; the first file that has a run wins. A run is deterministic given these and
+the code, so this joins the pieces of one table run by the same code (seeds 0-4 and 5-9, say); a
+file from older code is no substitute (the unlearning rate's definition changed in 270ba0d, for
+one). Kept runs carry `"reused": true` and the file they come from; the header says how many
+come from which file, run by what command on which machine. A record without a loss option
+added since (e.g. `surrogate`) counts as that option's default.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from tirjax.credit import cells, evaluate
 from tirjax.credit.chain_rollouts import ChainRolloutOptions
 from tirjax.credit.task import ChainTask
 from tirjax.credit.train import TrainOptions, run_cell
+from tirjax.loss import LossOptions
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -47,8 +58,33 @@ def parse_seeds(text: str) -> list[int]:
   return seeds
 
 
+def reusable_runs(result: dict, task: ChainTask, train: TrainOptions) -> dict:
+  """{(label, seed): run} of an earlier result's finished runs, if it ran this task with
+  these training options (else none)."""
+  if result.get("task") != _json(dataclasses.asdict(task)) or result.get("train") != _json(
+      dataclasses.asdict(train)):
+    return {}
+  return {(run["label"], run["seed"]): run for run in result["runs"]
+          if run["state"] == "finished"}
+
+
+def _json(value):
+  """`value` as it reads back from a result file (tuples become lists)."""
+  return json.loads(json.dumps(value))
+
+
+def _same_cell(old: dict, entry: dict) -> bool:
+  """An earlier run's cell is this one's: same estimator, options, rollouts and loss."""
+  loss = {**dataclasses.asdict(LossOptions()), **old["loss"]}  # options added since: default
+  entry = _json(entry)
+  return all(old[k] == entry[k] for k in ("estimator", "options", "rollouts")) and (
+      _json(loss) == entry["loss"])
+
+
 def run_all(labels: list[str], seeds: list[int], task: ChainTask, train: TrainOptions,
-            rollouts: ChainRolloutOptions, log=sys.stderr) -> list[dict]:
+            rollouts: ChainRolloutOptions, log=sys.stderr, reuse: dict | None = None
+            ) -> list[dict]:
+  """Every (label, seed) run, or kept from `reuse`: {(label, seed): (earlier run, its file)}."""
   runs = []
   for label in labels:
     cell = cells.parse_cell(label, rollouts, task.max_steps)
@@ -56,6 +92,10 @@ def run_all(labels: list[str], seeds: list[int], task: ChainTask, train: TrainOp
       entry = {"label": label, "estimator": cell.estimator, "options": dict(cell.options),
                "rollouts": dataclasses.asdict(cell.rollouts), "loss": dataclasses.asdict(cell.loss),
                "seed": seed}
+      old, source = (reuse or {}).get((label, seed), (None, None))
+      if old is not None and _same_cell(old, entry):
+        runs.append({**old, **entry, "reused": True, "reused_from": source})
+        continue
       try:
         out = run_cell(task, cell, seed, train)
         entry.update(state="finished", error=None, final=out["final"], curve=out["curve"],
@@ -79,6 +119,8 @@ _ESTIMATORS = flags.DEFINE_string("estimators", None, "cell labels, comma-separa
                                   "every registered estimator and PORTool's ablations)")
 _ITERATIONS = flags.DEFINE_integer("iterations", TrainOptions.iterations,
                                    "training batches per run", lower_bound=1)
+_REUSE = flags.DEFINE_list("reuse", [], "earlier result files whose finished runs of the same "
+                           "cells, seeds, task and training are kept, not rerun")
 _EARLY_ANSWER = flags.DEFINE_float("early_answer", ChainTask.early_answer,
                                    "R_out of an answer before the chain is done (0: "
                                    "unable_to_answer, a local optimum above a crash's -1; -1 "
@@ -98,14 +140,25 @@ def main(argv) -> None:
   except (ValueError, KeyError) as e:
     raise app.UsageError(str(e)) from e
 
+  earlier, reuse = {}, {}
+  for path in _REUSE.value:
+    with open(path) as f:
+      earlier[path] = json.load(f)
+    for key, run in reusable_runs(earlier[path], task, train).items():
+      reuse.setdefault(key, (run, path))
   start = time.perf_counter()
-  runs = run_all(labels, seeds, task, train, rollouts)
+  runs = run_all(labels, seeds, task, train, rollouts, reuse=reuse)
   result = {"bench": "credit_bench",
             "command": "python -m experiments.credit_bench " + " ".join(_given_flags()),
             "machine": benchmark.machine(), "task": dataclasses.asdict(task),
             "train": dataclasses.asdict(train), "rollouts": dataclasses.asdict(rollouts),
             "optimal": evaluate.optimal_value(task),
             "seconds": round(time.perf_counter() - start, 1), "runs": runs}
+  if earlier:
+    result["reused"] = [
+        {"from": path, "runs": sum(run.get("reused_from") == path for run in runs),
+         "command": old.get("command"), "machine": old.get("machine"),
+         "seconds": old.get("seconds")} for path, old in earlier.items()]
   markdown = header(result) + reporting.render_markdown(
       reporting.bench_study(result, _JSON.value or ""))
   if _JSON.value:
@@ -119,8 +172,9 @@ def main(argv) -> None:
 
 def _given_flags() -> list[str]:
   """This command's flags that were given, as `--name=value`."""
-  holders = (_JSON, _MARKDOWN, _SEEDS, _ESTIMATORS, _ITERATIONS, _EARLY_ANSWER)
-  return [f"--{h.name}={h.value}" for h in holders if h.present]
+  holders = (_JSON, _MARKDOWN, _SEEDS, _ESTIMATORS, _ITERATIONS, _EARLY_ANSWER, _REUSE)
+  return [f"--{h.name}={','.join(h.value) if isinstance(h.value, list) else h.value}"
+          for h in holders if h.present]
 
 
 NOTES_MARKER = benchmark.NOTES_MARKER
@@ -136,11 +190,22 @@ def dumps(result: dict) -> str:
 
 def header(result: dict) -> str:
   m = result["machine"]
+  reused = "".join(
+      f"\n- {r['runs']} of the {len(result['runs'])} runs from `{r['from']}`: `{r['command']}` "
+      f"({_machine(r['machine'])}, {r['seconds']} s)" for r in result.get("reused", []))
+  if reused:
+    reused = ("\n\nKept from earlier results (`--reuse`: same cell, seed, task and training; the "
+              "seconds above count the others):" + reused)
   return (f"# Credit bench\n\nCommand: `{result['command']}`\n\n"
-          f"Machine: {m['platform']}, {m['cpus']} CPUs, Python {m['python']}, jax {m['jax']} "
-          f"({m['backend']}); {result['seconds']} s in all.\n\n"
+          f"Machine: {_machine(m)}; {result['seconds']} s in all.{reused}\n\n"
           f"Task: {json.dumps(result['task'])}\n\nTraining: {json.dumps(result['train'])}\n\n"
           f"Rollouts: {json.dumps(result['rollouts'])}\n\n")
+
+
+def _machine(m: dict) -> str:
+  """A result's machine in words (files written before `cpu` was recorded lack it)."""
+  return (f"{m.get('cpu', m['platform'])}, {m['platform']}, {m['cpus']} CPUs, Python "
+          f"{m['python']}, jax {m['jax']} ({m['backend']})")
 
 
 if __name__ == "__main__":

@@ -120,6 +120,10 @@ def _global_rollouts(local: Rollouts, share: distributed.RowShare, mesh, rules) 
   node = np.asarray(local.node_id)
   local = local.replace(group_id=np.asarray(local.group_id) + share.start,
                         node_id=np.where(node >= 0, node + share.start * local.max_steps, node))
+  if local.state_id is not None:  # anchor states (GiGPO) are batch-global like node ids
+    state = np.asarray(local.state_id)
+    local = local.replace(state_id=np.where(state >= 0, state + share.start * local.max_steps,
+                                            state))
   return sharding.shard_batch(local, mesh, rules)  # the global arrays
 
 

@@ -26,8 +26,9 @@ AXES = {
     "call_sim": "BTKC", "gt_valid": "BC", "answer_score": "B", "tokens": "BL",
     "token_valid": "BL", "loss_mask": "BL", "token_step": "BL", "old_logprobs": "BL",
     "policy_version": "B", "ref_logprobs": "BL", "call_solves": "BTK", "num_expected": "B",
+    "greedy_outcome": "B", "state_id": "BT",
 }
-PAD_VALUE = {"node_id": -1, "token_step": -1}
+PAD_VALUE = {"node_id": -1, "token_step": -1, "state_id": -1}
 
 
 def as_batch(r: Rollouts) -> dict[str, np.ndarray]:
@@ -132,3 +133,58 @@ def pad(r: Rollouts, rng: np.random.Generator, extra_rows: int, extra_steps: int
     out[(rows,) + tuple(slice(0, n) for n in x.shape[1:])] = x
     fields[name] = jnp.asarray(out)
   return validate(r.replace(**fields)), rows
+
+
+# -- Checks every estimator test runs (tests/test_*_estimators.py) ---------------------------
+
+def option_fields(opts) -> dict:
+  """An options dataclass as the keyword arguments of its loop reference."""
+  return {f: getattr(opts, f) for f in opts.__dataclass_fields__}
+
+
+def check_reference(r: Rollouts, variants, keys=("steps", "rows", "tokens")) -> None:
+  """Each (name, options) of `variants` against `REFERENCES[name]` on `r`: every output the
+  reference gives among `keys`; tokens, rows and row rewards finite."""
+  from tirjax import advantages  # pylint: disable=import-outside-toplevel
+  from tirjax.testing.reference import REFERENCES  # pylint: disable=import-outside-toplevel
+  batch = as_batch(r)
+  for name, opts in variants:
+    out = advantages.get(name)(r, opts)
+    ref = REFERENCES[name](batch, **option_fields(opts))
+    for key in keys:
+      if key in ref:
+        np.testing.assert_allclose(getattr(out, key), ref[key], atol=2e-5, rtol=1e-5,
+                                   err_msg=f"{name} {key} {opts}")
+    for x in (out.tokens, out.rows, out.row_reward):
+      assert np.all(np.isfinite(np.asarray(x))), name
+
+
+def check_row_permutation(r: Rollouts, seed: int, names, field: str = "steps") -> None:
+  """Reordering the rows reorders each estimator's `field` (and its row mask) alike."""
+  from tirjax import advantages  # pylint: disable=import-outside-toplevel
+  perm = np.random.default_rng(seed).permutation(r.num_rows)
+  moved = permute_rows(r, perm)
+  for name in names:
+    est = advantages.get(name)
+    a, b = est(r), est(moved)
+    np.testing.assert_allclose(getattr(b, field), np.asarray(getattr(a, field))[perm],
+                               atol=1e-5, err_msg=name)
+    np.testing.assert_array_equal(b.row_mask, np.asarray(a.row_mask)[perm], err_msg=name)
+
+
+def check_padding(r: Rollouts, seed: int, names, field: str = "steps") -> None:
+  """Padding rows, steps, calls, ground-truth slots and tokens change no estimator's `field`
+  on the original rows, and the padding rows get nothing."""
+  from tirjax import advantages  # pylint: disable=import-outside-toplevel
+  big, rows = pad(r, np.random.default_rng(seed), extra_rows=5, extra_steps=2, extra_calls=1,
+                  extra_gt=1, extra_tokens=3)
+  rest = np.ones(big.num_rows, bool)
+  rest[rows] = False
+  for name in names:
+    est = advantages.get(name)
+    a, b = np.asarray(getattr(est(r), field)), est(big)
+    got = np.asarray(getattr(b, field))[rows]
+    np.testing.assert_allclose(got[(slice(None),) + tuple(slice(0, n) for n in a.shape[1:])], a,
+                               atol=1e-5, err_msg=name)
+    np.testing.assert_allclose(np.asarray(b.rows)[rows], est(r).rows, atol=1e-5, err_msg=name)
+    assert not np.any(np.asarray(b.tokens)[rest]) and not np.any(np.asarray(b.row_mask)[rest])

@@ -155,3 +155,36 @@ def test_rewriting_the_markdown_keeps_the_hand_written_notes(tmp_path):
   text = open(path).read()
   assert text.startswith("# tables v2\n") and "tables v1" not in text
   assert text.endswith(notes) and text.count(credit_bench.NOTES_MARKER) == 1
+
+
+def test_reuse_keeps_runs_of_the_same_cell_and_reruns_the_rest(tmp_path, monkeypatch):
+  """--reuse: runs of an earlier file with the same cell, seed, task and training are kept
+  (marked), a changed cell or a new seed runs, and a record without a loss option added since
+  counts as its default."""
+  first = tmp_path / "first.json"
+  with flagsaver.as_parsed(json=str(first), seeds="0", iterations="2", estimators="grpo,rloo"):
+    credit_bench.main(["credit_bench"])
+  old = json.loads(first.read_text())
+  for run in old["runs"]:
+    del run["loss"]["surrogate"]  # as written before the option existed
+  first.write_text(json.dumps(old))
+  ran = []
+  real = credit_bench.run_cell
+  monkeypatch.setattr(credit_bench, "run_cell",
+                      lambda task, cell, seed, opts: ran.append((cell.label, seed)) or
+                      real(task, cell, seed, opts))
+  second = tmp_path / "second.json"
+  with flagsaver.as_parsed(json=str(second), seeds="0-1", iterations="2", reuse=str(first),
+                           estimators="grpo,rloo/singleton=raw"):
+    credit_bench.main(["credit_bench"])
+  data = json.loads(second.read_text())
+  assert ran == [("grpo", 1), ("rloo/singleton=raw", 0), ("rloo/singleton=raw", 1)]
+  kept = [r for r in data["runs"] if r.get("reused")]
+  assert [(r["label"], r["seed"]) for r in kept] == [("grpo", 0)]
+  assert kept[0]["final"] == old["runs"][0]["final"] and kept[0]["reused_from"] == str(first)
+  assert [(r["from"], r["runs"]) for r in data["reused"]] == [(str(first), 1)]
+  assert f"- 1 of the 4 runs from `{first}`: `python -m" in (tmp_path / "second.md").read_text()
+  with flagsaver.as_parsed(json=str(tmp_path / "third.json"), seeds="0", iterations="3",
+                           reuse=str(first), estimators="grpo"):
+    credit_bench.main(["credit_bench"])  # other training options: nothing is kept
+  assert ran[-1] == ("grpo", 0)

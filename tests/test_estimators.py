@@ -13,7 +13,9 @@ ANSWER = {"name": "response_gen", "arguments": {"answer": "3"}}
 # One padded shape for every case: each estimator compiles once in this file.
 SHAPE = dict(num_rows=8, max_steps=3, max_calls=2, max_gt_calls=2, max_tokens=12, max_params=2)
 # Estimators whose advantage is a group z-score (or deviation) of a per-row reward.
-GROUP_NORMALISED = ("grpo", "grpo_fm", "dr_grpo", "rloo", "dapo", "portool")
+GROUP_NORMALISED = ("grpo", "grpo_fm", "dr_grpo", "rloo", "dapo", "portool",
+                    "reinforce_plus_plus_baseline", "opo", "gpg", "grpo_passk", "gigpo",
+                    "tree_grpo")
 
 
 def step(*calls, node=None, fm=0.25):
@@ -52,7 +54,7 @@ CASES = {
 @pytest.fixture(scope="module", params=sorted(CASES))
 def case(request):
   return request.param, build_rollouts(CASES[request.param], with_ftrl=True, with_ref=True,
-                                       **SHAPE)
+                                       with_greedy=True, **SHAPE)
 
 
 @pytest.mark.parametrize("name", advantages.names())
@@ -78,6 +80,6 @@ def test_finite_and_consistent(name, case):
                                    "all_padding"])
 def test_zero_where_nothing_differs(name, label):
   """All-equal groups and singleton groups get advantage exactly 0 (SPEC §3)."""
-  r = build_rollouts(CASES[label], with_ftrl=True, with_ref=True, **SHAPE)
+  r = build_rollouts(CASES[label], with_ftrl=True, with_ref=True, with_greedy=True, **SHAPE)
   out = advantages.get(name)(r)
   assert not np.any(np.asarray(out.steps)) and not np.any(np.asarray(out.rows)), label

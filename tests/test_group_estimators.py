@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from tests.batches import as_batch, pad, permute_rows, tree_batches
-from tirjax.testing.reference import REFERENCES
+from tests.batches import check_padding, check_reference, check_row_permutation, tree_batches
 from tirjax import advantages, segments
 from tirjax.advantages.group import DAPOOptions, DrGRPOOptions, GroupOptions, RLOOOptions
 
@@ -27,45 +26,19 @@ VARIANTS = (
 NAMES = sorted({name for name, _ in VARIANTS})
 
 
-def _reference_options(opts) -> dict:
-  return {f: getattr(opts, f) for f in opts.__dataclass_fields__}
-
-
 @given(tree_batches())
 def test_matches_reference(r):
-  batch = as_batch(r)
-  for name, opts in VARIANTS:
-    out = advantages.get(name)(r, opts)
-    ref = REFERENCES[name](batch, **_reference_options(opts))
-    np.testing.assert_allclose(out.steps, ref["steps"], atol=2e-5, rtol=1e-5, err_msg=name)
-    np.testing.assert_allclose(out.rows, ref["rows"], atol=2e-5, rtol=1e-5, err_msg=name)
-    assert np.all(np.isfinite(out.tokens)) and np.all(np.isfinite(out.row_reward)), name
+  check_reference(r, VARIANTS)
 
 
 @given(tree_batches(), st.integers(0, 2**32 - 1))
 def test_row_permutation_permutes_output(r, seed):
-  perm = np.random.default_rng(seed).permutation(r.num_rows)
-  moved = permute_rows(r, perm)
-  for name in NAMES:
-    est = advantages.get(name)
-    a, b = est(r), est(moved)
-    np.testing.assert_allclose(b.steps, np.asarray(a.steps)[perm], atol=1e-5, err_msg=name)
-    np.testing.assert_array_equal(b.row_mask, np.asarray(a.row_mask)[perm], err_msg=name)
+  check_row_permutation(r, seed, NAMES)
 
 
 @given(tree_batches(), st.integers(0, 2**32 - 1))
 def test_padding_changes_nothing(r, seed):
-  big, rows = pad(r, np.random.default_rng(seed), extra_rows=5, extra_steps=2, extra_calls=1,
-                  extra_gt=1, extra_tokens=3)
-  rest = np.ones(big.num_rows, bool)
-  rest[rows] = False
-  for name in NAMES:
-    est = advantages.get(name)
-    a, b = est(r), est(big)
-    np.testing.assert_allclose(np.asarray(b.steps)[rows, :r.max_steps], a.steps, atol=1e-5,
-                               err_msg=name)
-    np.testing.assert_allclose(np.asarray(b.rows)[rows], a.rows, atol=1e-5, err_msg=name)
-    assert not np.any(np.asarray(b.tokens)[rest]) and not np.any(np.asarray(b.row_mask)[rest])
+  check_padding(r, seed, NAMES)
 
 
 # Rows of these kinds all have steps (a row without steps keeps mean R_fm = 0 under a shift).

@@ -244,3 +244,66 @@ def test_options_round_trip_through_a_config_section():
   section.tree.branch_factor = 0
   with pytest.raises(ValueError, match="tree: branch_factor: must be >= 1"):
     dataclass_from_config(RolloutOptions, section)
+
+
+def test_greedy_baseline_is_one_judged_greedy_episode_per_query_outside_the_batch(
+    tokenizer, tasks, demos):
+  """ReMax (SPEC §4.4): every row of a query carries the R_out of one greedy episode of that
+  query; that episode is no row of the batch, and the batch's own rows are unchanged."""
+  chunk = tasks[:6]
+  wrong = {t.task_id for t in chunk[::2]}  # the policy's demos answer these wrongly
+
+  class Greedy(ScriptedSampler):
+    """At temperature 0 a deterministic policy: the demo steps, never a corruption or guess."""
+
+    def generate(self, prompts, params):
+      if params.temperature > 0:
+        return super().generate(prompts, params)
+      saved, (self.p_corrupt, self.p_early) = (self.p_corrupt, self.p_early), (0.0, 0.0)
+      try:
+        return super().generate(prompts, params)
+      finally:
+        self.p_corrupt, self.p_early = saved
+
+  def make():
+    return Greedy(tokenizer, chunk, demos[:6], p_corrupt=0.2, p_early=0.3,
+                  answer=lambda t: "nope" if t.task_id in wrong else t.answer)
+
+  sampler = make()
+  opts = options(mode="tree", n=4, seed=2, greedy_baseline=True)
+  batch = rollout(sampler, tokenizer, chunk, opts)
+  plain = rollout(make(), tokenizer, chunk, dataclasses.replace(opts, greedy_baseline=False))
+  r = batch.rollouts
+  assert plain.rollouts.greedy_outcome is None
+  assert np.array_equal(r.tokens, plain.rollouts.tokens) and len(batch.episodes) == 6 * 4
+  greedy_calls = [(p, params) for p, params, _ in sampler.calls if params.temperature == 0]
+  assert greedy_calls and all(params.n == 1 for _, params in greedy_calls)
+  assert len(greedy_calls[0][0]) == len(chunk)  # first steps: one prompt per query
+  alone = rollout(make(), tokenizer, chunk, dataclasses.replace(
+      opts, mode="independent", n=1, temperature=0.0, greedy_baseline=False))
+  want = {e.group: e.outcome for e in alone.episodes}
+  assert all(want[q] == -1.0 for q, t in enumerate(chunk) if t.task_id in wrong)
+  gid, valid, got = (np.asarray(x) for x in (r.group_id, r.row_valid, r.greedy_outcome))
+  assert all(got[b] == want[gid[b]] for b in np.flatnonzero(valid))
+  assert len(set(want.values())) > 1
+
+
+def test_anchor_states_follow_tool_calls_and_responses_not_text(tokenizer, tasks, demos):
+  """state_id (GiGPO): two steps of a query share a state iff the rows' earlier steps made the
+  same parsed calls and got the same tool responses, whatever the policy wrote around them."""
+  sampler = ScriptedSampler(tokenizer, tasks[:8], demos[:8], p_corrupt=0.3, p_early=0.2)
+  batch = rollout(sampler, tokenizer, tasks[:8], options(mode="independent", n=4, seed=1))
+  sid = np.asarray(batch.rollouts.state_id)
+  history = {}
+  for rec in batch.episodes:
+    seen = ()
+    for t, result in enumerate(rec.results):
+      history[(rec.row, t)] = (rec.group, seen)
+      seen += ((json.dumps(result.calls, sort_keys=True), result.response_content,
+                result.user_message),)
+  keys = list(history)
+  same_state = [[sid[a] == sid[b] for b in keys] for a in keys]
+  same_history = [[history[a] == history[b] for b in keys] for a in keys]
+  assert same_state == same_history
+  nodes = np.asarray(batch.rollouts.node_id)
+  assert any(sid[a] == sid[b] and nodes[a] != nodes[b] for a in keys for b in keys)

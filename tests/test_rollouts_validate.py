@@ -28,7 +28,7 @@ def base() -> Rollouts:
           RowRecord(outcome=-1, steps=[]),
       ]),
   ], num_rows=6, max_steps=3, max_calls=2, max_gt_calls=3, max_tokens=10, with_ftrl=True,
-     with_ref=True)
+     with_ref=True, with_greedy=True)
 
 
 def arrays(r: Rollouts) -> dict:
@@ -89,6 +89,15 @@ CASES = [
     ("loss_mask", _set("loss_mask", (0, 9), True)),
     ("token_step", _set("token_step", (0, 0), 0)),  # on the prompt token
     ("token_step", _set("token_step", (0, 1), 2)),  # beyond num_steps
+    ("greedy_outcome", _set("greedy_outcome", 0, 0.5)),
+    ("greedy_outcome", _set("greedy_outcome", 0, 1.0)),  # rows 0 and 1 (one query) disagree
+    ("state_id", _set("state_id", (0, 2), 3)),  # on a padding step
+    ("state_id", _set("state_id", (0, 1), 18)),  # B*T = 18
+    ("state_id", lambda a: _set("state_id", (2, 0), a["state_id"][0, 0])(a)),  # another query's
+    ("state_id", lambda a: _set("state_id", (0, 1), a["state_id"][0, 0])(a)),  # at two depths
+    ("state_id", _set("state_id", (1, 0), 17)),  # shared node "s", two states
+    # ... with fresh ids for row 1's later steps too: only the one-state-per-node rule fires
+    ("state_id", lambda a: [_set("state_id", (1, t), 17 - t)(a) for t in (0, 1)] and None),
     ("calls.pred_name", lambda a: None),  # replaced below
     ("call_solves", lambda a: {**a, "num_expected": None}),
 ]
@@ -110,6 +119,19 @@ def test_base_batch_is_valid_and_as_built():
   r = validate(base())
   assert (r.num_rows, r.max_steps, r.max_calls, r.max_gt_calls, r.max_tokens) == (6, 3, 2, 3, 10)
   np.testing.assert_array_equal(r.row_valid, [1, 1, 1, 1, 0, 0])
+
+
+def test_state_ids_key_steps_by_their_group_and_history():
+  """Equal histories of step keys share a state, whatever the rows; another group, another
+  depth or another earlier key gives another state; padding steps get -1."""
+  group = np.array([0, 0, 0, 1, 0])
+  key = np.array([[5, 7, 1], [5, 7, 2], [6, 7, 1], [5, 7, 1], [9, 9, 9]])
+  valid = np.array([[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 0], [0, 0, 0]], bool)
+  ids = rollouts.state_ids(group, key, valid)
+  assert ids[0, 0] == ids[1, 0] == ids[2, 0] != ids[3, 0]  # the query's initial state
+  assert ids[0, 1] == ids[1, 1] != ids[2, 1]  # after key 5, not after key 6
+  assert ids[0, 2] != ids[2, 2] and ids[3, 1] not in ids[:3].ravel()
+  assert np.all(ids[~valid] == -1) and sorted(set(ids[valid].tolist())) == list(range(7))
 
 
 def test_step_to_tokens():
@@ -155,4 +177,19 @@ def test_take_groups_copies_kept_groups_renumbers_ids_and_moves_records():
   node = got["node_id"]
   assert sorted(set(node[node >= 0].tolist())) == list(range(len(set(node[node >= 0].tolist()))))
   assert node[2, 0] == node[3, 0]  # the shared node stays shared
+  state = got["state_id"]
+  assert state[2, 0] == state[3, 0] and state[2, 1] == state[3, 1]  # one history, one state
+  assert len({state[0, 0], state[2, 0]}) == 2  # two queries' first states
   assert [(x.row, x.group) for x in records] == [(0, 0), (1, 0), (2, 1), (3, 1)]
+
+
+def test_take_groups_renumbers_colliding_ids_of_different_batches():
+  """Group 0 of two batches with the same node and state ids: after the merge the two groups
+  share none (ids stay batch-global, so the merged batch validates)."""
+  from tirjax.experiment.refill import take_groups
+  r = base()
+  out, _ = take_groups([(r, []), (r, [])], [(0, 0), (1, 0)], num_rows=6)
+  got = rollouts.to_numpy(out)
+  for name in ("node_id", "state_id"):
+    first, second = got[name][:2], got[name][2:4]
+    assert not set(first[first >= 0].tolist()) & set(second[second >= 0].tolist()), name

@@ -255,3 +255,12 @@ def test_tempered_policy_sets_the_step_temperature():
   c.rollout.temperature = 0.0
   with pytest.raises(resolve.ConfigError, match=r"train\.tempered_policy: needs a sampling"):
     resolve.resolve(c)
+
+
+def test_an_estimator_that_needs_a_rollout_field_requires_its_rollout_option():
+  """remax reads Rollouts.greedy_outcome: without the greedy rollout it is refused up front."""
+  c = load("remax")
+  assert resolve.resolve(c).rollout.greedy_baseline
+  c.rollout.greedy_baseline = False
+  with pytest.raises(resolve.ConfigError, match=r"rollout\.greedy_baseline: advantage remax"):
+    resolve.resolve(c)

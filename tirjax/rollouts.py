@@ -19,8 +19,17 @@ Conventions that the SPEC leaves to the implementation, fixed here:
 * `token_valid` marks real tokens (prompt, generated and tool-response tokens); each row is
   right-padded, so its real tokens are a prefix.
 * Optional inputs of single estimators: `calls` (the call encodings from which `call_sim`
-  is computed, needed by `toolrl`) and `call_solves` / `num_expected` (FTRL's verified
-  outputs, needed by `ftrl`). `ref_logprobs` is optional (needed when the KL weight > 0).
+  is computed, needed by `toolrl`), `call_solves` / `num_expected` (FTRL's verified
+  outputs, needed by `ftrl`), `greedy_outcome` (R_out of one greedy rollout of the row's
+  query, ReMax's baseline, needed by `remax`; the greedy rows themselves are never in the
+  batch, so never in the loss) and `state_id` (anchor states, needed by `gigpo`).
+  `ref_logprobs` is optional (needed when the KL weight > 0).
+* `state_id[b, t]` names what step t of row b saw before it acted: the query and the tool
+  calls and tool responses (or user turns) of the row's earlier steps, the policy's own text
+  ignored (GiGPO's anchor state, SPEC §4.4). Steps of one group with the same history share
+  an id, whatever their tree nodes; ids are batch-global like `node_id` (`0 <= state_id <
+  B*T`, -1 on padding), and rows that share a node share its state. `state_ids` computes
+  them from one key per step of what its calls and responses were.
 """
 
 from __future__ import annotations
@@ -76,6 +85,8 @@ class Rollouts:
   calls: Optional[CallEncoding] = None
   call_solves: Optional[jax.Array] = None  # [B, T, K] bool (FTRL)
   num_expected: Optional[jax.Array] = None  # [B] int32 (FTRL)
+  greedy_outcome: Optional[jax.Array] = None  # [B] f32 in {+1, 0, -1} (ReMax's baseline)
+  state_id: Optional[jax.Array] = None  # [B, T] int32 anchor state of each step (GiGPO)
 
   # Static sizes, read from shapes (never pytree leaves).
   @property
@@ -139,10 +150,12 @@ _SPEC = {
     "ref_logprobs": ("BL", "f", 0.0),
     "call_solves": ("BTK", "b", False),
     "num_expected": ("B", "i", 0),
+    "greedy_outcome": ("B", "f", 0.0),
+    "state_id": ("BT", "i", -1),
 }
 _DTYPES = {"i": np.int32, "b": np.bool_, "f": np.float32}
 CALL_PAD = -1  # every `CallEncoding` field's padding value
-OPTIONAL = ("ref_logprobs", "call_solves", "num_expected")
+OPTIONAL = ("ref_logprobs", "call_solves", "num_expected", "greedy_outcome", "state_id")
 
 
 def fill_value(name: str):
@@ -268,8 +281,12 @@ def validate(r: Rollouts) -> Rollouts:
   _check(not np.any(a["gt_valid"] & ~rv[:, None]), "gt_valid", "ground-truth calls on a padding row")
   _check(np.all((a["answer_score"] >= 0) & (a["answer_score"] <= 1)), "answer_score",
          "must lie in [0, 1]")
-  _check_groups(a, B)
+  _check_per_group(a, "gt_valid", "their ground-truth calls")
   _check_tree(a, B, T)
+  if a["greedy_outcome"] is not None:
+    _check_greedy(a)
+  if a["state_id"] is not None:
+    _check_states(a, B, T)
   _check_tokens(a)
   if r.calls is not None:
     _check_calls(r.calls, B, T, K, C)
@@ -286,38 +303,83 @@ def _check(ok, field: str, problem: str) -> None:
     raise RolloutsError(f"{field}: {problem}")
 
 
-def _check_groups(a, B: int) -> None:
-  """Rows of one group answer one query: they share the ground-truth call list."""
-  gid, rv, gt = a["group_id"], a["row_valid"], a["gt_valid"]
+def _check_per_group(a, name: str, what: str) -> None:
+  """Rows of one group answer one query: they agree on `name` (its ground-truth calls, its
+  greedy rollout's outcome)."""
+  gid, rv, values = a["group_id"], a["row_valid"], a[name]
   for g in np.unique(gid[rv]):
     rows = np.flatnonzero(rv & (gid == g))
-    if not np.all(gt[rows] == gt[rows[0]]):
-      raise RolloutsError(f"gt_valid: rows {rows.tolist()} of group {g} disagree on their "
-                          "ground-truth calls")
+    if not np.all(values[rows] == values[rows[0]]):
+      raise RolloutsError(f"{name}: rows {rows.tolist()} of group {g} disagree on {what}")
+
+
+def _check_prefix_ids(a, name: str, B: int, T: int, why: str) -> None:
+  """`name`, step ids like `node_id`: in range, -1 on padding, and one (group, depth, id of
+  the previous step) per id: an id names one prefix of one query. `why` ends the message."""
+  ids, sv, gid = a[name], a["step_valid"], a["group_id"]
+  _check(np.all(ids[~sv] == -1), name, "must be -1 on padding steps")
+  _check(np.all((ids[sv] >= 0) & (ids[sv] < B * T)), name,
+         f"valid steps must have ids in [0, B*T={B * T})")
+  prev = np.full_like(ids, -1)
+  prev[:, 1:] = ids[:, :-1]
+  seen: dict[int, tuple[int, int, int]] = {}
+  for b, t in zip(*np.nonzero(sv)):
+    key = (int(gid[b]), int(t), int(prev[b, t]))
+    if seen.setdefault(int(ids[b, t]), key) != key:
+      raise RolloutsError(
+          f"{name}: id {ids[b, t]} appears with (group, depth, previous id) "
+          f"{seen[int(ids[b, t])]} and {key} (row {b}, step {t}); {why}")
+
+
+def _check_one_per_node(a, name: str, why: str) -> None:
+  """The rows that share a node share its step: one value of `name` [B, T] per node."""
+  nid, values = a["node_id"], a[name]
+  seen: dict[int, float] = {}
+  for b, t in zip(*np.nonzero(a["step_valid"])):
+    if seen.setdefault(int(nid[b, t]), values[b, t].item()) != values[b, t].item():
+      raise RolloutsError(f"{name}: node {nid[b, t]} has {seen[int(nid[b, t])]} on one row and "
+                          f"{values[b, t]} on row {b} (step {t}); {why}")
 
 
 def _check_tree(a, B: int, T: int) -> None:
-  """node_id: in range, -1 on padding, one (group, depth, parent, node) per id; the rows that
-  share a node share its step, hence its format_reward."""
-  nid, sv, gid, fm = a["node_id"], a["step_valid"], a["group_id"], a["format_reward"]
-  _check(np.all(nid[~sv] == -1), "node_id", "must be -1 on padding steps")
-  _check(np.all((nid[sv] >= 0) & (nid[sv] < B * T)), "node_id",
-         f"valid steps must have ids in [0, B*T={B * T})")
-  parent = np.full_like(nid, -1)
-  parent[:, 1:] = nid[:, :-1]
-  seen: dict[int, tuple[int, int, int]] = {}
-  step_fm: dict[int, float] = {}
-  for b, t in zip(*np.nonzero(sv)):
-    key = (int(gid[b]), int(t), int(parent[b, t]))
-    prev = seen.setdefault(int(nid[b, t]), key)
-    if prev != key:
-      raise RolloutsError(
-          f"node_id: node {nid[b, t]} appears with (group, depth, parent) {prev} and {key} "
-          f"(row {b}, step {t}); a shared node must share its group, depth and prefix")
-    if step_fm.setdefault(int(nid[b, t]), float(fm[b, t])) != float(fm[b, t]):
-      raise RolloutsError(
-          f"format_reward: node {nid[b, t]} has {step_fm[int(nid[b, t])]} on one row and "
-          f"{fm[b, t]} on row {b} (step {t}); rows that share a node share its step")
+  """node_id: one (group, depth, parent) per node; the rows that share a node share its step,
+  hence its format_reward."""
+  _check_prefix_ids(a, "node_id", B, T, "a shared node must share its group, depth and prefix")
+  _check_one_per_node(a, "format_reward", "rows that share a node share its step")
+
+
+def _check_greedy(a) -> None:
+  """greedy_outcome: an R_out on valid rows, one per query (its greedy rollout's)."""
+  _check(np.all(np.isin(a["greedy_outcome"][a["row_valid"]], (-1.0, 0.0, 1.0))),
+         "greedy_outcome", "valid rows must have greedy_outcome in {-1, 0, +1}")
+  _check_per_group(a, "greedy_outcome", "it (one greedy rollout per query)")
+
+
+def _check_states(a, B: int, T: int) -> None:
+  """state_id: one (group, depth, previous state) per id (a history extends the history
+  before it), and one state per tree node (a shared node is one step)."""
+  _check_prefix_ids(a, "state_id", B, T, "a state is one history")
+  _check_one_per_node(a, "state_id", "rows that share a node share its state")
+
+
+def state_ids(group_id, step_key, step_valid) -> np.ndarray:
+  """`state_id` [B, T] int32 from one integer key per step of what the step's tool calls and
+  responses were (equal keys: the same calls and responses; the policy's text left out).
+
+  The state of step t is its group and the keys of steps 0..t-1 of its row (a prefix code per
+  depth, so no loop over rows); ids are dense from 0 over valid steps, -1 on padding.
+  """
+  group_id, step_key = np.asarray(group_id, np.int64), np.asarray(step_key, np.int64)
+  step_valid = np.asarray(step_valid, bool)
+  B, T = step_valid.shape
+  prefix, code = group_id.copy(), np.zeros((B, T), np.int64)
+  for t in range(T):
+    code[:, t] = t * B + prefix  # prefix codes are dense ids < B at each depth
+    prefix = np.unique(np.stack([prefix, step_key[:, t]], 1), axis=0, return_inverse=True)[1]
+    prefix = prefix.reshape(-1)
+  out = np.full((B, T), -1, np.int32)
+  out[step_valid] = np.unique(code[step_valid], return_inverse=True)[1].reshape(-1)
+  return out
 
 
 def _check_tokens(a) -> None:

@@ -92,16 +92,44 @@ def zscore(x, ids, mask, num_segments: int, opts: ZScore = ZScore()) -> jax.Arra
   """
   x = jnp.asarray(x, jnp.float32)
   count = segment_count(ids, mask, num_segments)
-  mean = segment_sum(x, ids, mask, num_segments) / jnp.maximum(count, 1.0)
-  dev = x - gather(mean, ids)
+  dev = x - gather(segment_mean(x, ids, mask, num_segments), ids)
   if opts.scale == "std":
-    var = segment_sum(dev * dev, ids, mask, num_segments) / jnp.maximum(count - opts.ddof, 1.0)
-    z = dev / (gather(jnp.sqrt(var), ids) + opts.eps)
+    z = dev / (gather(segment_std(x, ids, mask, num_segments, opts.ddof), ids) + opts.eps)
   else:
     z = dev
+  return degenerate_groups(z, x, ids, mask, num_segments, opts, count)
+
+
+def segment_std(x, ids, mask, num_segments: int, ddof: int = 1) -> jax.Array:
+  """Standard deviation over each segment with `ddof` (count − ddof floored at 1)."""
+  count = segment_count(ids, mask, num_segments)
+  dev = x - gather(segment_mean(x, ids, mask, num_segments), ids)
+  var = segment_sum(dev * dev, ids, mask, num_segments) / jnp.maximum(count - ddof, 1.0)
+  return jnp.sqrt(var)
+
+
+def degenerate_groups(z, x, ids, mask, num_segments: int, opts: ZScore = ZScore(),
+                      count=None) -> jax.Array:
+  """SPEC §3's degenerate groups on a group-relative statistic `z` of the values `x`.
+
+  A group whose values are all equal (spread max − min at most `eps · max(1, |x|)`) gets
+  exactly 0; a group with one member gets 0, or its raw value `x` with `singleton="raw"`;
+  masked entries get 0. Every baseline estimator (z-score, mean or weighted-mean deviation)
+  ends with this, so that the conventions are the same whatever the baseline.
+  """
+  chex.assert_equal_shape([z, x, ids, mask])
+  x = jnp.asarray(x, jnp.float32)
+  count = segment_count(ids, mask, num_segments) if count is None else count
   hi, lo = segment_max(x, ids, mask, num_segments), segment_min(x, ids, mask, num_segments)
   equal = hi - lo <= opts.eps * jnp.maximum(1.0, jnp.maximum(jnp.abs(hi), jnp.abs(lo)))
   n = gather(count, ids)
   z = jnp.where(gather(equal, ids), 0.0, z)
   z = jnp.where(n == 1, x if opts.singleton == "raw" else 0.0, z)
   return jnp.where(mask, z, 0.0)
+
+
+def whiten(x, mask, opts: ZScore = ZScore()) -> jax.Array:
+  """z-score of `x` over all of its entries where `mask` holds, as one group (a batch-level
+  whitening, e.g. over every loss token of a batch); 0 where `mask` is False."""
+  chex.assert_equal_shape([x, mask])
+  return zscore(x, jnp.zeros(jnp.shape(x), jnp.int32), mask, 1, opts)

@@ -12,5 +12,8 @@ from tirjax.advantages import hidifftir  # noqa: F401  (hidifftir)
 from tirjax.advantages import matchtir  # noqa: F401  (matchtir_km, matchtir_ot)
 from tirjax.advantages import toolrl  # noqa: F401  (toolrl)
 from tirjax.advantages import ftrl  # noqa: F401  (ftrl)
+# reinforce_plus_plus, reinforce_plus_plus_baseline, remax, opo, gpg, grpo_passk
+from tirjax.advantages import verl_baselines  # noqa: F401
+from tirjax.advantages import gigpo, tree_grpo  # noqa: F401  (gigpo, tree_grpo)
 
 __all__ = ["Advantages", "Estimator", "get", "names", "register"]

@@ -41,6 +41,24 @@ def broadcast_steps(r: Rollouts, steps, row_adv, row_reward, row_mask=None, **ex
                     extras=extras)
 
 
+def broadcast_tokens(r: Rollouts, tokens, row_reward, row_mask=None, **extras) -> Advantages:
+  """Token advantages [B, L] of a token-level estimator (REINFORCE++'s discounted returns):
+  each step gets the mean of its tokens' advantages and each row the mean of its own (the
+  step and row values that logging and the unlearning diagnostic read); 0 on padding."""
+  chex.assert_equal_shape([tokens, r.loss_mask])
+  chex.assert_shape(row_reward, r.row_valid.shape)
+  row_mask = r.row_valid if row_mask is None else row_mask & r.row_valid
+  live = r.loss_mask & row_mask[:, None]
+  tokens = jnp.where(live, tokens, 0.0).astype(jnp.float32)
+  B, T = r.num_rows, r.max_steps
+  ids = jnp.arange(B)[:, None] * T + jnp.clip(r.token_step, 0, T - 1)
+  steps = segments.segment_mean(tokens, ids, live, B * T).reshape(B, T)
+  rows = jnp.sum(tokens, axis=1) / jnp.maximum(jnp.sum(live, axis=1), 1)
+  return Advantages(tokens=tokens, steps=jnp.where(r.step_valid, steps, 0.0), rows=rows,
+                    row_reward=jnp.asarray(row_reward, jnp.float32), row_mask=row_mask,
+                    extras=extras)
+
+
 def group_zscore(r: Rollouts, x, opts: segments.ZScore):
   """z-score of the row values x [B] within each query's group (SPEC §3)."""
   chex.assert_shape(x, r.row_valid.shape)

@@ -2,6 +2,8 @@
 
 An estimator is a pure, jit-able function `(Rollouts, options) -> Advantages`, with its
 options a frozen dataclass whose defaults are the SPEC's. Options are static under `jit`.
+`needs` names the optional `Rollouts` fields it always reads (e.g. remax's `greedy_outcome`),
+so that a trainer can check before any compute that its rollout stage records them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class Estimator:
   name: str
   fn: Callable[[Rollouts, Any], Advantages]
   options: type
+  needs: tuple[str, ...] = ()
 
   def make_options(self, overrides: Mapping[str, Any] | None = None):
     """Options from a mapping (e.g. a config section); unknown keys fail by name."""
@@ -43,14 +46,15 @@ def _jitted(fn):
 _REGISTRY: dict[str, Estimator] = {}
 
 
-def register(name: str, options: type):
-  """Decorator: `@register("grpo", GRPOOptions)` on `fn(rollouts, options) -> Advantages`."""
+def register(name: str, options: type, needs: tuple[str, ...] = ()):
+  """Decorator: `@register("grpo", GRPOOptions)` on `fn(rollouts, options) -> Advantages`;
+  `needs`: the optional `Rollouts` fields that `fn` always reads."""
   def wrap(fn):
     if name in _REGISTRY:
       raise ValueError(f"advantage estimator '{name}' is registered twice")
     if not (dataclasses.is_dataclass(options) and options.__dataclass_params__.frozen):
       raise TypeError(f"options of '{name}' must be a frozen dataclass (hashable, static)")
-    _REGISTRY[name] = Estimator(name, fn, options)
+    _REGISTRY[name] = Estimator(name, fn, options, tuple(needs))
     return fn
   return wrap
 

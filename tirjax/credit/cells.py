@@ -35,11 +35,14 @@ def default_loss(estimator: str, max_tokens: int) -> LossOptions:
   """The loss each estimator is paired with (SPEC §4.3, §5).
 
   DAPO: clip-higher ε_high = 0.28 with the token-mean loss; Dr. GRPO: the sum over tokens
-  divided by a fixed constant (the longest possible row, `max_tokens`); all others: GRPO's
-  and PORTool's sequence-mean of token-means with ε = 0.2.
+  divided by a fixed constant (the longest possible row, `max_tokens`); REINFORCE++ and its
+  baseline variant: the token mean (their token-level objective, as their configs); all
+  others: GRPO's and PORTool's sequence-mean of token-means with ε = 0.2.
   """
   if estimator == "dapo":
     return LossOptions(clip_high=0.28, aggregation="token_mean")
+  if estimator in ("reinforce_plus_plus", "reinforce_plus_plus_baseline"):
+    return LossOptions(aggregation="token_mean")
   if estimator == "dr_grpo":
     return LossOptions(aggregation="seq_mean_token_sum_norm", norm_constant=float(max_tokens))
   return LossOptions()
@@ -91,12 +94,15 @@ def parse_cell(label: str, rollouts: ChainRolloutOptions, max_tokens: int) -> Ce
 def default_labels() -> list[str]:
   """Every registered estimator on tree rollouts; PORTool's SPEC §4.1 ablations; GRPO and
   PORTool on independent rollouts and with the token-mean loss (the loss that DAPO pairs
-  with, so that its effect is not read as the estimator's)."""
+  with, so that its effect is not read as the estimator's); GiGPO on the independent rollouts
+  it was made for and with prefix anchors; GRPO with CISPO's loss (the bench takes two
+  updates per batch, so the second sees ρ ≠ 1)."""
   labels = list(advantages.names())
   for name, variants in [
       ("portool", ["omega1=0", "shared_step_trj=own", "fork_scale=none", "rollouts=independent",
                    "loss.aggregation=token_mean"]),
-      ("grpo", ["rollouts=independent", "loss.aggregation=token_mean"])]:
+      ("grpo", ["rollouts=independent", "loss.aggregation=token_mean", "loss.surrogate=cispo"]),
+      ("gigpo", ["rollouts=independent", "anchor=prefix"])]:
     if name in labels:
       labels += [f"{name}/{v}" for v in variants]
   return labels

@@ -6,6 +6,9 @@ tool call except the answer (the terminal tool, so not in `call_valid`); the que
 ground-truth calls are the chain tools 1..D, so matching-based estimators see the necessary
 steps (`call_sim` = 1 for a call of a chain tool, the similarity of two calls of one tool
 without parameters), and FTRL's `call_solves` marks the calls that advanced the chain.
+A step's tool response follows from its call, so GiGPO's anchor state (`state_id`) is the
+row's actions so far; ReMax's `greedy_outcome` is the outcome of the behaviour policy's
+greedy episode (the task is deterministic, so it is exact).
 
 Sampling is numpy-vectorised over queries (one loop over depths) from the policy table.
 """
@@ -18,8 +21,9 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from tirjax.credit import evaluate
 from tirjax.credit.task import ANSWER, ChainTask, state_index, transition
-from tirjax.rollouts import CallEncoding, Rollouts, validate
+from tirjax.rollouts import CallEncoding, Rollouts, state_ids, validate
 
 KINDS = ("tree", "independent")
 
@@ -60,6 +64,7 @@ class Episodes(NamedTuple):
   format_reward: np.ndarray  # [N]
   solves: np.ndarray  # [N] bool, the step advanced the chain
   num_samples: int  # sampled steps, dropped candidates included
+  greedy_outcome: float = -1.0  # R_out of the behaviour policy's greedy episode (ReMax)
 
 
 class Batch(NamedTuple):
@@ -140,10 +145,12 @@ def grow(rng: np.random.Generator, task: ChainTask, log_probs: np.ndarray,
   used = flat >= 0
   node_id = np.full(flat.shape, -1, np.int64)
   uniq, node_id[used] = np.unique(flat[used], return_inverse=True)
+  greedy = evaluate.policy_value(task, evaluate.greedy_probs(log_probs))["mean_outcome"]
   return Episodes(group_id=np.repeat(np.arange(Q), W), node_id=node_id,
                   num_steps=num_steps.reshape(-1), answered=answered.reshape(-1),
                   outcome=outcome.reshape(-1).astype(np.float64),
-                  num_samples=num_samples, **{k: v[uniq] for k, v in table.items()})
+                  num_samples=num_samples, greedy_outcome=float(np.round(greedy)),
+                  **{k: v[uniq] for k, v in table.items()})
 
 
 def to_batch(task: ChainTask, ep: Episodes, policy_version: int = 0,
@@ -174,7 +181,9 @@ def to_batch(task: ChainTask, ep: Episodes, policy_version: int = 0,
       token_step=np.where(sv, np.arange(T, dtype=i32), -1).astype(i32),
       old_logprobs=np.where(sv, ep.logprob[nid], 0.0).astype(f32),
       policy_version=np.full(B, policy_version, i32), calls=calls,
-      call_solves=(call & ep.solves[nid])[:, :, None], num_expected=np.full(B, D, i32))
+      call_solves=(call & ep.solves[nid])[:, :, None], num_expected=np.full(B, D, i32),
+      greedy_outcome=np.full(B, ep.greedy_outcome, f32),
+      state_id=state_ids(ep.group_id, action, sv))
   # numpy → device without a dtype conversion (which would compile once per new shape).
   r = jax.device_put(jax.tree.map(np.ascontiguousarray, r))
   if check:

@@ -2,13 +2,15 @@
 
 Shapes come from `Shapes` (B, T, K, C, L, P), never from the data, so every batch of a run has
 one shape. Node ids are batch-global and numbered in order of first appearance; rows that share
-a node object share its id (and its tokens). Padding rows have `row_valid = False`,
-`group_id = 0` and no tokens.
+a node object share its id (and its tokens). Anchor states (`state_id`, GiGPO) key each step by
+what its tool calls and tool responses (or next user turn) were, never by the policy's text.
+Padding rows have `row_valid = False`, `group_id = 0` and no tokens.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Optional, Sequence
 
 import numpy as np
@@ -21,7 +23,7 @@ from tirjax.matching.encoding import CallEncoder
 from tirjax.matching.similarity import call_similarity
 from tirjax.episodes.episode import ANSWERED, Episode
 from tirjax.episodes.options import Shapes
-from tirjax.rollouts import Rollouts, empty_arrays, from_numpy, write_tokens
+from tirjax.rollouts import Rollouts, empty_arrays, from_numpy, state_ids, write_tokens
 
 
 @dataclasses.dataclass
@@ -67,16 +69,30 @@ def summary(task: Task, ep: Episode) -> EpisodeSummary:
       num_expected=sum(len(v) for v in (task.expected or {}).values()))
 
 
+def step_key(result: StepResult) -> str:
+  """What a step left in the context for the next one, the policy's text left out: its parsed
+  calls and the tool response (or the next user turn) that came back."""
+  return json.dumps([result.calls, result.response_content, result.user_message],
+                    sort_keys=True, default=str)
+
+
 def to_rollouts(rows: Sequence[tuple[int, Episode]], tasks: Sequence[Task],
                 prompts: Sequence[Sequence[int]], verdicts: Sequence[str],
-                shapes: Shapes) -> Rollouts:
-  """Pads `rows` (query index, finished episode) with their verdicts into a validated batch."""
+                shapes: Shapes, greedy: Optional[Sequence[float]] = None) -> Rollouts:
+  """Pads `rows` (query index, finished episode) with their verdicts into a validated batch.
+
+  `greedy`: per query, the R_out of its greedy rollout (ReMax's baseline), written into
+  `greedy_outcome` of the query's rows; None leaves the field out.
+  """
   B, T, K, C, L, P = (shapes.num_rows, shapes.max_steps, shapes.max_calls, shapes.max_gt_calls,
                       shapes.max_tokens, shapes.max_params)
   if len(rows) > B:
     raise ValueError(f"shapes.num_rows={B} is too small for {len(rows)} rows")
-  a = empty_arrays(B, T, K, C, L, optional=("num_expected",))
+  a = empty_arrays(B, T, K, C, L, optional=("num_expected",) + (
+      () if greedy is None else ("greedy_outcome",)))
   encoder = CallEncoder()
+  keys: dict[str, int] = {}
+  step_keys = np.zeros((B, T), np.int64)
   # Dialogue rows: a step's calls are matched only against the ground truth of its user turn.
   same_turn = np.ones((B, T, C), bool)
   node_ids: dict[int, int] = {}
@@ -94,10 +110,13 @@ def to_rollouts(rows: Sequence[tuple[int, Episode]], tasks: Sequence[Task],
     a["step_valid"][b, :len(steps)] = True
     a["policy_version"][b] = min((n.policy_version for n in steps), default=0)
     a["num_expected"][b] = sum(len(v) for v in (task.expected or {}).values())
+    if greedy is not None:
+      a["greedy_outcome"][b] = greedy[q]
     pos = write_tokens(a, b, 0, prompts[q])
     for t, node in enumerate(steps):
       a["node_id"][b, t] = node_ids.setdefault(node.uid, len(node_ids))
       a["format_reward"][b, t] = node.result.format_reward
+      step_keys[b, t] = keys.setdefault(step_key(node.result), len(keys))
       pos = write_tokens(a, b, pos, node.tokens, node.logprobs, t)
       pos = write_tokens(a, b, pos, node.response)
     if task.dialogue is not None:
@@ -120,6 +139,7 @@ def to_rollouts(rows: Sequence[tuple[int, Episode]], tasks: Sequence[Task],
   calls, call_valid, gt_valid, call_solves = stack_rows(call_rows)
   sim = call_similarity(calls, call_valid, gt_valid) * same_turn[:, :, None, :]
   a.update(call_valid=call_valid, gt_valid=gt_valid, call_sim=sim, call_solves=call_solves,
+           state_id=state_ids(a["group_id"], step_keys, a["step_valid"]),
            **{f"calls.{f.name}": getattr(calls, f.name) for f in dataclasses.fields(calls)})
   return from_numpy(a)
 

@@ -67,7 +67,12 @@ def rollout(sampler: Sampler, tokenizer, tasks: Sequence[Task], options: Rollout
   stats = dict(runner.stats, judge_s=time.perf_counter() - t1, rollout_s=t1 - t0,
                rows=len(rows))
   verdicts = [v for v, _ in judged]
-  batch = assemble.to_rollouts(rows, tasks, runner.prompts, verdicts, options.shapes)
+  greedy = None
+  if options.greedy_baseline:
+    t2 = time.perf_counter()
+    greedy = greedy_outcomes(sampler, tokenizer, tasks, options, judge, first_query)
+    stats["greedy_baseline_s"] = time.perf_counter() - t2
+  batch = assemble.to_rollouts(rows, tasks, runner.prompts, verdicts, options.shapes, greedy)
   records = []
   for b, ((q, ep), (verdict, judgement)) in enumerate(zip(rows, judged)):
     summary = assemble.summary(tasks[q], ep)
@@ -78,3 +83,15 @@ def rollout(sampler: Sampler, tokenizer, tasks: Sequence[Task], options: Rollout
         judgement=judgement, outcome=float(batch.outcome[b]), num_tokens=ep.length,
         summary=summary))
   return RolloutBatch(batch, records, trace, stats)
+
+
+def greedy_outcomes(sampler: Sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
+                    judge: Judge, first_query: int = 0) -> list[float]:
+  """ReMax's baseline (Li et al. 2023, Algorithm 1): the R_out of one greedy episode per task
+  (independent mode, n = 1, temperature 0), judged as the batch's rows are. The episodes are
+  dropped: they never enter the batch or the loss. Greedy decoding draws no randomness, so
+  its own Generator leaves the caller's stream (and the next selections) untouched."""
+  opts = dataclasses.replace(options, mode="independent", n=1, temperature=0.0,
+                             greedy_baseline=False)
+  out = rollout(sampler, tokenizer, tasks, opts, judge, np.random.default_rng(0), first_query)
+  return [rec.outcome for rec in sorted(out.episodes, key=lambda rec: rec.group)]

@@ -109,6 +109,9 @@ class RolloutOptions:
     judge_workers: answered rows judged in parallel (an LLM judge waits on the network).
     solve_scoring: "ftrl" (FTRL's scorer: schema-violating calls of a Solve-scored task are
       still run) or "strict" (refused); see `tirjax.env.executor.EnvOptions`.
+    greedy_baseline: also run one greedy episode per query (independent, n = 1, temperature
+      0), judged like the others, and record its R_out as every row's `greedy_outcome`
+      (ReMax's baseline, `remax`); the greedy rows are not rows of the batch.
   """
 
   mode: str = "independent"
@@ -121,6 +124,7 @@ class RolloutOptions:
   answer_protocol: str = "response_gen"
   judge_workers: int = 1
   solve_scoring: str = "ftrl"
+  greedy_baseline: bool = False
   tree: TreeOptions = TreeOptions()
   arpo: ArpoOptions = ArpoOptions()
   shapes: Shapes = Shapes()
@@ -135,6 +139,8 @@ class RolloutOptions:
     if self.solve_scoring not in SOLVE_SCORING:
       raise ValueError(f"solve_scoring: must be one of {SOLVE_SCORING}, got "
                        f"{self.solve_scoring!r}")
+    if not isinstance(self.greedy_baseline, bool):
+      raise ValueError(f"greedy_baseline: must be true or false, got {self.greedy_baseline!r}")
     if self.temperature < 0:
       raise ValueError(f"temperature: must be >= 0, got {self.temperature}")
     if not 0 < self.top_p <= 1:

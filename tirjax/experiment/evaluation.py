@@ -30,7 +30,8 @@ def evaluate(sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
   In a multi-process run each process runs its block of the tasks (`distributed.task_block`)
   and every process gets the metrics of all of them; greedy episodes are the same however the
   tasks are split."""
-  opts = dataclasses.replace(options, mode="independent", n=1, temperature=temperature)
+  opts = dataclasses.replace(options, mode="independent", n=1, temperature=temperature,
+                             greedy_baseline=False)
   chunk = opts.shapes.num_rows
   rng = np.random.default_rng(seed)
   first, last = distributed.task_block(len(tasks))

@@ -3,8 +3,8 @@
 DAPO (Yu et al. 2025, §3.2) over-samples and drops groups whose rewards are all equal, so
 that every group in a batch carries a gradient. `take_groups` assembles a batch of fixed
 shape from groups of several rollout batches: rows are copied, group ids renumbered in order,
-tree node ids renumbered densely (they stay batch-global and in range), and the remaining
-rows are padding.
+tree node ids and anchor-state ids renumbered densely (they stay batch-global and in range),
+and the remaining rows are padding.
 """
 
 from __future__ import annotations
@@ -36,12 +36,13 @@ def take_groups(parts: Sequence[tuple[Rollouts, list]], keep: Sequence[tuple[int
   stacked = {name: np.concatenate([leaf[name] for leaf in leaves]) for name in leaves[0]}
   out = take_rows(stacked, [offsets[p] + b for p, b, _ in sources], num_rows)
   out["group_id"][:len(sources)] = [g for _, _, g in sources]
-  node = out["node_id"]
   part_of = np.zeros(num_rows, np.int64)
   part_of[:len(sources)] = [p for p, _, _ in sources]
-  keys = np.where(node >= 0, part_of[:, None] * (node.max() + 2) + node, -1)
-  uniq, inv = np.unique(keys[node >= 0], return_inverse=True)
-  node[node >= 0] = inv
+  for name in ("node_id", "state_id"):  # batch-global ids: one numbering across the parts
+    if name in out:
+      ids = out[name]
+      keys = np.where(ids >= 0, part_of[:, None] * (ids.max() + 2) + ids, -1)
+      ids[ids >= 0] = np.unique(keys[ids >= 0], return_inverse=True)[1].reshape(-1)
   rollouts = from_numpy(out)
   records = []
   by_source = {(p, rec.row): rec for p, (_, recs) in enumerate(parts) for rec in recs}

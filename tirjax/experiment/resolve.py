@@ -166,6 +166,9 @@ def resolve(c) -> Experiment:
         "(warm-start from an SFT checkpoint with model.hf_checkpoint)")
   _need(sft.batch_size % train.micro_batches == 0, "sft.batch_size",
         f"must be a multiple of train.micro_batches={train.micro_batches}")
+  _need("greedy_outcome" not in estimator.needs or rollout.greedy_baseline,
+        "rollout.greedy_baseline", f"advantage {estimator.name} needs each query's greedy "
+        "rollout (Rollouts.greedy_outcome): set it true")
   if loss.aggregation == "seq_mean_token_sum_norm":
     _need(loss.norm_constant is not None, "loss.norm_constant", "required by this aggregation")
   try:

@@ -9,6 +9,7 @@
 Per token (`mask = loss_mask ∧ row_mask`):
     ρ     = exp(clamp(logp − old_logp, ±20))        (GSPO-token ratio with ratio_level="sequence")
     pg    = −min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)A);  for A < 0 with dual clip: min(pg, −cA)
+          = −sg(clip(ρ, 1 − ε_low, 1 + ε_high)) · A · logp   with surrogate="cispo"
     total = pg + β·KL_k(π_θ ‖ π_ref) − c_H·H
 each aggregated with the configured mode into `Mean(sum, den)` (see `aggregation`).
 """
@@ -34,6 +35,7 @@ from tirjax.loss.stats import Mean, Stat
 from tirjax.rollouts import Rollouts
 
 RATIO_LEVELS = ("token", "sequence")
+SURROGATES = ("clip", "cispo")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +48,10 @@ class LossOptions:
     dual_clip: c > 1 of the dual clip for negative advantages (usually 3.0); None: off.
     ratio_level: "token" (PPO) or "sequence" (GSPO's length-normalised sequence ratio, in
       its GSPO-token form).
+    surrogate: "clip" (PPO's clipped surrogate) or "cispo" (MiniMax-M1: the clipped ratio,
+      stop-gradiented, weighs A · log π, so no token's gradient is dropped; SPEC §4.4). They
+      differ only where ρ ≠ 1, i.e. from the second update on one rollout batch. With
+      "cispo" ε_low may be ≥ 1 (no lower bound on the weight) and the dual clip is refused.
     kl_coef: β of the KL to the reference policy (0 for PORTool, 0.001 for HiDiffTIR).
     kl_estimator: "k1", "k2" or "k3" (see `tirjax.loss.kl`).
     kl_clamp: k3's value is clamped to [−kl_clamp, kl_clamp] (verl's `low_var_kl`: 10);
@@ -60,6 +66,7 @@ class LossOptions:
   clip_high: float = 0.2
   dual_clip: Optional[float] = None
   ratio_level: str = "token"
+  surrogate: str = "clip"
   kl_coef: float = 0.0
   kl_estimator: str = "k3"
   kl_clamp: float = kl_lib.K3_CLAMP
@@ -68,12 +75,18 @@ class LossOptions:
   norm_constant: Optional[float] = None
 
   def __post_init__(self):
-    if not (_finite(self.clip_low) and 0 <= self.clip_low < 1):
-      raise ValueError(f"clip_low: must lie in [0, 1), got {self.clip_low!r}")
+    if self.surrogate not in SURROGATES:
+      raise ValueError(f"surrogate: must be one of {SURROGATES}, got {self.surrogate!r}")
+    cispo = self.surrogate == "cispo"
+    if not (_finite(self.clip_low) and 0 <= self.clip_low and (cispo or self.clip_low < 1)):
+      bound = "be a finite number >= 0 with cispo" if cispo else "lie in [0, 1)"
+      raise ValueError(f"clip_low: must {bound}, got {self.clip_low!r}")
     if not (_finite(self.clip_high) and self.clip_high >= 0):
       raise ValueError(f"clip_high: must be a finite number >= 0, got {self.clip_high!r}")
     if self.dual_clip is not None and not (_finite(self.dual_clip) and self.dual_clip > 1):
       raise ValueError(f"dual_clip: must be None or a finite number > 1, got {self.dual_clip!r}")
+    if cispo and self.dual_clip is not None:
+      raise ValueError("dual_clip: the cispo surrogate has no clipped branch to cap; set None")
     if self.ratio_level not in RATIO_LEVELS:
       raise ValueError(f"ratio_level: must be one of {RATIO_LEVELS}, got {self.ratio_level!r}")
     if not (_finite(self.kl_coef) and self.kl_coef >= 0):
@@ -157,7 +170,10 @@ def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Ar
     ratio = ratio_lib.token_ratio(logp, old)
   else:
     ratio = ratio_lib.gspo_token_ratio(logp, old, mask)
-  pg = surrogate.clipped_surrogate(ratio, adv, opts.clip_low, opts.clip_high)
+  if opts.surrogate == "cispo":
+    pg = surrogate.cispo_surrogate(ratio, adv, logp, opts.clip_low, opts.clip_high)
+  else:
+    pg = surrogate.clipped_surrogate(ratio, adv, opts.clip_low, opts.clip_high)
   if opts.dual_clip is not None:
     pg = surrogate.dual_clip(pg, adv, opts.dual_clip)
   agg = lambda x: aggregate(x, mask, opts.aggregation, opts.norm_constant)

@@ -1,4 +1,5 @@
-"""The clipped policy-gradient surrogate and its clip indicators (SPEC §5).
+"""The clipped policy-gradient surrogate, CISPO's clipped-weight REINFORCE term, and the clip
+indicators (SPEC §4.4, §5).
 
 Per-token losses (to be minimised); `ratio` is ρ (token or GSPO), `adv` the token advantage A.
 """
@@ -20,6 +21,23 @@ def clipped_surrogate(ratio: jax.Array, adv: jax.Array, clip_low: float,
   """
   chex.assert_equal_shape([ratio, adv])
   return -jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv)
+
+
+def cispo_surrogate(ratio: jax.Array, adv: jax.Array, logp: jax.Array, clip_low: float,
+                    clip_high: float) -> jax.Array:
+  """`pg = −sg(clip(ρ, 1 − ε_low, 1 + ε_high)) · A · log π_θ` (CISPO).
+
+  MiniMax 2025, "MiniMax-M1", §3.1 (CISPO): the importance weight is clipped and
+  stop-gradiented, and multiplies the REINFORCE term A · log π, so every token keeps its
+  gradient `−clip(ρ) · A · ∇log π` (the clipped surrogate drops the tokens whose ratio left
+  the clip range in A's favoured direction). With ρ = 1 (one update per rollout batch) its
+  gradient is the clipped surrogate's. The value is not the surrogate's (it scales with
+  log π); only its gradient is meant. ε_low ≥ 1 leaves the weight without a lower bound, as
+  MiniMax-M1 does (verl's example: ε_low = 10). Same as verl's `compute_policy_loss_cispo`.
+  """
+  chex.assert_equal_shape([ratio, adv, logp])
+  weight = jax.lax.stop_gradient(jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high))
+  return -weight * adv * logp
 
 
 def dual_clip(pg: jax.Array, adv: jax.Array, c: float) -> jax.Array:

@@ -17,13 +17,16 @@ kernel compiles once across many batches).
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Hashable, Optional, Sequence
 
 import jax.numpy as jnp
+import numpy as np
 
 from tirjax.matching.encoding import CallEncoder
 from tirjax.matching.similarity import call_similarity
-from tirjax.rollouts import Rollouts, call_encoding, empty_arrays, from_numpy, write_tokens
+from tirjax.rollouts import (Rollouts, call_encoding, empty_arrays, from_numpy, state_ids,
+                             write_tokens)
 
 TERMINAL_TOOL = "response_gen"
 
@@ -55,6 +58,7 @@ class GroupRecord:
   rows: Sequence[RowRecord]
   gt_calls: Sequence[dict] = ()
   num_expected: int = 0  # FTRL: size of the query's expected-answer set
+  greedy_outcome: float = -1.0  # R_out of the query's greedy rollout (ReMax; `with_greedy`)
 
 
 def _kept_calls(step: StepRecord, terminal_tool: str):
@@ -72,9 +76,16 @@ def build_rollouts(
     max_params: Optional[int] = None,
     with_ftrl: bool = False,
     with_ref: bool = False,
+    with_greedy: bool = False,
     terminal_tool: str = TERMINAL_TOOL,
 ) -> Rollouts:
-  """Pads the records into a validated `Rollouts` with encodings and `call_sim` filled in."""
+  """Pads the records into a validated `Rollouts` with encodings and `call_sim` filled in.
+
+  `state_id` is always filled: steps of a group whose earlier steps made the same calls (the
+  terminal call included) and got the same response tokens share an anchor state.
+  `with_greedy` adds each group's `greedy_outcome`; `with_ref` and `with_ftrl` add
+  `ref_logprobs` and `call_solves` / `num_expected`.
+  """
   rows = [(g, row) for g, grp in enumerate(groups) for row in grp.rows]
   steps = [s for _, row in rows for s in row.steps]
   need = dict(
@@ -98,7 +109,10 @@ def build_rollouts(
   B, T, K, C, L, P = (size[k] for k in ("num_rows", "max_steps", "max_calls", "max_gt_calls",
                                           "max_tokens", "max_params"))
 
-  a = empty_arrays(B, T, K, C, L, P, optional=("ref_logprobs", "call_solves", "num_expected"))
+  a = empty_arrays(B, T, K, C, L, P, optional=("ref_logprobs", "call_solves", "num_expected",
+                                                "greedy_outcome"))
+  step_keys: dict[str, int] = {}
+  step_key = np.zeros((B, T), np.int64)
   ref, solves, num_expected = a["ref_logprobs"], a["call_solves"], a["num_expected"]
   e = {k[len("calls."):]: v for k, v in a.items() if k.startswith("calls.")}
   enc = CallEncoder()
@@ -118,6 +132,7 @@ def build_rollouts(
     a["answer_score"][b] = (row.answer_score if row.answer_score is not None
                             else float(row.outcome == 1))
     a["policy_version"][b] = row.policy_version
+    a["greedy_outcome"][b] = grp.greedy_outcome
     num_expected[b] = grp.num_expected
     for c, call in enumerate(grp.gt_calls):
       a["gt_valid"][b, c] = True
@@ -136,6 +151,8 @@ def build_rollouts(
           next_node += 1
         node = node_ids[key]
       a["node_id"][b, t] = node
+      seen = json.dumps([list(step.calls), list(step.response_tokens)], sort_keys=True)
+      step_key[b, t] = step_keys.setdefault(seen, len(step_keys))
       kept = _kept_calls(step, terminal_tool)
       for k, call in enumerate(kept):
         a["call_valid"][b, t, k] = True
@@ -152,8 +169,9 @@ def build_rollouts(
 
   a["call_sim"] = call_similarity(call_encoding(a), jnp.asarray(a["call_valid"]),
                                   jnp.asarray(a["gt_valid"]))
+  a["state_id"] = state_ids(a["group_id"], step_key, a["step_valid"])
   for name, keep in (("ref_logprobs", with_ref), ("call_solves", with_ftrl),
-                     ("num_expected", with_ftrl)):
+                     ("num_expected", with_ftrl), ("greedy_outcome", with_greedy)):
     if not keep:
       del a[name]
   return from_numpy(a)

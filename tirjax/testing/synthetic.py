@@ -20,7 +20,7 @@ from typing import NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
-from tirjax.rollouts import Rollouts, from_numpy
+from tirjax.rollouts import Rollouts, from_numpy, state_ids
 
 
 class Paths(NamedTuple):
@@ -127,6 +127,7 @@ def to_rollouts(
     step_tokens: int = 2,
     response_tokens: int = 1,
     vocab_size: int = 1000,
+    num_observations: int = 2,
 ) -> Rollouts:
   """Draws everything but the tree shape, per node (shared steps share it), and pads.
 
@@ -144,9 +145,13 @@ def to_rollouts(
     prompt_tokens, step_tokens, response_tokens: token layout; each row is its prompt, then
       per step its generated tokens and its tool-response tokens, so L = P + T · (S + Rs).
     vocab_size: token ids lie in [1, vocab_size).
+    num_observations: each node's tool calls and responses are one of this many (drawn per
+      node), so that different nodes often leave the same history: `state_id` (GiGPO's anchor
+      states) groups steps across branches.
 
   Returns:
-    A validated `Rollouts` (with `ref_logprobs`; `calls` and FTRL fields are None).
+    A validated `Rollouts` (with `ref_logprobs`, `greedy_outcome` (drawn per query like an
+    answered row's outcome) and `state_id`; `calls` and FTRL fields are None).
   """
   R, D = paths.node_id.shape
   B = R if num_rows is None else num_rows
@@ -202,13 +207,19 @@ def to_rollouts(
                           0.0)
   ref_logprobs = np.where(generated, old_logprobs + 0.1 * rng.standard_normal((B, L)), 0.0)
 
+  # Drawn last, so that every field above is what it was before these two existed.
+  greedy = np.array([1.0, 0.0, -1.0])[np.minimum(
+      (rng.random(max(Q, 1))[:, None] > np.cumsum(probs, axis=1)).sum(1), 2)]
+  node_obs = rng.integers(0, num_observations, N)  # what each step's calls and responses were
   return from_numpy(dict(
       group_id=group_id, row_valid=row_valid, outcome=outcome, num_steps=num_steps,
       answered=answered, step_valid=sv, node_id=node_id,
       format_reward=np.where(sv, node_fm[nid], 0.0), call_valid=call_valid, call_sim=call_sim,
       gt_valid=gt_valid, answer_score=outcome == 1.0, tokens=tokens, token_valid=real,
       loss_mask=generated, token_step=np.where(generated, step, -1), old_logprobs=old_logprobs,
-      policy_version=np.zeros(B), ref_logprobs=ref_logprobs))
+      policy_version=np.zeros(B), ref_logprobs=ref_logprobs,
+      greedy_outcome=np.where(row_valid, greedy[group_id], 0.0),
+      state_id=state_ids(group_id, node_obs[nid], sv)))
 
 
 def _node_format_reward(rng, mode, num_nodes: int) -> np.ndarray:

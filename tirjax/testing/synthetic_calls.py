@@ -8,7 +8,8 @@ extra parameter) or not, or is an unrelated call. Filtered rows are padding, so 
 ragged. `call_sim` is computed from the encodings on device (`similarity.call_similarity`);
 `call_solves` marks, per row, the first exact copy of each ground-truth call (its output
 would verify that call's expected answer), and `num_expected` is the number of
-ground-truth calls.
+ground-truth calls. `greedy_outcome` is one greedy rollout's R_out per query (ReMax) and
+`state_id` the anchor states of GiGPO (steps with equal calls so far share one).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tirjax.matching.similarity import call_similarity
-from tirjax.rollouts import Rollouts, call_encoding, from_numpy
+from tirjax.rollouts import Rollouts, call_encoding, from_numpy, state_ids
 
 FORMAT_LEVELS = 0.25 * (2 * np.arange(6) / 5 - 1)  # R_fm for 0..5 passed checks
 
@@ -97,6 +98,14 @@ def random_call_rollouts(seed: int = 0, *, num_queries: int = 256, group_size: i
       **_tokens(rng, row_valid, num_steps, T, tokens_per_step),
       call_solves=_first_exact(exact & call_valid, src),
       num_expected=np.where(row_valid, n_gt[query], 0))
+  # Drawn last, so that every field above is what it was before these two existed.
+  greedy = np.where(rng.random(Q) < 0.8, rng.choice([-1.0, 0.0, 1.0], size=Q,
+                                                    p=[0.45, 0.05, 0.5]), -1.0)
+  a["greedy_outcome"] = np.where(row_valid, greedy[query], 0.0)
+  # A step's calls decide its tool responses: equal call slots, the same step for GiGPO.
+  step_calls = np.concatenate([name[..., None], keys, values], axis=-1).reshape(B * T, -1)
+  step_key = np.unique(step_calls, axis=0, return_inverse=True)[1].reshape(B, T)
+  a["state_id"] = state_ids(query, step_key, step_valid)
   return from_numpy(a, check=check)
 
 

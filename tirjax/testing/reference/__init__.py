@@ -8,6 +8,7 @@ Python loops and dicts over groups, trees and rows: slow on purpose, never shari
 the kernels. `REFERENCES` merges the per-module dicts.
 """
 
-from tirjax.testing.reference import group, matching, portool
+from tirjax.testing.reference import agentic, group, matching, portool, verl_baselines
 
-REFERENCES = {**group.REFERENCES, **portool.REFERENCES, **matching.REFERENCES}
+REFERENCES = {**group.REFERENCES, **portool.REFERENCES, **matching.REFERENCES,
+              **verl_baselines.REFERENCES, **agentic.REFERENCES}

@@ -24,6 +24,18 @@ def pg(rho: float, a: float, eps_low: float, eps_high: float, c: float | None = 
   return -objective
 
 
+def cispo_pg(rho: float, a: float, logp: float, eps_low: float, eps_high: float) -> float:
+  """CISPO (MiniMax-M1): −ŵ · A · log π with ŵ = clip(ρ, 1 − ε_low, 1 + ε_high) held fixed."""
+  weight = min(max(rho, 1.0 - eps_low), 1.0 + eps_high)
+  return -weight * a * logp
+
+
+def cispo_grad(rho: float, a: float, eps_low: float, eps_high: float) -> float:
+  """d(cispo_pg)/d log π: the weight is a constant of the gradient (stop-gradient), so
+  −clip(ρ) · A, for every ρ (no token's gradient is dropped)."""
+  return -min(max(rho, 1.0 - eps_low), 1.0 + eps_high) * a
+
+
 def kl(logp: float, ref: float, estimator: str, clamp: float = 10.0) -> float:
   """Schulman's k1 / k2 / k3; k3 as verl's `low_var_kl`: exponent within ±20, value within
   ±clamp (0: no value clamp)."""
@@ -64,7 +76,7 @@ def aggregate(x, mask, mode: str, norm: float | None = None) -> float:
 
 def policy_loss(logp, old, adv, loss_mask, row_mask, *, eps_low=0.2, eps_high=0.2, c=None,
                 sequence=False, ref=None, beta=0.0, estimator="k3", entropy=None, ent_coef=0.0,
-                mode="token_mean", norm=None, clamp=10.0) -> dict:
+                mode="token_mean", norm=None, clamp=10.0, surrogate="clip") -> dict:
   """Per-token loss terms, then aggregated; returns {"loss", "pg", "kl", "entropy"}."""
   B, L = len(logp), len(logp[0])
   mask = [[bool(loss_mask[b][t]) and bool(row_mask[b]) for t in range(L)] for b in range(B)]
@@ -77,7 +89,10 @@ def policy_loss(logp, old, adv, loss_mask, row_mask, *, eps_low=0.2, eps_high=0.
       if not mask[b][t]:
         continue
       rho = s if sequence else ratio(logp[b][t], old[b][t])
-      pg_tok[b][t] = pg(rho, adv[b][t], eps_low, eps_high, c)
+      if surrogate == "cispo":
+        pg_tok[b][t] = cispo_pg(rho, adv[b][t], logp[b][t], eps_low, eps_high)
+      else:
+        pg_tok[b][t] = pg(rho, adv[b][t], eps_low, eps_high, c)
       if ref is not None:
         kl_tok[b][t] = kl(logp[b][t], ref[b][t], estimator, clamp)
       if entropy is not None:

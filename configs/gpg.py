@@ -1,0 +1,18 @@
+"""GPG: R_out − group mean without std, rescaled by rows / rows of varied groups (SPEC §4.4).
+
+    python -m experiments.train --config=configs/gpg.py:model=tiny --workdir=runs/gpg
+
+Defaults (Chu et al. 2025; verl's `gpg`): α = B / (B − rows of all-equal groups)
+(`advantage.options.valid_rows=nonzero_reward` counts as verl does); no KL. GPG's loss is the
+plain policy gradient, which the clipped surrogate equals at one update per rollout batch (the
+trainer's default). PORTool's protocol otherwise (`base.portool_protocol`: independent groups
+of n = 8, T_max = 6).
+Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, older); expected, as
+there: within eval noise (±0.02) of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).
+"""
+
+from configs import base
+
+
+def get_config(arg=None):
+  return base.make(arg, estimator="gpg", **base.portool_protocol())

@@ -1,0 +1,16 @@
+"""pass@k: only each group's best row is pushed, by its margin over the next best (SPEC §4.4).
+
+    python -m experiments.train --config=configs/grpo_passk.py:model=tiny --workdir=runs/grpo_passk
+
+Defaults (Chen et al. 2025 as verl's `grpo_passk` implements it): the margin divided by the
+group's std (ddof 1); the group of n = 8 rows is the k samples. PORTool's protocol otherwise
+(`base.portool_protocol`: independent groups, T_max = 6, no KL).
+Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, older); expected, as
+there: within eval noise (±0.02) of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).
+"""
+
+from configs import base
+
+
+def get_config(arg=None):
+  return base.make(arg, estimator="grpo_passk", **base.portool_protocol())

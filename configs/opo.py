@@ -1,0 +1,17 @@
+"""OPO: R_out minus the length-weighted group mean Σ|τ|R / Σ|τ| (SPEC §4.4).
+
+    python -m experiments.train --config=configs/opo.py:model=tiny --workdir=runs/opo
+
+Defaults (Hao et al. 2025; verl's `opo`): |τ| the row's generated tokens; PORTool's protocol
+otherwise (`base.portool_protocol`: independent groups of n = 8, T_max = 6, the clipped
+surrogate averaged per trajectory, no KL). OPO trains exactly on-policy (one update per rollout
+batch), which is the trainer's default.
+Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, older); expected, as
+there: within eval noise (±0.02) of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).
+"""
+
+from configs import base
+
+
+def get_config(arg=None):
+  return base.make(arg, estimator="opo", **base.portool_protocol())

@@ -1,0 +1,19 @@
+"""ReMax: R_out minus the R_out of one greedy rollout of the same query (SPEC §4.4).
+
+    python -m experiments.train --config=configs/remax.py:model=tiny --workdir=runs/remax
+
+Defaults (Li et al. 2023; verl's `remax`): the episode runner also makes one greedy episode per
+query (`rollout.greedy_baseline=True`: temperature 0, n = 1), judged like the others; its R_out
+is every row's baseline and the episode itself never enters the loss. The rollout stage costs
+one greedy episode per query more. PORTool's protocol otherwise (`base.portool_protocol`:
+independent groups of n = 8, T_max = 6, the clipped surrogate averaged per trajectory, no KL).
+Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, older); expected, as
+there: within eval noise (±0.02) of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).
+"""
+
+from configs import base
+
+
+def get_config(arg=None):
+  return base.make(arg, estimator="remax", **base.portool_protocol(
+      rollout=dict(greedy_baseline=True)))
