@@ -142,9 +142,10 @@ def option_fields(opts) -> dict:
   return {f: getattr(opts, f) for f in opts.__dataclass_fields__}
 
 
-def check_reference(r: Rollouts, variants, keys=("steps", "rows", "tokens")) -> None:
+def check_reference(r: Rollouts, variants, keys=("steps", "rows", "tokens"), atol: float = 2e-5,
+                    rtol: float = 1e-5) -> None:
   """Each (name, options) of `variants` against `REFERENCES[name]` on `r`: every output the
-  reference gives among `keys`; tokens, rows and row rewards finite."""
+  reference gives among `keys` (within `atol`, `rtol`); tokens, rows and row rewards finite."""
   from tirjax import advantages  # pylint: disable=import-outside-toplevel
   from tirjax.testing.reference import REFERENCES  # pylint: disable=import-outside-toplevel
   batch = as_batch(r)
@@ -153,7 +154,7 @@ def check_reference(r: Rollouts, variants, keys=("steps", "rows", "tokens")) -> 
     ref = REFERENCES[name](batch, **option_fields(opts))
     for key in keys:
       if key in ref:
-        np.testing.assert_allclose(getattr(out, key), ref[key], atol=2e-5, rtol=1e-5,
+        np.testing.assert_allclose(getattr(out, key), ref[key], atol=atol, rtol=rtol,
                                    err_msg=f"{name} {key} {opts}")
     for x in (out.tokens, out.rows, out.row_reward):
       assert np.all(np.isfinite(np.asarray(x))), name
@@ -188,3 +189,22 @@ def check_padding(r: Rollouts, seed: int, names, field: str = "steps") -> None:
                                atol=1e-5, err_msg=name)
     np.testing.assert_allclose(np.asarray(b.rows)[rows], est(r).rows, atol=1e-5, err_msg=name)
     assert not np.any(np.asarray(b.tokens)[rest]) and not np.any(np.asarray(b.row_mask)[rest])
+
+
+def with_needed_fields(est, r: Rollouts) -> Rollouts:
+  """`r` with the optional fields `est` always reads. A batch without one is refused by name
+  first (remax: `greedy_outcome`, "set rollout.greedy_baseline=True"); the stand-in filled
+  then is R_out of each group's first valid row (the episode runner's own greedy rollout is
+  tested in test_rollout_episodes)."""
+  import pytest  # pylint: disable=import-outside-toplevel
+  if "greedy_outcome" in est.needs and r.greedy_outcome is None:
+    with pytest.raises(ValueError, match="greedy_baseline"):
+      est(r)
+    group, valid = np.asarray(r.group_id), np.asarray(r.row_valid)
+    outcome = np.asarray(r.outcome)
+    first = {}
+    for b in np.flatnonzero(valid):
+      first.setdefault(int(group[b]), float(outcome[b]))
+    filled = np.array([first.get(int(g), 0.0) for g in group], np.float32)
+    r = r.replace(greedy_outcome=jnp.asarray(filled))
+  return r

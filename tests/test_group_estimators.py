@@ -26,9 +26,17 @@ VARIANTS = (
 NAMES = sorted({name for name, _ in VARIANTS})
 
 
+# grpo_fm z-scores R_out + mean_t R_fm, continuous values: a group whose values differ by
+# little more than the degenerate threshold divides float32 rounding (~6e-8 · |x|) by a small
+# std, so the kernel and the float64 reference differ by up to ~1e-4 there (found by hypothesis:
+# 9.9e-5 at a z of 1.15). The outcome-only variants keep the tight tolerance.
+CONTINUOUS = tuple(v for v in VARIANTS if v[0] == "grpo_fm")
+
+
 @given(tree_batches())
 def test_matches_reference(r):
-  check_reference(r, VARIANTS)
+  check_reference(r, tuple(v for v in VARIANTS if v not in CONTINUOUS))
+  check_reference(r, CONTINUOUS, atol=5e-4, rtol=5e-4)
 
 
 @given(tree_batches(), st.integers(0, 2**32 - 1))

@@ -21,6 +21,7 @@ from tirjax.episodes import ArpoOptions, RolloutOptions, Shapes, TreeOptions, ro
 from tirjax.rollouts import validate
 from tirjax.sampling.interface import SamplingParams
 from tirjax.sampling.jax_sampler import Bucket, JaxSampler, JaxSamplerOptions
+from tests.batches import with_needed_fields
 
 # One worker builds the module's model and compiled buckets (make test: --dist loadgroup).
 pytestmark = [pytest.mark.xdist_group("jax_sampler_rollout"), pytest.mark.slow]
@@ -121,7 +122,7 @@ def test_rollouts_are_valid_and_carry_the_models_logprobs(model, tokenizer, batc
 def test_every_registered_estimator_runs(batches, name):
   est = advantages.get(name)
   for mode, batch in batches.items():
-    r = batch.rollouts
+    r = with_needed_fields(est, batch.rollouts)
     out = est(r)
     tokens = np.asarray(out.tokens)
     assert tokens.shape == r.tokens.shape and np.isfinite(tokens).all(), (name, mode)

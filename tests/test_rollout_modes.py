@@ -13,6 +13,7 @@ from tirjax.env.toolworld import Difficulty, make_demos, make_tasks
 from tirjax.episodes import (ArpoOptions, RolloutOptions, Shapes, TreeOptions, rollout,
                            time_modes)
 from tirjax.rollouts import validate
+from tests.batches import with_needed_fields
 
 pytestmark = pytest.mark.slow  # left out of `make test-fast`
 
@@ -210,6 +211,7 @@ def episode_batches(tokenizer, tasks, demos):
 def test_every_registered_estimator_runs_on_episode_batches(episode_batches, name):
   est = advantages.get(name)
   for mode, r in episode_batches.items():
+    r = with_needed_fields(est, r)
     out = est(r)
     tokens = np.asarray(out.tokens)
     assert tokens.shape == r.tokens.shape and np.isfinite(tokens).all(), (name, mode)
