@@ -11,7 +11,7 @@ paper's defaults. The config argument is a comma-separated list of presets:
 
 e.g. `--config=configs/portool.py:model=tiny,env=toolworld`. Every key can then be set on the
 command line (`--config.advantage.options.alpha=0.5`); the config is locked, so a mistyped key
-fails, and `experiments.train` checks every value (`tirjax.experiment.resolve`) before any
+fails, and `experiments.train` checks every value (`tirjax.trainer.resolve`) before any
 compute.
 """
 
@@ -21,13 +21,13 @@ import ml_collections
 
 from tirjax import advantages, distributed, sharding
 from tirjax.config import config_from_dataclass, dataclass_from_config, parse_preset_arg
-from tirjax.experiment import sections
-from tirjax.experiment.sections import ENVS, SAMPLERS
+from tirjax.trainer import sections
+from tirjax.trainer.sections import ENVS, SAMPLERS
 from tirjax.loss import LossOptions
 from tirjax.models.config import PRESETS as MODEL_PRESETS
 from tirjax.episodes.options import MODES, RolloutOptions
 from tirjax.training.optimizer import OptimizerOptions
-from tirjax.training.sft import SFTOptions
+from tirjax.training.sft import SFTLossOptions
 
 DATA = {"toolhop": "../shared/data/toolhop/toolhop100.jsonl",
         "ftrl": "../shared/data/ftrl/ftrl_test.parquet", "bfcl": "", "toolworld": "", "doors": ""}
@@ -67,7 +67,7 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   c = ml_collections.ConfigDict()
   c.seed = 0
 
-  # The experiment's own sections, generated from their options (`tirjax.experiment.sections`),
+  # The experiment's own sections, generated from their options (`tirjax.trainer.sections`),
   # then the presets (checked only by `resolve`: a dataset file need not exist to build one).
   for name, options in sections.SECTIONS.items():
     c[name] = config_from_dataclass(options)
@@ -91,7 +91,7 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   c.optim = config_from_dataclass(dataclass_from_config(OptimizerOptions, optim, "optim"))
 
   c.sft.optim = config_from_dataclass(OptimizerOptions(learning_rate=1e-5, warmup_steps=10))
-  c.sft.loss = config_from_dataclass(SFTOptions())
+  c.sft.loss = config_from_dataclass(SFTLossOptions())
 
   # Rows per batch follow the queries per step and the rows per query (a live reference).
   per_query = (c.rollout.arpo.get_ref("total_rollouts") if c.rollout.mode == "arpo"

@@ -20,7 +20,7 @@ from tirjax.env import verify
 from tirjax.env.datasets.bfcl import load_bfcl
 from tirjax.env.datasets.ftrl import load_ftrl
 from tirjax.env.datasets.toolhop import load_toolhop
-from tirjax.env.executor import EnvOptions, ToolEnv
+from tirjax.env.executor import ToolEnvOptions, ToolEnv
 from tirjax.env.sandbox import Sandbox
 from tirjax.env.tools import ToolError
 from tirjax.reporting import benchmark
@@ -34,7 +34,7 @@ def replay(task) -> tuple[int, int, list]:
   """(calls, calls passing all five checks, per-call results) of the task's ground truth."""
   calls = task.flat_gt_calls
   passed, results = 0, []
-  with ToolEnv(task, EnvOptions(max_steps=len(calls) + 1)) as env:
+  with ToolEnv(task, ToolEnvOptions(max_steps=len(calls) + 1)) as env:
     for call in calls:
       r = env.step(_step([call]))
       passed += r.checks_passed == 5

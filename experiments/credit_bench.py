@@ -40,7 +40,7 @@ from tirjax.reporting import benchmark
 from tirjax.credit import cells, evaluate
 from tirjax.credit.chain_rollouts import ChainRolloutOptions
 from tirjax.credit.task import ChainTask
-from tirjax.credit.train import TrainOptions, run_cell
+from tirjax.credit.train import CreditTrainOptions, run_cell
 from tirjax.loss import LossOptions
 
 
@@ -58,7 +58,7 @@ def parse_seeds(text: str) -> list[int]:
   return seeds
 
 
-def reusable_runs(result: dict, task: ChainTask, train: TrainOptions) -> dict:
+def reusable_runs(result: dict, task: ChainTask, train: CreditTrainOptions) -> dict:
   """{(label, seed): run} of an earlier result's finished runs, if it ran this task with
   these training options (else none)."""
   if result.get("task") != _json(dataclasses.asdict(task)) or result.get("train") != _json(
@@ -81,7 +81,7 @@ def _same_cell(old: dict, entry: dict) -> bool:
       _json(loss) == entry["loss"])
 
 
-def run_all(labels: list[str], seeds: list[int], task: ChainTask, train: TrainOptions,
+def run_all(labels: list[str], seeds: list[int], task: ChainTask, train: CreditTrainOptions,
             rollouts: ChainRolloutOptions, log=sys.stderr, reuse: dict | None = None
             ) -> list[dict]:
   """Every (label, seed) run, or kept from `reuse`: {(label, seed): (earlier run, its file)}."""
@@ -117,7 +117,7 @@ _MARKDOWN = flags.DEFINE_string("markdown", None, "write the table here (default
 _SEEDS = flags.DEFINE_string("seeds", "0-4", "e.g. 0-4 or 0,2,5")
 _ESTIMATORS = flags.DEFINE_string("estimators", None, "cell labels, comma-separated (default: "
                                   "every registered estimator and PORTool's ablations)")
-_ITERATIONS = flags.DEFINE_integer("iterations", TrainOptions.iterations,
+_ITERATIONS = flags.DEFINE_integer("iterations", CreditTrainOptions.iterations,
                                    "training batches per run", lower_bound=1)
 _REUSE = flags.DEFINE_list("reuse", [], "earlier result files whose finished runs of the same "
                            "cells, seeds, task and training are kept, not rerun")
@@ -134,7 +134,7 @@ def main(argv) -> None:
     seeds = parse_seeds(_SEEDS.value)
     labels = split_labels(_ESTIMATORS.value) if _ESTIMATORS.value else cells.default_labels()
     task, rollouts = ChainTask(early_answer=_EARLY_ANSWER.value), ChainRolloutOptions()
-    train = TrainOptions(iterations=_ITERATIONS.value)
+    train = CreditTrainOptions(iterations=_ITERATIONS.value)
     for label in labels:  # fail on a bad label before any run
       cells.parse_cell(label, rollouts, task.max_steps)
   except (ValueError, KeyError) as e:

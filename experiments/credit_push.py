@@ -27,7 +27,7 @@ from absl import app, flags
 from tirjax import advantages
 from tirjax.credit import cells, chain_rollouts
 from tirjax.credit.cells import split_labels
-from tirjax.credit.policy import PolicyOptions, init_policy, log_policy, prior_logits, state_features
+from tirjax.credit.softmax_policy import PolicyOptions, init_policy, log_policy, prior_logits, state_features
 from tirjax.credit.push import logit_push
 from tirjax.credit.task import ANSWER, ChainTask
 from tirjax.loss import LossOptions

@@ -1,4 +1,4 @@
-"""How often a policy takes the direction a toolworld question states (`tirjax.experiment.
+"""How often a policy takes the direction a toolworld question states (`tirjax.trainer.
 direction`): P(right step) against the flipped step, teacher-forced, averaged over eval tasks.
 
     python -m experiments.direction_probe --policy=runs/default/hf_export --tasks=256
@@ -13,8 +13,8 @@ import json
 from absl import app, flags
 
 from tirjax.env.toolworld import Difficulty, make_tasks
-from tirjax.experiment.direction import direction_preference
-from tirjax.experiment.tasks import load_tokenizer
+from tirjax.trainer.direction import direction_preference
+from tirjax.trainer.tasks import load_tokenizer
 from tirjax.models.hf_io import load_hf
 
 POLICY = flags.DEFINE_string("policy", None, "An HF checkpoint directory (a run's hf_export).")

@@ -11,7 +11,7 @@ its `model.hf_checkpoint` becomes the policy. One greedy episode per eval task
 `--config.sampler.eval_samples=16` also 16 episodes per task at `rollout.temperature`, scored
 as pass@1/4/16 and the shares of tasks whose samples are all wrong, mixed or all right; on
 toolworld, the policy's preference for the directions its questions state
-(`tirjax.experiment.direction`). Writes
+(`tirjax.trainer.direction`). Writes
 `<out>/results.json` and `<out>/results.md` (an existing result is never overwritten) and
 prints the table. Metrics:
   * every dataset: PORTool's four axes (accuracy, average tool-call steps, unanswerable rate,
@@ -37,11 +37,11 @@ from typing import Optional
 from flax import nnx
 
 from tirjax.episodes import judging
-from tirjax.experiment import resolve, samplers
-from tirjax.experiment.direction import direction_preference
-from tirjax.experiment.evaluation import evaluate
-from tirjax.experiment.progress import Progress
-from tirjax.experiment.tasks import TaskSource, load_tokenizer
+from tirjax.trainer import resolve, samplers
+from tirjax.trainer.direction import direction_preference
+from tirjax.trainer.evaluation import evaluate
+from tirjax.trainer.progress import Progress
+from tirjax.trainer.tasks import TaskSource, load_tokenizer
 from tirjax.models.hf_io import load_hf
 from tirjax.reporting import benchmark
 

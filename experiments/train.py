@@ -30,14 +30,14 @@ from ml_collections import config_flags
 from tirjax import distributed, rundir, sharding
 from tirjax.checkpoint import CheckpointOptions, Checkpointer
 from tirjax.episodes import judging
-from tirjax.experiment import policy, refill, resolve, samplers
-from tirjax.experiment.direction import direction_preference
-from tirjax.experiment.evaluation import evaluate
-from tirjax.experiment.progress import Progress, summary_table
-from tirjax.experiment.rl_metrics import PhaseClock, rl_metrics
-from tirjax.experiment.sft_data import SFTData
-from tirjax.experiment import tasks as tasks_lib
-from tirjax.experiment.tasks import TaskSource, load_tokenizer, tokenizer_dir
+from tirjax.trainer import refill, resolve, samplers, weights
+from tirjax.trainer.direction import direction_preference
+from tirjax.trainer.evaluation import evaluate
+from tirjax.trainer.progress import Progress, summary_table
+from tirjax.trainer.rl_metrics import PhaseClock, rl_metrics
+from tirjax.trainer.sft_data import SFTData
+from tirjax.trainer import tasks as tasks_lib
+from tirjax.trainer.tasks import TaskSource, load_tokenizer, tokenizer_dir
 from tirjax.models.hf_io import export_hf
 from tirjax.episodes import rollout
 from tirjax.rollouts import Rollouts
@@ -164,7 +164,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   queries = tasks_lib.QueryOrder(len(train_tasks), exp.train.queries_per_step, seed=config.seed)
 
   # -- Model and optimizer --------------------------------------------------------------------
-  model = policy.build_model(exp.model, len(tokenizer), rules, seed=config.seed)
+  model = weights.build_model(exp.model, len(tokenizer), rules, seed=config.seed)
   graphdef, params = split_model(model)
   sft_tx, rl_tx = make_optimizer(exp.sft_optim), make_optimizer(exp.optim)
   place = {"sft": placement(params, sft_tx, mesh, rules), "rl": placement(params, rl_tx, mesh, rules)}
@@ -206,7 +206,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
     """Hands the current weights to the sampler and evaluates them (greedy by default); on
     toolworld also the policy's preference for the directions its questions state."""
     with run_clock("eval"):
-      params = policy.sampler_params(state)
+      params = weights.sampler_params(state)
       sampler.update(params, state.policy_version)
       result = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
                         exp.sampler.eval_temperature, seed=config.seed,
@@ -257,7 +257,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   # -- RL loop: sample, execute, judge, Rollouts, advantages, update, hand-over, evaluate ----
   reference = None
   if exp.loss.kl_coef > 0:  # the KL reference: the policy as RL starts (kept across restarts)
-    reference = ReferencePolicy(graphdef, policy.reference_params(state, workdir),
+    reference = ReferencePolicy(graphdef, weights.reference_params(state, workdir),
                                 place["rl"], exp.step)
   own_logprobs = (TokenLogprobs(graphdef, place["rl"], exp.step)
                   if exp.train.tempered_policy else None)
@@ -268,7 +268,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
     i = state.data_position["rl_step"]
     clock = PhaseClock()  # every phase waited on before its clock stops (asynchronous dispatch)
     with clock("handover"):
-      sampler.update(policy.sampler_params(state), state.policy_version)
+      sampler.update(weights.sampler_params(state), state.policy_version)
     rng = np.random.default_rng([config.seed, i])
     first = share.index * per_process  # this process's first query of the step
     tasks = share.of([train_tasks[q] for q in queries.step(i)])
@@ -336,7 +336,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
     last_eval = evaluate_now()
   if exp.train.export_final:
     out = os.path.join(workdir, "hf_export")
-    model = nnx.merge(graphdef, policy.sampler_params(state))  # whole on every process
+    model = nnx.merge(graphdef, weights.sampler_params(state))  # whole on every process
     if distributed.is_primary():
       export_hf(model, out, source_dir=tok_dir, overwrite=True)
   first_path = os.path.join(workdir, "eval_after_sft.json")

@@ -190,7 +190,7 @@ def sampled_by_context(sampler) -> dict:
 
 def check_bookkeeping(batch, tasks, sampler, tokenizer, options) -> None:
   """Every row, token by token, against the sampler's log and a fresh environment."""
-  from tirjax.env.executor import EnvOptions, ToolEnv  # noqa: PLC0415
+  from tirjax.env.executor import ToolEnvOptions, ToolEnv  # noqa: PLC0415
   from tirjax.env.judge import OUTCOME, rule_verdict  # noqa: PLC0415
   from tirjax.env.parser import ParseLimits  # noqa: PLC0415
 
@@ -200,7 +200,7 @@ def check_bookkeeping(batch, tasks, sampler, tokenizer, options) -> None:
       "row_valid", "group_id", "format_reward", "call_valid", "outcome", "answer_score",
       "answered", "policy_version")}
   log = sampled_by_context(sampler)
-  env_options = EnvOptions(max_steps=options.max_steps, answer_protocol=options.answer_protocol,
+  env_options = ToolEnvOptions(max_steps=options.max_steps, answer_protocol=options.answer_protocol,
                            limits=ParseLimits(max_calls=s.max_calls, max_arguments=s.max_params))
   end_ids = set(chat.stop_token_ids(tokenizer))
   assert a["row_valid"].sum() == len(batch.episodes)

@@ -10,7 +10,7 @@ from experiments import bfcl_agreement
 from tests.rollout_support import TextSampler
 from tirjax.env import chat
 from tirjax.env.datasets import bfcl
-from tirjax.env.executor import EnvOptions, ToolEnv
+from tirjax.env.executor import ToolEnvOptions, ToolEnv
 from tirjax.env.sandbox import Sandbox
 from tirjax.episodes import RolloutOptions, Shapes, rollout
 from tirjax.testing.reference import bfcl as ref
@@ -74,7 +74,7 @@ def test_user_turns_follow_in_order_with_the_held_back_function_at_its_turn(task
   assert held == {"4": ["message_login"]}
   assert "message_login" not in {t.name for t in task.tools}
   assert [len(t) for t in task.metadata["gt_turns"]] == [1, 1, 1, 0, 1, 1]
-  env = ToolEnv(task, EnvOptions(max_steps=64))
+  env = ToolEnv(task, ToolEnvOptions(max_steps=64))
   early = env.step(chat.format_step("t", [{"name": "message_login", "arguments": {
       "user_id": "USR001"}}]))
   assert early.checks_passed == 3 and "unknown tool" in early.error  # not offered yet ...

@@ -9,7 +9,7 @@ from absl.testing import flagsaver
 
 from experiments import credit_bench
 from tirjax import reporting
-from tirjax.credit import ChainTask, ChainRolloutOptions, TrainOptions, cells, parse_cell, run_cell
+from tirjax.credit import ChainTask, ChainRolloutOptions, CreditTrainOptions, cells, parse_cell, run_cell
 from tirjax.loss import LossOptions
 
 TASK = ChainTask()
@@ -17,7 +17,7 @@ TASK = ChainTask()
 
 def train(label, iterations, seed=0):
   return run_cell(TASK, parse_cell(label, ChainRolloutOptions(), TASK.max_steps), seed,
-                  TrainOptions(iterations=iterations))
+                  CreditTrainOptions(iterations=iterations))
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_portool_without_trajectory_term_never_unlearns(unlearning):
 
 def test_training_reaches_the_optimum_and_logs_a_consistent_curve():
   out = run_cell(TASK, parse_cell("dapo", ChainRolloutOptions(), TASK.max_steps), 0,
-                 TrainOptions(iterations=40, curve_every=1))
+                 CreditTrainOptions(iterations=40, curve_every=1))
   curve, final = out["curve"], out["final"]
   assert len(curve["success"]) == 41 and curve["episodes"][0] == 0
   rows = ChainRolloutOptions().num_queries * ChainRolloutOptions().group_size
@@ -115,7 +115,7 @@ def test_seeds_and_label_lists():
                                           (dict(curve_every=0), "curve_every")])
 def test_train_options_reject_bad_values_by_name(kwargs, name):
   with pytest.raises(ValueError, match=name):
-    TrainOptions(**kwargs)
+    CreditTrainOptions(**kwargs)
 
 
 def test_command_line_writes_json_and_markdown_and_records_a_crash(tmp_path, monkeypatch,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from tirjax.testing.reference import credit as reference
-from tirjax.credit import evaluate, policy
+from tirjax.credit import evaluate, softmax_policy as policy
 from tirjax.credit.task import ADVANCE, ANSWER_KIND, DETOUR, FATAL, ChainTask, transition
 
 KIND_NAMES = {ADVANCE: "advance", DETOUR: "detour", FATAL: "fatal", ANSWER_KIND: "answer"}

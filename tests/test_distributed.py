@@ -11,7 +11,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from configs import grpo
 from experiments.train import _global_rollouts
 from tirjax import distributed, sharding
-from tirjax.experiment import resolve
+from tirjax.trainer import resolve
 from tirjax.rundir import NullWriter
 from tirjax.sampling.interface import SamplingParams
 
@@ -133,7 +133,7 @@ def test_null_writer_builds_records_and_writes_nothing(tmp_path):
 
 
 def test_each_process_takes_its_own_vllm_servers():
-  from tirjax.experiment.samplers import own_servers  # noqa: PLC0415
+  from tirjax.trainer.samplers import own_servers  # noqa: PLC0415
   urls = ["http://a:1", "http://b:1", "http://c:1", "http://d:1"]
   assert own_servers(urls, 0, 2) == ["http://a:1", "http://c:1"]
   assert own_servers(urls, 1, 2) == ["http://b:1", "http://d:1"]

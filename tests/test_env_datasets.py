@@ -15,7 +15,7 @@ from tirjax.env.datasets import pycalls
 from tirjax.env.datasets.bfcl import MULTI_TURN_CATEGORIES, load_bfcl, package_dir, to_json_schema
 from tirjax.env.datasets.ftrl import load_ftrl
 from tirjax.env.datasets.toolhop import load_toolhop
-from tirjax.env.executor import EnvOptions, ToolEnv
+from tirjax.env.executor import ToolEnvOptions, ToolEnv
 from tirjax.env.sandbox import Sandbox, SandboxLimits
 
 
@@ -77,7 +77,7 @@ def test_toolhop_loader(tmp_path, sandbox):
       {"name": "extract_part", "arguments": {"full_name": "John Smith", "part": "last"}},
       {"name": "length", "arguments": {"s": "Smith"}},
       {"name": "extract_part_2", "arguments": {"text": "smith"}}]
-  env = ToolEnv(task, EnvOptions(max_steps=4))
+  env = ToolEnv(task, ToolEnvOptions(max_steps=4))
   results = [env.step(step(c)) for c in task.flat_gt_calls]
   assert [r.checks_passed for r in results] == [5, 5, 5, 5]
   assert [r.call_results[0]["result"] for r in results] == [
@@ -116,7 +116,7 @@ def test_ftrl_loader_and_solves(tmp_path, sandbox):
   assert task.question == "Question 0: price of ACME?" and task.answer == "123.4"
   assert task.expected == {"stock_price": ["123.4", "2024-01-02"]}
   assert task.metadata["load_errors"] == {}
-  env = ToolEnv(task, EnvOptions(max_steps=3))
+  env = ToolEnv(task, ToolEnvOptions(max_steps=3))
   r = env.step(step({"name": "stock_price", "arguments": {"ticker": "ACME", "date": "Jan 2 2024"}},
                     {"name": "stock_price", "arguments": {"ticker": "ACME", "date": "2024-01-02"}},
                     {"name": "noop", "arguments": {}}))
@@ -166,7 +166,7 @@ def test_bfcl_replay_matches_its_executor(sandbox, record_property):
     # The calls' execution, not the turn loop (its 20-step limit): all in one turn.
     one_turn = dataclasses.replace(task, dialogue=dataclasses.replace(
         task.dialogue, max_steps_per_turn=len(calls)))
-    with ToolEnv(one_turn, EnvOptions(max_steps=len(calls) + 1, error_results=False)) as env:
+    with ToolEnv(one_turn, ToolEnvOptions(max_steps=len(calls) + 1, error_results=False)) as env:
       ours = [env.step(step(c)) for c in calls]
     theirs = []
     for turn in json.loads(json.dumps(_ground_truth(task))):

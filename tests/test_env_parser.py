@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from tirjax.testing.reference import env_steps as ref
-from tirjax.env.executor import EnvOptions, ToolEnv
+from tirjax.env.executor import ToolEnvOptions, ToolEnv
 from tirjax.env.parser import ParseLimits, StepParser, format_reward
 from tirjax.env.tools import Task, Tool, ToolError, agent_tools
 
@@ -40,7 +40,7 @@ KNOWN = "add, crash, echo, err_obj, fail, ping, response_gen"
 
 
 def run(text, protocol="response_gen", **options):
-  env = ToolEnv(TASK, EnvOptions(answer_protocol=protocol, **options), parser=PARSERS[protocol])
+  env = ToolEnv(TASK, ToolEnvOptions(answer_protocol=protocol, **options), parser=PARSERS[protocol])
   return env.step(text)
 
 
@@ -333,7 +333,7 @@ def test_outputs_are_json_or_refused():
            Tool("nan", "", {"type": "object"}, lambda: float("nan")),
            Tool("big", "", {"type": "object"}, lambda: "z" * 200),
            Tool("missing", "", {"type": "object"})]
-  env = ToolEnv(Task("t", "q", tools, "x"), EnvOptions(max_output_chars=100, max_steps=3))
+  env = ToolEnv(Task("t", "q", tools, "x"), ToolEnvOptions(max_output_chars=100, max_steps=3))
   reply = json.loads(env.step(step([{"name": n, "arguments": {}} for n in
                                     ("obj", "nan", "big", "missing")])).response_content)
   assert reply[0]["result"].startswith("<object object") and reply[1]["result"] == "nan"
@@ -342,7 +342,7 @@ def test_outputs_are_json_or_refused():
 
 
 def test_episode_ends_on_response_gen_or_step_limit():
-  env = ToolEnv(TASK, EnvOptions(max_steps=3), parser=PARSERS["response_gen"])
+  env = ToolEnv(TASK, ToolEnvOptions(max_steps=3), parser=PARSERS["response_gen"])
   r = env.step(step([{"name": "add", "arguments": {"a": 1, "b": 2}}]))
   assert not r.done and not r.answered
   r = env.step(step([{"name": "response_gen", "arguments": {"answer": "3"}},
@@ -354,7 +354,7 @@ def test_episode_ends_on_response_gen_or_step_limit():
   s = env.summary()
   assert (s.num_steps, s.answered, s.answer, s.num_calls) == (2, True, "3", 1)
 
-  env = ToolEnv(TASK, EnvOptions(max_steps=2), parser=PARSERS["response_gen"])
+  env = ToolEnv(TASK, ToolEnvOptions(max_steps=2), parser=PARSERS["response_gen"])
   env.step("garbage")
   r = env.step(step([{"name": "response_gen", "arguments": {"answer": 3}}]))  # mistyped answer
   assert r.done and not r.answered and r.answer is None
@@ -362,7 +362,7 @@ def test_episode_ends_on_response_gen_or_step_limit():
 
 
 def test_answer_tag_protocol():
-  env = ToolEnv(TASK, EnvOptions(answer_protocol="answer_tag"), parser=PARSERS["answer_tag"])
+  env = ToolEnv(TASK, ToolEnvOptions(answer_protocol="answer_tag"), parser=PARSERS["answer_tag"])
   r = env.step(step([{"name": "ping", "arguments": {}}]))
   assert r.checks_passed == 5 and not r.done
   r = env.step("<think>done</think>\n<answer> 42 </answer>\n")
@@ -371,7 +371,7 @@ def test_answer_tag_protocol():
 
 def test_ftrl_solves_remove_verified_answers():
   task = Task("f", "q", [_tool("echo")], "x", expected={"echo": ["hello", "big, world"]})
-  env = ToolEnv(task, EnvOptions(max_steps=5))
+  env = ToolEnv(task, ToolEnvOptions(max_steps=5))
   texts = ["Hello, there", "hello", "a BIG world", "nothing"]
   r = env.step(step([{"name": "echo", "arguments": {"text": t}} for t in texts]))
   assert r.call_solves == [True, False, True, False]
@@ -387,21 +387,21 @@ def test_solve_scoring_runs_schema_violating_calls_as_ftrls_scorer_does():
   calls = [{"name": "echo", "arguments": {"text": 12}},           # wrong type: runs
            {"name": "add", "arguments": {"a": 1, "b": 2, "c": 3}},  # extra argument: TypeError
            {"name": "nope", "arguments": {}}]                      # unknown tool: refused
-  env = ToolEnv(task, EnvOptions(max_steps=3))
+  env = ToolEnv(task, ToolEnvOptions(max_steps=3))
   r = env.step(step(calls))
   assert r.call_results[0] == {"name": "echo", "result": 12} and r.call_solves == [True, False,
                                                                                     False]
   assert "TypeError" in r.call_results[1]["error"] and "unknown tool" in r.call_results[2]["error"]
   assert r.checks_passed == 3
   assert (env.summary().num_calls, env.summary().num_solved) == (3, 1)
-  strict = ToolEnv(task, EnvOptions(max_steps=3, solve_scoring="strict")).step(step(calls))
+  strict = ToolEnv(task, ToolEnvOptions(max_steps=3, solve_scoring="strict")).step(step(calls))
   assert "expected string, got integer 12" in strict.call_results[0]["error"]
   assert strict.call_solves == [False, False, False] and strict.checks_passed == 3
   plain = Task("p", "q", [_tool("echo")], "x")  # not Solve-scored: refused under "ftrl" too
-  r = ToolEnv(plain, EnvOptions(max_steps=3)).step(step(calls[:1]))
+  r = ToolEnv(plain, ToolEnvOptions(max_steps=3)).step(step(calls[:1]))
   assert "error" in r.call_results[0]
   with pytest.raises(ValueError, match="solve_scoring"):
-    EnvOptions(solve_scoring="lenient")
+    ToolEnvOptions(solve_scoring="lenient")
 
 
 def test_session_is_opened_per_episode_and_closed():
@@ -416,7 +416,7 @@ def test_session_is_opened_per_episode_and_closed():
       log.append("closed")
 
   task = Task("s", "q", [Tool("tick", "", {"type": "object"})], "x", session=Session)
-  env = ToolEnv(task, EnvOptions(max_steps=2))
+  env = ToolEnv(task, ToolEnvOptions(max_steps=2))
   assert env.step(step([{"name": "tick", "arguments": {}}] * 2)).call_results == [
       {"name": "tick", "result": 1}, {"name": "tick", "result": 2}]
   env.step("x")
@@ -425,9 +425,9 @@ def test_session_is_opened_per_episode_and_closed():
 
 def test_options_and_tools_are_validated():
   with pytest.raises(ValueError, match="max_steps"):
-    EnvOptions(max_steps=0)
+    ToolEnvOptions(max_steps=0)
   with pytest.raises(ValueError, match="answer_protocol"):
-    EnvOptions(answer_protocol="xml")
+    ToolEnvOptions(answer_protocol="xml")
   with pytest.raises(ValueError, match="tool 'bad': invalid JSON schema"):
     StepParser([Tool("bad", "", {"type": "objekt"})])
   with pytest.raises(ValueError, match="names must be distinct"):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tirjax.env.executor import EnvOptions, ToolEnv
+from tirjax.env.executor import ToolEnvOptions, ToolEnv
 from tirjax.env.sandbox import Sandbox, SandboxLimits, SandboxTool, network_namespace_available
 from tirjax.env.tools import Task, Tool, ToolError
 
@@ -175,7 +175,7 @@ def test_definition_failures_are_reported_on_call():
 def test_episode_continues_after_a_runaway_tool(sandbox):
   tools = [Tool(n, "", {"type": "object"}, SandboxTool(sandbox, "t", n)) for n in ("loop", "ok")]
   env = ToolEnv(Task("s", "q", tools + [Tool("ok2", "", {"type": "object", "properties": {
-      "x": {"type": "integer"}}}, SandboxTool(sandbox, "t", "ok"))], "x"), EnvOptions())
+      "x": {"type": "integer"}}}, SandboxTool(sandbox, "t", "ok"))], "x"), ToolEnvOptions())
   r = env.step('<think></think><tool_call>[{"name": "loop", "arguments": {}}, '
                '{"name": "ok2", "arguments": {"x": 7}}]</tool_call>')
   assert r.call_results[0] == {"name": "loop", "error": "timed out after 0.5 s"}

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.test_env_sandbox_attacks import _cpu_ticks, _libseccomp_loads
-from tirjax.env.executor import EnvOptions, ToolEnv
+from tirjax.env.executor import ToolEnvOptions, ToolEnv
 from tirjax.env.sandbox import Sandbox, SandboxLimits, SandboxTool, kernel_isolation_available
 from tirjax.env.tools import Task, Tool, ToolError
 
@@ -231,7 +231,7 @@ def test_a_tools_error_is_held_to_the_executors_limit(sandboxed):
       exec(code, scope)  # a tool that runs in-process (toolworld's kind)
       fn = scope["fail"]
     env = ToolEnv(Task("q", "q", [Tool("fail", "", {"type": "object"}, fn)], "x"),
-                  EnvOptions(max_output_chars=1000))
+                  ToolEnvOptions(max_output_chars=1000))
     r = env.step('<think></think><tool_call>[{"name": "fail", "arguments": {}}]</tool_call>')
   error = r.call_results[0]["error"]
   assert len(error) == 1000 and error.startswith("ValueError: eee")

@@ -12,7 +12,7 @@ from configs import hidifftir
 from experiments import evaluate
 from tests.test_env_datasets import TOOLHOP_ROW, _ftrl_table
 from tirjax.env.toolworld import build_tokenizer
-from tirjax.experiment.tasks import load_tokenizer
+from tirjax.trainer.tasks import load_tokenizer
 from tirjax.models import config as model_config
 from tirjax.models.decoder import init
 from tirjax.models.hf_io import export_hf

@@ -162,5 +162,5 @@ def test_formula_functions_check_ranks_and_dtypes():
   with pytest.raises(AssertionError, match="type"):
     h.turn_weights(x, x, x[:, 0], x)  # the step mask is boolean
   with pytest.raises(AssertionError, match="type"):
-    h.trajectory_level_difficulty(x, x, 3)  # ground-truth turn indices are integers
+    h.difficulty_per_turn(x, x, 3)  # ground-truth turn indices are integers
   h.turn_weights(x, x, x[:, 0], mask)

@@ -325,3 +325,18 @@ def test_stopped_rows_move_out_without_changing_any_sample(model):
     assert a.tokens == b.tokens and a.finish_reason == b.finish_reason
     np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-6, rtol=0)
     assert [sorted(d) for d in a.top_logprobs] == [sorted(d) for d in b.top_logprobs]
+
+
+def test_sleep_keeps_the_sampler_usable_and_close_releases_it(model, prompts):
+  """`sleep` only empties the caches until the next call; `close` ends the sampler."""
+  s = JaxSampler(model, OPTIONS)
+  params = SamplingParams(n=1, max_new_tokens=3, temperature=0.0, seed=0)
+  before = s.generate(prompts[:1], params)
+  s.sleep()
+  assert s.generate(prompts[:1], params)[0][0].tokens == before[0][0].tokens
+  s.close()
+  assert not s.compiled_buckets
+  with pytest.raises(RuntimeError, match="generate: this JaxSampler was closed"):
+    s.generate(prompts[:1], params)
+  with pytest.raises(RuntimeError, match="update: this JaxSampler was closed"):
+    s.update(model, 1)

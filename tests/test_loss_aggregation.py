@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tirjax.testing.reference import loss_reference as ref
+from tirjax.testing.reference import loss as ref
 from tirjax import loss
 from tirjax.loss import aggregation
 

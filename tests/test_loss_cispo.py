@@ -10,7 +10,7 @@ import pytest
 
 from tirjax import loss
 from tirjax.loss import surrogate
-from tirjax.testing.reference import loss_reference as ref
+from tirjax.testing.reference import loss as ref
 
 EPS_LOW, EPS_HIGH = 0.2, 0.28
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from tirjax.experiment.evaluation import pass_at_k, sampled_metrics
+from tirjax.trainer.evaluation import pass_at_k, sampled_metrics
 
 
 def pass_at_k_by_enumeration(outcomes, k):

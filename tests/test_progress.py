@@ -2,7 +2,7 @@
 
 import io
 
-from tirjax.experiment.progress import Progress
+from tirjax.trainer.progress import Progress
 
 
 def test_lines_when_bars_are_off_show_a_phase_advancing_and_its_end():

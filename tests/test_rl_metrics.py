@@ -5,7 +5,7 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 from tirjax import advantages
-from tirjax.experiment.rl_metrics import signal_shares
+from tirjax.trainer.rl_metrics import signal_shares
 from tirjax.testing import synthetic
 
 

@@ -164,7 +164,7 @@ def test_take_rows_keeps_the_rows_in_order_and_pads_the_rest():
 
 
 def test_take_groups_copies_kept_groups_renumbers_ids_and_moves_records():
-  from tirjax.experiment.refill import take_groups
+  from tirjax.trainer.refill import take_groups
   Rec = dataclasses.make_dataclass("Rec", ["row", "group"])
   r = base()
   parts = [(r, [Rec(0, 0), Rec(1, 0), Rec(2, 1)]), (r, [Rec(2, 1), Rec(3, 1)])]
@@ -186,7 +186,7 @@ def test_take_groups_copies_kept_groups_renumbers_ids_and_moves_records():
 def test_take_groups_renumbers_colliding_ids_of_different_batches():
   """Group 0 of two batches with the same node and state ids: after the merge the two groups
   share none (ids stay batch-global, so the merged batch validates)."""
-  from tirjax.experiment.refill import take_groups
+  from tirjax.trainer.refill import take_groups
   r = base()
   out, _ = take_groups([(r, []), (r, [])], [(0, 0), (1, 0)], num_rows=6)
   got = rollouts.to_numpy(out)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tirjax.experiment.sft_data import POOL, SFTData
+from tirjax.trainer.sft_data import POOL, SFTData
 
 
 def make_data(n=53, seed=0):

@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from tirjax import advantages
-from tirjax.experiment import resolve, sections
+from tirjax.trainer import resolve, sections
 
 CONFIGS = sorted(p.stem for p in pathlib.Path("configs").glob("*.py")
                  if p.stem not in ("__init__", "base", "ablate", "cell"))

@@ -23,7 +23,7 @@ def model():
 @pytest.fixture(scope="module")
 def step(model):
   graphdef, _, tx, place, _ = model
-  return training.sft_step(graphdef, tx, place, training.SFTOptions(), STEP)
+  return training.sft_step(graphdef, tx, place, training.SFTLossOptions(), STEP)
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_all_masked_is_zero(model, step, batch):
 def test_microbatches_equal_one_batch(model, batch, aggregation):
   """Same gradient with 1 and 4 micro-batches under per-token and per-row weighting."""
   graphdef, _, tx, place, _ = model
-  opts = training.SFTOptions(aggregation=aggregation)
+  opts = training.SFTLossOptions(aggregation=aggregation)
   grads = []
   for num in (1, 4):
     step = training.sft_step(graphdef, tx, place, opts,
@@ -107,4 +107,4 @@ def test_microbatches_equal_one_batch(model, batch, aggregation):
 ])
 def test_invalid_sft_options_name_the_option(change, match):
   with pytest.raises(ValueError, match=match):
-    training.SFTOptions(**change)
+    training.SFTLossOptions(**change)

@@ -23,7 +23,7 @@ from tirjax.env import chat
 from tirjax.env.toolworld import make_tasks
 from tirjax.sampling.vllm_policy import VLLMPolicySampler
 from tirjax.episodes import ArpoOptions, RolloutOptions, Shapes, TreeOptions, rollout
-from tirjax.experiment import resolve
+from tirjax.trainer import resolve
 from tirjax.rollouts import validate
 from tirjax.sampling import handover
 from tirjax.sampling.interface import SamplingParams

@@ -14,7 +14,7 @@ import pytest
 
 from tests.test_train_runs import SFT_THEN_RL, _command, _kill_when, _logged, read_metrics
 from tirjax import rundir, wandb_logger
-from tirjax.experiment import sections
+from tirjax.trainer import sections
 
 pytest.importorskip("wandb")
 

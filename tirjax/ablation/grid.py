@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping, Optional
 import ml_collections
 
 from tirjax import advantages, rundir
-from tirjax.experiment import resolve
+from tirjax.trainer import resolve
 
 # Config keys (and sections) that determine the weights SFT produces; cells that agree on all
 # of them share a warm start. `seed` is shared per seed by construction.

@@ -63,10 +63,11 @@ def raw_turn_rewards(r: Rollouts, call_reward: jax.Array, answer_turn: str) -> j
   return jnp.where(r.step_valid, raw, 0.0)
 
 
-def trajectory_level_difficulty(gt_mean: jax.Array, gt_turn: jax.Array, num_turns: int) -> jax.Array:
+def difficulty_per_turn(gt_mean: jax.Array, gt_turn: jax.Array, num_turns: int) -> jax.Array:
   """d_{i,j} = 1 − r̄_{i,j}, r̄_{i,j} the mean of r̄(c*) over C*_{i,j}, 0 if empty (Eq. 5-6).
 
-  Per turn, but it weighs the *trajectory*-level reward R(τ_i) (option
+  The paper calls it trajectory-level difficulty: it is per turn, but it weighs the
+  *trajectory*-level reward R(τ_i) (option
   `trajectory_difficulty`); the turn-level weighting (option `turn_difficulty`) is
   `turn_weights`, from the success rates."""
   chex.assert_rank([gt_mean, gt_turn], 2)  # [B, C]
@@ -134,7 +135,7 @@ def hidifftir(r: Rollouts, opts: HiDiffTIROptions) -> Advantages:
   raw = raw_turn_rewards(r, match.call_reward, opts.answer_turn)
   size = turns.group_size(r)[:, None]
   gt_mean = turns.gt_group_sum(r, match.gt_reward) / jnp.maximum(size, 1.0)  # r̄(c*), Eq. 4
-  d = trajectory_level_difficulty(gt_mean, match.gt_turn, T)
+  d = difficulty_per_turn(gt_mean, match.gt_turn, T)
   ids, mask, num_segments = turns.turn_segments(r)
   r_tilde = jnp.where(mask, d * raw, 0.0)
   r_norm, r_hat = minmax_rescale(r_tilde, ids, mask, num_segments)

@@ -1,6 +1,6 @@
 """A fast credit-assignment bench: an abstract tool-choice task with necessary steps.
 
-    from tirjax.credit import ChainTask, ChainRolloutOptions, TrainOptions, parse_cell, run_cell
+    from tirjax.credit import ChainTask, ChainRolloutOptions, CreditTrainOptions, parse_cell, run_cell
     task = ChainTask()
     cell = parse_cell("portool/omega1=0", ChainRolloutOptions(), task.max_steps)
     result = run_cell(task, cell, seed=0)       # curve, final metrics, unlearning rates
@@ -12,10 +12,10 @@ The entry point is `python -m experiments.credit_bench`.
 """
 
 from tirjax.credit.cells import Cell, default_labels, parse_cell
-from tirjax.credit.policy import PolicyOptions
+from tirjax.credit.softmax_policy import PolicyOptions
 from tirjax.credit.chain_rollouts import ChainRolloutOptions, sample_batch
 from tirjax.credit.task import ChainTask
-from tirjax.credit.train import TrainOptions, run_cell
+from tirjax.credit.train import CreditTrainOptions, run_cell
 
-__all__ = ["Cell", "ChainTask", "PolicyOptions", "ChainRolloutOptions", "TrainOptions",
+__all__ = ["Cell", "ChainTask", "PolicyOptions", "ChainRolloutOptions", "CreditTrainOptions",
            "default_labels", "parse_cell", "run_cell", "sample_batch"]

@@ -3,7 +3,7 @@
 Per iteration: the behaviour policy's table samples a batch (`chain_rollouts`), the cell's estimator
 (unchanged, from the registry) gives token advantages and the unlearning diagnostic is
 taken on its step advantages, then `epochs` full-batch Adam steps minimise
-`tirjax.loss.policy_loss` (its `sum / den`). After every update the policy is evaluated
+`tirjax.loss.objective` (its `sum / den`). After every update the policy is evaluated
 exactly (`evaluate.policy_value`); "episodes to threshold" is the number of training rows
 consumed when the sampled policy's success first reaches `threshold` × the optimal success.
 """
@@ -23,14 +23,14 @@ from tirjax import advantages
 from tirjax.advantages import unlearning
 from tirjax.credit import chain_rollouts, evaluate
 from tirjax.credit.cells import Cell
-from tirjax.credit.policy import (PolicyOptions, init_policy, log_policy, prior_logits,
+from tirjax.credit.softmax_policy import (PolicyOptions, init_policy, log_policy, prior_logits,
                                   state_features)
 from tirjax.credit.task import ChainTask
 from tirjax.loss import LossOptions, policy_loss
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainOptions:
+class CreditTrainOptions:
   """Attributes:
     iterations: training batches per run.
     learning_rate: Adam step size.
@@ -95,7 +95,7 @@ def _update_fn(learning_rate: float, epochs: int, loss: LossOptions):
 _log_policy = jax.jit(log_policy)
 
 
-def run_cell(task: ChainTask, cell: Cell, seed: int, opts: TrainOptions = TrainOptions(),
+def run_cell(task: ChainTask, cell: Cell, seed: int, opts: CreditTrainOptions = CreditTrainOptions(),
              check_batches: bool = True) -> dict:
   """Trains a fresh policy for one cell and seed; returns its curve and summary metrics.
 

@@ -29,7 +29,7 @@ SOLVE_SCORING = ("ftrl", "strict")
 
 
 @dataclasses.dataclass(frozen=True)
-class EnvOptions:
+class ToolEnvOptions:
   max_steps: int = 6  # T_max
   answer_protocol: str = "response_gen"
   limits: ParseLimits = ParseLimits()
@@ -97,7 +97,7 @@ class EpisodeSummary:
 class ToolEnv:
   """One episode of `task`. Pass `parser` to share one `StepParser` across a task's episodes."""
 
-  def __init__(self, task: Task, options: EnvOptions = EnvOptions(),
+  def __init__(self, task: Task, options: ToolEnvOptions = ToolEnvOptions(),
                parser: Optional[StepParser] = None):
     self.task = task
     self.options = options

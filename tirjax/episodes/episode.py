@@ -20,7 +20,7 @@ import time
 from typing import Optional, Sequence
 
 from tirjax.env import chat
-from tirjax.env.executor import EnvOptions, StepResult, ToolEnv
+from tirjax.env.executor import ToolEnvOptions, StepResult, ToolEnv
 from tirjax.env.parser import ParseLimits, StepParser
 from tirjax.env.tools import Task, agent_tools
 from tirjax.episodes.options import RolloutOptions
@@ -85,7 +85,7 @@ class EpisodeRunner:
     same tokens whichever process samples it and whatever else shares the sampler call."""
     s = options.shapes
     self.sampler, self.tokenizer, self.tasks, self.options = sampler, tokenizer, tasks, options
-    self.env_options = EnvOptions(
+    self.env_options = ToolEnvOptions(
         max_steps=options.max_steps, answer_protocol=options.answer_protocol,
         limits=ParseLimits(max_calls=s.max_calls, max_arguments=s.max_params),
         solve_scoring=options.solve_scoring)

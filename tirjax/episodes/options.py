@@ -108,7 +108,7 @@ class RolloutOptions:
     answer_protocol: "response_gen" or "answer_tag" (SPEC §6).
     judge_workers: answered rows judged in parallel (an LLM judge waits on the network).
     solve_scoring: "ftrl" (FTRL's scorer: schema-violating calls of a Solve-scored task are
-      still run) or "strict" (refused); see `tirjax.env.executor.EnvOptions`.
+      still run) or "strict" (refused); see `tirjax.env.executor.ToolEnvOptions`.
     greedy_baseline: also run one greedy episode per query (independent, n = 1, temperature
       0), judged like the others, and record its R_out as every row's `greedy_outcome`
       (ReMax's baseline, `remax`); the greedy rows are not rows of the batch.

@@ -8,11 +8,11 @@
 
 Modules: `ratio` (token and GSPO ratios), `surrogate` (clip, dual clip, clip indicators),
 `kl` (k1/k2/k3), `aggregation` (the four modes as (sum, den)), `diagnostics`, `stats`
-(`Mean`, `Summary`, `accumulate`, `finalize`), `policy` (options and the composed loss).
+(`Mean`, `Summary`, `accumulate`, `finalize`), `objective` (options and the composed loss).
 """
 
 from tirjax.loss.aggregation import AGGREGATIONS, aggregate
-from tirjax.loss.policy import LossOptions, LossOutput, policy_loss, rollouts_loss
+from tirjax.loss.objective import LossOptions, LossOutput, policy_loss, rollouts_loss
 from tirjax.loss.stats import Mean, Summary, accumulate, finalize
 
 __all__ = ["AGGREGATIONS", "LossOptions", "LossOutput", "Mean", "Summary", "accumulate",

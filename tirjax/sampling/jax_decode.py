@@ -1,7 +1,7 @@
 """The JAX sampler's device functions: prefill or continue a cache, then decode in segments.
 
 Decoding runs as a short `lax.while_loop` segment per call from the host, so that the host can
-move the rows still going into a smaller row bucket between segments (`take_rows`): a stopped
+move the rows still going into a smaller row bucket between segments (`compact_rows`): a stopped
 row then costs nothing, while one decode step's cost grows with the rows it carries (it reads
 every row's whole cache). Each function is compiled once per shape by the sampler.
 """
@@ -118,7 +118,7 @@ def segment(graphdef, steps: int, top_k: int, state, s: Loop, draw: Draw) -> Loo
   return jax.lax.while_loop(more, body, s)
 
 
-def take_rows(s: Loop, idx, keep) -> Loop:
+def compact_rows(s: Loop, idx, keep) -> Loop:
   """The rows `idx` of the carry (a smaller bucket); rows where `keep` is False are padding."""
   cache = KVCache(s.cache.k[:, idx], s.cache.v[:, idx], s.cache.lengths[idx])
   per_row = {f: getattr(s, f)[idx] for f in Loop._fields if f not in ("t", "cache")}

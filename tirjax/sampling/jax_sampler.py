@@ -171,6 +171,7 @@ class JaxSampler:
     self._decoders: dict[tuple, object] = {}  # (rows, prompts, slots, new, top_k) → decode loop
     self._pool_rows = 0  # rows of the stored caches: the largest row bucket so far
     self._cache = PrefixCache()
+    self._closed = False
     self.counters = dict(calls=0, prefill_tokens=0, prefill_s=0.0, decode_tokens=0,
                          decode_s=0.0, continued_rows=0, prefilled_rows=0)
 
@@ -191,6 +192,7 @@ class JaxSampler:
 
     A model must have the sampler's configuration (its graph is compiled in); a state is
     taken as parameters of that configuration."""
+    self._check_open("update")
     state = model_or_state
     if isinstance(model_or_state, nnx.Module):
       graphdef, state = nnx.split(model_or_state)
@@ -219,13 +221,24 @@ class JaxSampler:
     self._cache.clear()
 
   def close(self) -> None:
-    """Drops the prefix cache (the `PolicySampler` protocol; nothing else to release)."""
+    """Releases the sampler: drops the prefix cache and the compiled executables; later
+    `generate` and `update` calls are refused (the `PolicySampler` protocol; unlike `sleep`,
+    which only empties the cache until the next call)."""
     self._cache.clear()
+    self._compiled.clear()
+    self._continued.clear()
+    self._decoders.clear()
+    self._closed = True
+
+  def _check_open(self, method: str) -> None:
+    if self._closed:
+      raise RuntimeError(f"{method}: this JaxSampler was closed")
 
   def generate(self, prompts: Sequence[Sequence[int]],
                params: SamplingParams) -> list[list[Sample]]:
     """For each prompt, `params.n` samples (see the module docstring)."""
     o = self.options
+    self._check_open("generate")
     self._check(prompts, params)
     if len(params.stop_token_ids) > o.max_stop_tokens:
       raise ValueError(f"stop_token_ids: {len(params.stop_token_ids)} ids exceed "
@@ -353,7 +366,7 @@ class JaxSampler:
     def build():
       loop, _ = self._specs(rows, size, new_tokens, top_k)
       spec = jax.ShapeDtypeStruct
-      return jax.jit(jax_decode.take_rows).lower(loop, spec((to,), jnp.int32),
+      return jax.jit(jax_decode.compact_rows).lower(loop, spec((to,), jnp.int32),
                                                   spec((to,), bool)).compile()
     return self._exec("take", (rows, to, size, new_tokens, top_k), build)
 

@@ -2,7 +2,7 @@
 
   optimizer  OptimizerOptions, make_optimizer (clip → AdamW, warmup + constant / cosine)
   batches    PolicyBatch / SFTBatch (what a step reads), micro-batch split
-  sft        SFTOptions, masked next-token cross-entropy
+  sft        SFTLossOptions, masked next-token cross-entropy
   step       StepOptions, Placement, init_state, TrainStep, policy_step, sft_step
   reference  ReferencePolicy, with_reference_logprobs (the KL term's log-probs, β > 0 only);
              TokenLogprobs, with_policy_logprobs (π_old recomputed by the trainer)
@@ -13,11 +13,11 @@ from tirjax.training.batches import PolicyBatch, SFTBatch, policy_batch
 from tirjax.training.optimizer import OptimizerOptions, learning_rate, make_optimizer
 from tirjax.training.reference import (ReferencePolicy, TokenLogprobs, with_policy_logprobs,
                                       with_reference_logprobs)
-from tirjax.training.sft import SFTOptions
+from tirjax.training.sft import SFTLossOptions
 from tirjax.training.step import (Placement, StepOptions, TrainStep, init_state, placement,
                                   policy_step, sft_step, split_model)
 
 __all__ = ["OptimizerOptions", "Placement", "PolicyBatch", "ReferencePolicy", "SFTBatch",
-           "SFTOptions", "StepOptions", "TrainStep", "init_state", "learning_rate",
+           "SFTLossOptions", "StepOptions", "TrainStep", "init_state", "learning_rate",
            "make_optimizer", "placement", "policy_batch", "policy_step", "sft_step",
            "split_model", "TokenLogprobs", "with_policy_logprobs", "with_reference_logprobs"]

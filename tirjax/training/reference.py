@@ -18,7 +18,7 @@ from typing import Optional
 import jax
 from flax import nnx
 
-from tirjax.loss.policy import LossOptions
+from tirjax.loss.objective import LossOptions
 from tirjax.models.logprobs import token_logprobs
 from tirjax.rollouts import Rollouts
 from tirjax.training.batches import merge_microbatches, split_microbatches

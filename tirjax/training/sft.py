@@ -23,7 +23,7 @@ from tirjax.loss.stats import Mean
 
 
 @dataclasses.dataclass(frozen=True)
-class SFTOptions:
+class SFTLossOptions:
   """Options of the SFT loss.
 
   Attributes:
@@ -57,7 +57,7 @@ def target_mask(token_valid: jax.Array, loss_mask: jax.Array) -> jax.Array:
   return jnp.asarray(loss_mask, bool) & pair
 
 
-def sft_loss(logprobs: jax.Array, mask: jax.Array, opts: SFTOptions = SFTOptions()) -> Mean:
+def sft_loss(logprobs: jax.Array, mask: jax.Array, opts: SFTLossOptions = SFTLossOptions()) -> Mean:
   """Negative log-likelihood of the masked tokens as `Mean(sum, den)`.
 
   Args:

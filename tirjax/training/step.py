@@ -39,7 +39,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tirjax import distributed, sharding
 from tirjax.checkpoint import TrainState
-from tirjax.loss import policy as policy_lib
+from tirjax.loss import objective as policy_lib
 from tirjax.loss.stats import Mean, Summary, finalize
 from tirjax.models.logprobs import token_logprobs
 from tirjax.training import optimizer as optimizer_lib
@@ -252,7 +252,7 @@ def policy_loss_fn(loss_opts: policy_lib.LossOptions, opts: StepOptions) -> Loss
   return loss_fn
 
 
-def sft_loss_fn(sft_opts: sft_lib.SFTOptions, opts: StepOptions) -> LossFn:
+def sft_loss_fn(sft_opts: sft_lib.SFTLossOptions, opts: StepOptions) -> LossFn:
   """Masked next-token cross-entropy of an `SFTBatch` (temperature 1: the data's
   likelihood, whatever the sampling temperature)."""
 
@@ -277,7 +277,7 @@ def policy_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, place:
 
 
 def sft_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, place: Placement,
-             sft_opts: sft_lib.SFTOptions = sft_lib.SFTOptions(),
+             sft_opts: sft_lib.SFTLossOptions = sft_lib.SFTLossOptions(),
              opts: StepOptions = StepOptions()) -> TrainStep:
   """The supervised warm-start step on `SFTBatch`es (same accumulation and optimizer)."""
   return TrainStep(graphdef, tx, sft_loss_fn(sft_opts, opts), place, opts.num_microbatches)

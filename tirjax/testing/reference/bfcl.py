@@ -28,7 +28,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from tirjax.env import chat
-from tirjax.env.executor import EnvOptions, ToolEnv
+from tirjax.env.executor import ToolEnvOptions, ToolEnv
 from tirjax.env.tools import Task
 
 END_TURN = None  # a step output without a call
@@ -83,7 +83,7 @@ def reference_verdict(entry: dict, ground_truth: Sequence[Sequence[str]], catego
 def project_verdict(task: Task, turns: Sequence[Sequence[Optional[list]]],
                     max_steps: int = 512) -> tuple[Optional[bool], list]:
   """(success, decoded per turn) of tirjax's episode over these step outputs."""
-  env = ToolEnv(task, EnvOptions(max_steps=max_steps))
+  env = ToolEnv(task, ToolEnvOptions(max_steps=max_steps))
   result = None
   try:
     for steps in turns:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from tirjax.testing.reference import loss_reference as ref
+from tirjax.testing.reference import loss as ref
 from tirjax import advantages, loss
 from tirjax.loss import kl, ratio as ratio_lib
 from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts

@@ -24,12 +24,12 @@ from tirjax.models import config as model_config
 from tirjax.episodes.options import RolloutOptions
 from tirjax.sampling.vllm import TINY_HEAD_DIM
 from tirjax.training.optimizer import OptimizerOptions
-from tirjax.training.sft import SFTOptions
+from tirjax.training.sft import SFTLossOptions
 from tirjax.training.step import StepOptions
 
-from tirjax.experiment.sections import (DEMO_ENVS, ENVS, JUDGES, MAX_TASKS, SAMPLERS, SECTIONS,
+from tirjax.trainer.sections import (DEMO_ENVS, ENVS, JUDGES, MAX_TASKS, SAMPLERS, SECTIONS,
                                        SUBSECTIONS, EnvOptions, JudgeOptions, ModelOptions,
-                                       SamplerOptions, SFTOptions as SFTSection, TrainOptions)
+                                       SamplerOptions, SFTOptions, TrainOptions)
 
 __all__ = ["ConfigError", "Experiment", "resolve", "fit_to_mesh", "ENVS", "SAMPLERS", "JUDGES",
            "DEMO_ENVS", "MAX_TASKS"]
@@ -48,7 +48,7 @@ class Experiment:
   judge: JudgeOptions
   sampler: SamplerOptions
   train: TrainOptions
-  sft: SFTSection
+  sft: SFTOptions
   estimator: advantages.Estimator
   advantage: Any  # the estimator's options dataclass
   rollout: RolloutOptions
@@ -56,7 +56,7 @@ class Experiment:
   optim: OptimizerOptions
   step: StepOptions
   sft_optim: OptimizerOptions
-  sft_loss: SFTOptions
+  sft_loss: SFTLossOptions
   sft_step: StepOptions
   demos: DemoOptions
   sharding: sharding.ShardingOptions
@@ -112,7 +112,7 @@ def resolve(c) -> Experiment:
   # Without SFT steps the SFT optimizer never runs (a cosine over 0 steps is not an error then).
   sft_optim = (_section(OptimizerOptions, c.sft.optim, "sft.optim") if sft.steps
                else OptimizerOptions())
-  sft_loss = _section(SFTOptions, c.sft.loss, "sft.loss")
+  sft_loss = _section(SFTLossOptions, c.sft.loss, "sft.loss")
   shard = _section(sharding.ShardingOptions, c.sharding, "sharding")
   dist = distributed_options(c)
 

@@ -11,8 +11,8 @@ from flax import nnx
 
 from tirjax import distributed
 from tirjax.checkpoint import TrainState
-from tirjax.experiment.policy import sampler_params
-from tirjax.experiment.sections import ModelOptions, SamplerOptions
+from tirjax.trainer.weights import sampler_params
+from tirjax.trainer.sections import ModelOptions, SamplerOptions
 from tirjax.sampling.interface import PolicySampler
 from tirjax.sampling.jax_sampler import JaxSampler, JaxSamplerOptions, bucket
 from tirjax.sampling.vllm_policy import VLLMPolicySampler
