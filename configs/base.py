@@ -13,6 +13,12 @@ e.g. `--config=configs/portool.py:model=tiny,env=toolworld`. Every key can then 
 command line (`--config.advantage.options.alpha=0.5`); the config is locked, so a mistyped key
 fails, and `experiments.train` checks every value (`tirjax.trainer.resolve`) before any
 compute.
+
+Each section holds one options dataclass's fields under their own names: `step` is the train
+step's `StepOptions`, `sft.optim`, `sft.loss` and `sft.demos` the warm start's optimizer, loss
+and demonstrations, `advantage.options` the estimator's (`tirjax.trainer.sections`). The keys
+renamed in issue 29 (`sections.RENAMED`: `train.micro_batches` is now `step.num_microbatches`,
+...) still work for one release, with a deprecation warning.
 """
 
 from __future__ import annotations
@@ -20,14 +26,14 @@ from __future__ import annotations
 import ml_collections
 
 from tirjax import advantages, distributed, sharding
-from tirjax.config import config_from_dataclass, dataclass_from_config, parse_preset_arg
+from tirjax.config import (RenamedKey, config_from_dataclass, dataclass_from_config, get_key,
+                           parse_preset_arg, set_key)
 from tirjax.trainer import sections
 from tirjax.trainer.sections import ENVS, SAMPLERS
 from tirjax.loss import LossOptions
 from tirjax.models.config import PRESETS as MODEL_PRESETS
 from tirjax.episodes.options import MODES, RolloutOptions
 from tirjax.training.optimizer import OptimizerOptions
-from tirjax.training.sft import SFTLossOptions
 
 DATA = {"toolhop": "../shared/data/toolhop/toolhop100.jsonl",
         "ftrl": "../shared/data/ftrl/ftrl_test.parquet", "bfcl": "", "toolworld": "", "doors": ""}
@@ -67,10 +73,11 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   c = ml_collections.ConfigDict()
   c.seed = 0
 
-  # The experiment's own sections, generated from their options (`tirjax.trainer.sections`),
-  # then the presets (checked only by `resolve`: a dataset file need not exist to build one).
+  # The experiment's own sections and the step's, generated from their options
+  # (`tirjax.trainer.sections`; without the values `resolve` derives), then the presets
+  # (checked only by `resolve`: a dataset file need not exist to build one).
   for name, options in sections.SECTIONS.items():
-    c[name] = config_from_dataclass(options)
+    c[name] = config_from_dataclass(options, omit=sections.DERIVED.get(name, ()))
   env = presets.get("env", "toolworld")
   c.model.preset = presets.get("model", "tiny")
   c.env.update(name=env, data_path=DATA[env])
@@ -90,9 +97,6 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   c.loss = config_from_dataclass(dataclass_from_config(LossOptions, loss, "loss"))
   c.optim = config_from_dataclass(dataclass_from_config(OptimizerOptions, optim, "optim"))
 
-  c.sft.optim = config_from_dataclass(OptimizerOptions(learning_rate=1e-5, warmup_steps=10))
-  c.sft.loss = config_from_dataclass(SFTLossOptions())
-
   # Rows per batch follow the queries per step and the rows per query (a live reference).
   per_query = (c.rollout.arpo.get_ref("total_rollouts") if c.rollout.mode == "arpo"
                else c.rollout.get_ref("n"))
@@ -111,8 +115,17 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
     _bfcl(c)
   if env == "doors":
     _doors(c, steps_given="steps" in presets)
+  _renamed_keys(c)
   c.lock()
   return c
+
+
+def _renamed_keys(c: ml_collections.ConfigDict) -> None:
+  """The keys renamed in issue 29 (`sections.RENAMED`) still accepted for one release: each
+  old key an empty placeholder that `resolve` moves to its new key (with a deprecation
+  warning), remembering the new key's value as built here."""
+  for old, new in sections.RENAMED.items():
+    set_key(c, old, RenamedKey(new, get_key(c, new)))
 
 
 # The tiny policy's sizes (`tirjax.models.config.tiny` with these changes). Measured on 2 CPU
@@ -128,7 +141,7 @@ def _cpu_scale(c: ml_collections.ConfigDict, steps_given: bool) -> None:
   if not steps_given:
     c.train.steps = 40
   c.model.tiny = ml_collections.ConfigDict(TINY_SIZES)
-  c.model.logprob_chunk = 256
+  c.step.logprob_chunk_size = 256
   c.env.eval_tasks = 256
   c.sft.steps = 800
   c.sft.optim.learning_rate = 1e-2
@@ -155,8 +168,9 @@ def _toolworld_headroom(c: ml_collections.ConfigDict, steps_given: bool) -> None
   on a 2-core CPU (issue 26; benchmarks/results/default_run.json).
 
   The warm start: 800 SFT steps at lr 1e-2 on demonstrations that never show which way a
-  direction-taking tool must be called (`sft.p_confuse=1`: both directions demonstrated), on
-  queries that all need a direction (`env.p_direction=1`) with 1-3 hops (`hop_weights`). SFT
+  direction-taking tool must be called (`sft.demos.p_confuse=1`: both directions
+  demonstrated), on queries that all need a direction (`env.p_direction=1`) with 1-3 hops
+  (`hop_weights`). SFT
   then teaches the format and the plan but leaves the direction a coin flip (P(the stated
   direction) 0.50-0.53), which only outcomes can teach. Measured on AMD EPYC, seed 0: greedy
   0.33, pass@16 at T=1 0.56-0.60 (headroom 0.23-0.27), 56-60% of tasks with mixed outcomes.
@@ -172,10 +186,10 @@ def _toolworld_headroom(c: ml_collections.ConfigDict, steps_given: bool) -> None
   """
   if not steps_given:
     c.train.steps = 60
-  c.model.logprob_chunk = 2048  # the whole row: fewer, larger matmuls on the CPU
+  c.step.logprob_chunk_size = 2048  # the whole row: fewer, larger matmuls on the CPU
   c.env.p_direction = 1.0
   c.env.hop_weights = (0.35, 0.45, 0.2, 0.0)
-  c.sft.p_confuse = 1.0
+  c.sft.demos.p_confuse = 1.0
   c.train.queries_per_step = 8
   c.train.mini_batch_queries = 2
   c.rollout.n = 6

@@ -99,7 +99,7 @@ def evaluate_policy(config, policy: str, out: str, tasks: Optional[int] = None,
   info = benchmark.machine()
   start = time.perf_counter()
   tokenizer = load_tokenizer(checkpoint)
-  source = TaskSource(exp.env, seed=config.seed)
+  source = TaskSource(exp.env, seed=exp.seed)
   sampler = None
   try:
     eval_tasks = source.tasks(split, exp.env.eval_tasks)
@@ -107,10 +107,10 @@ def evaluate_policy(config, policy: str, out: str, tasks: Optional[int] = None,
     graphdef, params = nnx.split(load_hf(checkpoint))
     os.makedirs(out, exist_ok=True)
     state = types.SimpleNamespace(params=params, policy_version=0)
-    sampler = samplers.make_sampler(exp.sampler, exp.model, graphdef, state, out, checkpoint,
-                                     exp.rollout)
+    sampler = samplers.make_sampler(exp.sampler, exp.step.logprob_chunk_size, graphdef, state,
+                                     out, checkpoint, exp.rollout)
     metrics = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
-                       exp.sampler.eval_temperature, seed=config.seed,
+                       exp.sampler.eval_temperature, seed=exp.seed,
                        progress=Progress(enabled=sys.stderr.isatty()).evaluation(len(eval_tasks)),
                        answer_in_tool_message=exp.env.answer_in_tool_message,
                        samples=exp.sampler.eval_samples)

@@ -67,11 +67,12 @@ def run(config, workdir: str) -> dict:
   # -- Set-up and logging ---------------------------------------------------------------------
   distributed.initialize(resolve.distributed_options(config))  # before anything touches JAX
   exp = resolve.resolve(config)  # every value checked before any compute
+  record = resolve.config_record(config)  # config.json, the run's id, the loggers' config
   primary = distributed.is_primary()  # process 0 writes the run directory
   claim_error = None
   if primary:
     try:
-      resuming = rundir.claim(workdir, config.to_dict())
+      resuming = rundir.claim(workdir, record)
     except rundir.WorkdirMismatch as e:
       claim_error, resuming = e, False
   if not distributed.agree(claim_error is None):
@@ -81,14 +82,14 @@ def run(config, workdir: str) -> dict:
     rundir.write_status(workdir, "running", 0)
     if not os.path.exists(os.path.join(workdir, "cell.json")):
       rundir.write_json(os.path.join(workdir, "cell.json"), dict(
-          label=config.advantage.name, estimator=config.advantage.name,
-          options=dataclasses.asdict(exp.advantage), seed=config.seed))
-  writer = (rundir.MetricsWriter(workdir, exp.train.loggers, rundir.run_id(config),
-                                 config.to_dict()) if primary else rundir.NullWriter())
+          label=exp.estimator.name, estimator=exp.estimator.name,
+          options=dataclasses.asdict(exp.advantage), seed=exp.seed))
+  writer = (rundir.MetricsWriter(workdir, exp.train.loggers, rundir.run_id(record), record)
+            if primary else rundir.NullWriter())
   progress = Progress(enabled=exp.train.progress_bar, quiet=not primary)
   try:
     with contextlib.ExitStack() as cleanup:  # sampler, checkpointer, tasks: closed however it ends
-      summary = _train(config, exp, workdir, writer, progress, resuming, cleanup)
+      summary = _train(exp, workdir, rundir.run_id(record), writer, progress, resuming, cleanup)
     writer.summarize(summary)
   except BaseException as e:  # record the failure (Ctrl-C included), then re-raise
     if primary:
@@ -127,7 +128,7 @@ def _global_rollouts(local: Rollouts, share: distributed.RowShare, mesh, rules) 
   return sharding.shard_batch(local, mesh, rules)  # the global arrays
 
 
-def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
+def _train(exp: resolve.Experiment, workdir, run_id, writer, progress, resuming,
            cleanup: contextlib.ExitStack) -> dict:
   # -- Mesh -----------------------------------------------------------------------------------
   mesh = sharding.make_mesh(exp.sharding)
@@ -146,13 +147,13 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   # -- Data and environment -------------------------------------------------------------------
   def build_tokenizer():
     return tokenizer_dir(exp.model, exp.env.name, tasks_lib.cache_dir(exp.env.cache_dir),
-                         seed=config.seed)
+                         seed=exp.seed)
   if distributed.is_primary():  # built once (a shared cache), then found by the others
     build_tokenizer()
   distributed.barrier("tokenizer")
   tok_dir = build_tokenizer()
   tokenizer = load_tokenizer(tok_dir)
-  source = cleanup.enter_context(contextlib.closing(TaskSource(exp.env, seed=config.seed)))
+  source = cleanup.enter_context(contextlib.closing(TaskSource(exp.env, seed=exp.seed)))
   train_tasks = source.tasks("train", exp.env.train_tasks)
   eval_tasks = source.tasks("eval", exp.env.eval_tasks)
   # SFT demonstrates other train-split tasks than RL asks: RL's gains are on queries whose
@@ -161,29 +162,29 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
                             hop_weights=exp.sft.hop_weights)[
       exp.env.train_tasks:] if exp.sft.steps else []
   judge = judging.make_judge(exp.judge)
-  queries = tasks_lib.QueryOrder(len(train_tasks), exp.train.queries_per_step, seed=config.seed)
+  queries = tasks_lib.QueryOrder(len(train_tasks), exp.train.queries_per_step, seed=exp.seed)
 
   # -- Model and optimizer --------------------------------------------------------------------
-  model = weights.build_model(exp.model, len(tokenizer), rules, seed=config.seed)
+  model = weights.build_model(exp.model, len(tokenizer), rules, seed=exp.seed)
   graphdef, params = split_model(model)
-  sft_tx, rl_tx = make_optimizer(exp.sft_optim), make_optimizer(exp.optim)
+  sft_tx, rl_tx = make_optimizer(exp.sft.optim), make_optimizer(exp.optim)
   place = {"sft": placement(params, sft_tx, mesh, rules), "rl": placement(params, rl_tx, mesh, rules)}
-  steps = {"sft": sft_step(graphdef, sft_tx, place["sft"], exp.sft_loss, exp.sft_step),
+  steps = {"sft": sft_step(graphdef, sft_tx, place["sft"], exp.sft.loss, exp.sft.step),
            "rl": policy_step(graphdef, rl_tx, place["rl"], exp.loss, exp.step)}
   tx = {"sft": sft_tx, "rl": rl_tx}
 
   # -- Checkpoint restore ---------------------------------------------------------------------
-  ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), run_id=rundir.run_id(config),
+  ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), run_id=run_id,
                       options=CheckpointOptions(max_to_keep=exp.train.keep_checkpoints),
                       on_commit=writer.checkpointed)
   cleanup.callback(ckpt.close)
   phase = "sft" if exp.sft.steps > 0 else "rl"
-  state = init_state(params, tx[phase], place[phase], jax.random.key(config.seed),
+  state = init_state(params, tx[phase], place[phase], jax.random.key(exp.seed),
                      data_position={"phase": phase, "sft_step": 0, "rl_step": 0})
   if ckpt.latest_step() is not None:
     def target(meta):  # the saved phase decides the optimizer state's structure
       saved = meta["data_position"]["phase"]
-      return init_state(params, tx[saved], place[saved], jax.random.key(config.seed))
+      return init_state(params, tx[saved], place[saved], jax.random.key(exp.seed))
     state = ckpt.restore(target)  # the newest intact checkpoint; corrupt ones are named
     phase = state.data_position["phase"]
     writer.truncate_after(rundir.phase_steps(state.data_position))
@@ -193,7 +194,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   elif resuming:
     writer.truncate_after({"sft": 0, "rl": 0, "eval": -1})
   del model, params  # the train state owns the (donated) parameter buffers from here on
-  sampler = samplers.make_sampler(exp.sampler, exp.model, graphdef, state, workdir, tok_dir,
+  sampler = samplers.make_sampler(exp.sampler, exp.step.logprob_chunk_size, graphdef, state, workdir, tok_dir,
                                    local_rollout)
   cleanup.callback(sampler.close)
 
@@ -209,7 +210,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
       params = weights.sampler_params(state)
       sampler.update(params, state.policy_version)
       result = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
-                        exp.sampler.eval_temperature, seed=config.seed,
+                        exp.sampler.eval_temperature, seed=exp.seed,
                         progress=progress.evaluation(mine),
                         answer_in_tool_message=exp.env.answer_in_tool_message,
                         samples=exp.sampler.eval_samples)
@@ -230,8 +231,8 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
   # -- Supervised warm-start ------------------------------------------------------------------
   if phase == "sft":
     data = SFTData.from_sequences(
-        source.demonstrations(demo_tasks, tokenizer, exp.demos, exp.sft.num_demos),
-        exp.rollout.shapes.max_tokens, seed=config.seed)
+        source.demonstrations(demo_tasks, tokenizer, exp.sft.demos, exp.sft.num_demos),
+        exp.rollout.shapes.max_tokens, seed=exp.seed)
     progress.start("sft", exp.sft.steps, state.data_position["sft_step"])
     sft_start = time.perf_counter()
     while state.data_position["sft_step"] < exp.sft.steps:
@@ -269,7 +270,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
     clock = PhaseClock()  # every phase waited on before its clock stops (asynchronous dispatch)
     with clock("handover"):
       sampler.update(weights.sampler_params(state), state.policy_version)
-    rng = np.random.default_rng([config.seed, i])
+    rng = np.random.default_rng([exp.seed, i])
     first = share.index * per_process  # this process's first query of the step
     tasks = share.of([train_tasks[q] for q in queries.step(i)])
     with clock("rollout"):
@@ -299,7 +300,7 @@ def _train(config, exp: resolve.Experiment, workdir, writer, progress, resuming,
       state, updates = update_passes(
           state, steps["rl"], policy_batch(rollouts, adv),
           distributed.host_rows(rollouts.group_id), distributed.host_rows(rollouts.row_valid),
-          exp.train.num_minibatches, exp.train.ppo_epochs, seed=config.seed, step=i)
+          exp.train.num_minibatches, exp.train.ppo_epochs, seed=exp.seed, step=i)
     state = dataclasses.replace(state, policy_version=state.policy_version + 1,
                                 data_position={**state.data_position, "rl_step": i + 1})
     local_adv = adv.replace(extras={}, **{f: distributed.local_rows(getattr(adv, f))

@@ -157,8 +157,8 @@ def test_trainer_handover_changes_outputs_and_a_corrupted_one_is_caught(toolworl
   config.sampler.vllm_url = toolworld.sampler.url
   graphdef, params = split_model(toolworld.model)
   exp = resolve.resolve(config)
-  policy = VLLMPolicySampler(exp.sampler, exp.model.logprob_chunk, exp.rollout.shapes, graphdef,
-                             params, toolworld.tokenizer_dir, str(tmp_path))
+  policy = VLLMPolicySampler(exp.sampler, exp.step.logprob_chunk_size, exp.rollout.shapes,
+                             graphdef, params, toolworld.tokenizer_dir, str(tmp_path))
   try:
     prompts = chat_prompts(toolworld.tokenizer, 3, seed=9)
     greedy = SamplingParams(temperature=0.0, max_new_tokens=16)

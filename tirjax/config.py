@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import ml_collections
 
 
-def config_from_dataclass(obj_or_cls) -> ml_collections.ConfigDict:
-  """A ConfigDict with one entry per field (nested dataclasses become nested sections)."""
+def config_from_dataclass(obj_or_cls, omit: Collection[str] = ()) -> ml_collections.ConfigDict:
+  """A ConfigDict with one entry per field (nested dataclasses become nested sections), but
+  the dotted fields in `omit` (values derived from other sections, e.g. "demos.answer_protocol")."""
   obj = obj_or_cls() if isinstance(obj_or_cls, type) else obj_or_cls
   out = ml_collections.ConfigDict()
   for f in dataclasses.fields(obj):
+    if f.name in omit:
+      continue
     value = getattr(obj, f.name)
     if dataclasses.is_dataclass(value):
-      out[f.name] = config_from_dataclass(value)
+      inner = [k.split(".", 1)[1] for k in omit if k.startswith(f"{f.name}.")]
+      out[f.name] = config_from_dataclass(value, inner)
     elif isinstance(value, tuple):
       out[f.name] = list(value) if not value else value
     else:
@@ -81,3 +85,28 @@ def parse_preset_arg(arg: str | None, allowed: Mapping[str, tuple[str, ...] | No
       raise ValueError(f"config argument {key}={value}: valid values are {list(allowed[key])}")
     out[key] = value
   return out
+
+
+def get_key(config: Mapping[str, Any], key: str) -> Any:
+  """The value of a dotted `key` ("sft.demos.p_confuse") in a ConfigDict or nested dicts."""
+  for part in key.split("."):
+    config = config[part]
+  return config
+
+
+def set_key(config, key: str, value: Any) -> None:
+  """Sets a dotted `key` of a ConfigDict or of nested dicts."""
+  parent, _, leaf = key.rpartition(".")
+  (get_key(config, parent) if parent else config)[leaf] = value
+
+
+class RenamedKey(ml_collections.FieldReference):
+  """A renamed key's old place in a config, kept for one release: empty (None) unless set,
+  remembering the value its new key had when the config was built, so that a checker can tell
+  a new key that a user set (a conflict when the old key is set too) from the config's own.
+
+  Copies of the config (deepcopy, copy_and_resolve_references) forget that value."""
+
+  def __init__(self, new_key: str, built: Any):
+    super().__init__(None, field_type=type(built))
+    self.new_key, self.built = new_key, built

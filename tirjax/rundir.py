@@ -221,9 +221,10 @@ class NullWriter:
     pass
 
 
-def run_id(config) -> str:
-  """A name for the run's identity: its config without the keys a restart may change."""
-  flat = flatten(json.loads(json.dumps(config.to_dict(), default=str)))
+def run_id(config: Mapping[str, Any]) -> str:
+  """A name for the run's identity: its config (as nested dicts, `resolve.config_record`)
+  without the keys a restart may change."""
+  flat = flatten(json.loads(json.dumps(dict(config), default=str)))
   kept = {k: v for k, v in flat.items() if k not in RESUMABLE_KEYS}
   digest = hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
-  return f"{config.advantage.name}-{digest}"
+  return f"{config['advantage']['name']}-{digest}"

@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping, Optional
 import ml_collections
 
 from tirjax import advantages, rundir
-from tirjax.trainer import resolve
+from tirjax.trainer import resolve, sections
 
 # Config keys (and sections) that determine the weights SFT produces; cells that agree on all
 # of them share a warm start. `seed` is shared per seed by construction.
@@ -196,9 +196,15 @@ def _check_label(label: str, where: str) -> None:
                     "_.=,+- (it names the run directory)")
 
 
+# The keys renamed in issue 29 enter a warm start's label under their old names (the label of
+# every existing grid's warm start stays the same).
+_SIGNATURE_NAMES = {new: old for old, new in sections.RENAMED.items()}
+
+
 def _signature(config) -> str:
   """The warm-start label of a cell: a hash of its SFT-relevant values."""
-  flat = rundir.flatten(json.loads(config.to_json()))
+  flat = rundir.flatten(json.loads(json.dumps(resolve.config_record(config))))
+  flat = {_SIGNATURE_NAMES.get(k, k): v for k, v in flat.items()}
   kept = {k: v for k, v in sorted(flat.items()) if _warm_start_key(k)}
   return "sft-" + hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:8]
 

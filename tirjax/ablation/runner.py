@@ -25,6 +25,7 @@ from typing import Callable, Optional, Sequence, TextIO
 
 from tirjax import reporting, rundir
 from tirjax.ablation.grid import REPORT_DIR, GridError, Job, build_config
+from tirjax.trainer import resolve
 
 FINISHED = "finished"
 POLL_S = 0.2
@@ -64,7 +65,7 @@ def prepare(jobs: Sequence[Job]) -> list[bool]:
   """
   todo = []
   for job in jobs:
-    config = build_config(job.recipe).to_dict()
+    config = resolve.config_record(build_config(job.recipe))
     old = _read_json(os.path.join(job.workdir, "config.json"))
     try:
       rundir.claim(job.workdir, config)

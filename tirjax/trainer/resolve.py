@@ -1,38 +1,41 @@
 """From a locked experiment config to checked option objects, before any compute.
 
-Every section becomes a frozen options dataclass (whose `__post_init__` rejects bad values):
-the experiment's own sections (`sections.py`: model, env, judge, sampler, train, sft) and the
-options of the components that use the others. `resolve` is one loop over them plus the rules
-that span sections. Every error names the config key:
-`ConfigError("rollout.shapes.num_rows: ...")`.
+Every section becomes the frozen options dataclass it holds (whose `__post_init__` rejects
+bad values): the experiment's own sections and the train step's (`sections.py`: model, env,
+judge, sampler, train, step, sft) and the options of the components that use the others.
+`resolve` is one pass over them plus what spans sections: the values derived from other
+sections (`sections.DERIVED`), the keys renamed in issue 29 (`sections.RENAMED`, moved to
+their new keys with a deprecation warning) and the rules that check one section against
+another. Every error names the config key: `ConfigError("rollout.shapes.num_rows: ...")`.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
+import warnings
 from typing import Any
 
 import jax
+from absl import logging
 
 from tirjax import advantages, distributed, sharding
-from tirjax.config import dataclass_from_config
+from tirjax.config import dataclass_from_config, get_key, set_key
 from tirjax.env.toolworld import Difficulty
-from tirjax.env.toolworld.demos import DemoOptions
 from tirjax.loss import LossOptions
 from tirjax.models import config as model_config
 from tirjax.episodes.options import RolloutOptions
 from tirjax.sampling.vllm import TINY_HEAD_DIM
 from tirjax.training.optimizer import OptimizerOptions
-from tirjax.training.sft import SFTLossOptions
 from tirjax.training.step import StepOptions
 
-from tirjax.trainer.sections import (DEMO_ENVS, ENVS, JUDGES, MAX_TASKS, SAMPLERS, SECTIONS,
-                                       SUBSECTIONS, EnvOptions, JudgeOptions, ModelOptions,
-                                       SamplerOptions, SFTOptions, TrainOptions)
+from tirjax.trainer.sections import (DEMO_ENVS, ENVS, JUDGES, MAX_TASKS, RENAMED, SAMPLERS,
+                                     SECTIONS, EnvOptions, JudgeOptions, ModelOptions,
+                                     SamplerOptions, SFTOptions, TrainOptions)
 
-__all__ = ["ConfigError", "Experiment", "resolve", "fit_to_mesh", "ENVS", "SAMPLERS", "JUDGES",
-           "DEMO_ENVS", "MAX_TASKS"]
+__all__ = ["ConfigError", "Experiment", "resolve", "config_record", "fit_to_mesh", "ENVS",
+           "SAMPLERS", "JUDGES", "DEMO_ENVS", "MAX_TASKS"]
 
 
 class ConfigError(ValueError):
@@ -41,24 +44,21 @@ class ConfigError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-  """The checked options of one run (see `resolve`)."""
+  """The checked options of one run (see `resolve`): one field per config section."""
 
+  seed: int
   model: ModelOptions
   env: EnvOptions
   judge: JudgeOptions
   sampler: SamplerOptions
   train: TrainOptions
+  step: StepOptions  # RL's train step; SFT's is `sft.step`
   sft: SFTOptions
   estimator: advantages.Estimator
   advantage: Any  # the estimator's options dataclass
   rollout: RolloutOptions
   loss: LossOptions
   optim: OptimizerOptions
-  step: StepOptions
-  sft_optim: OptimizerOptions
-  sft_loss: SFTLossOptions
-  sft_step: StepOptions
-  demos: DemoOptions
   sharding: sharding.ShardingOptions
   distributed: distributed.DistributedOptions
 
@@ -75,13 +75,13 @@ def _section(cls, cfg, key: str):
     raise ConfigError(str(e)) from None
 
 
-def _own_section(name: str, c):
-  """One of the experiment's own sections; a bad value names its key as `section.key`."""
-  values = {k: v for k, v in c[name].to_dict().items() if k not in SUBSECTIONS.get(name, ())}
+def _own_section(name: str, values: dict):
+  """One of the sections of `sections.SECTIONS` from its `values`; a bad value names its key
+  as `section.key` (`sft.demos.p_confuse` in a subsection)."""
   try:
     return dataclass_from_config(SECTIONS[name], values, name)
   except ValueError as e:
-    raise ConfigError(re.sub(rf"^{name}: (\w[\w.]*): ", rf"{name}.\1: ", str(e))) from None
+    raise ConfigError(re.sub(rf"^({name}(?:\.\w+)*): (\w[\w.]*): ", r"\1.\2: ", str(e))) from None
 
 
 def _need(ok: bool, key: str, problem: str) -> None:
@@ -95,26 +95,72 @@ def distributed_options(c) -> distributed.DistributedOptions:
   return _section(distributed.DistributedOptions, c.distributed, "distributed")
 
 
+def config_record(c) -> dict:
+  """The config `c` as plain nested dicts with each renamed key that was set at its new place
+  (`sections.RENAMED`) and no old keys: what the run directory records (config.json, the
+  run's id, the loggers' config), the same whichever name a user gave a key."""
+  return _with_renamed_keys_moved(c, warn=False)
+
+
+def _with_renamed_keys_moved(c, warn: bool) -> dict:
+  """`config_record`; with `warn`, a deprecation warning for each old key that was set.
+
+  An old key that is set replaces its new key unless the new key was set too (it differs from
+  the value the config was built with, `tirjax.config.RenamedKey`) to another value: then
+  the two keys contradict each other and neither is taken."""
+  d = c.to_dict() if hasattr(c, "to_dict") else copy.deepcopy(dict(c))
+  for old, new in RENAMED.items():
+    section, _, leaf = old.rpartition(".")
+    value = get_key(d, section).pop(leaf, None)
+    if value is None:  # not set (or a config built before the rename)
+      continue
+    current = get_key(d, new)
+    built = getattr(get_key(c, section).get_ref(leaf), "built", None) if hasattr(
+        c, "to_dict") else None
+    _need(current in (value, built), old,
+          f"renamed {new} (issue 29), and both are set to different values ({old}={value!r}, "
+          f"{new}={current!r}); set only {new}")
+    set_key(d, new, value)
+    if warn:
+      message = (f"config key {old} is deprecated and will be removed: it is now {new} "
+                 f"(--config.{new}={value!r})")
+      warnings.warn(message, DeprecationWarning, stacklevel=3)
+      logging.warning(message)
+  return d
+
+
 def resolve(c) -> Experiment:
   """Checks the whole config `c`; returns its option objects or raises `ConfigError`."""
-  _need(isinstance(c.seed, int) and not isinstance(c.seed, bool) and c.seed >= 0, "seed",
-        f"must be an integer >= 0, got {c.seed!r}")
-  own = {name: _own_section(name, c) for name in SECTIONS}
-  model, env, sft = own["model"], own["env"], own["sft"]
-  rollout = _section(RolloutOptions, c.rollout, "rollout")
+  d = _with_renamed_keys_moved(c, warn=True)
+  seed = d["seed"]
+  _need(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, "seed",
+        f"must be an integer >= 0, got {seed!r}")
+  model, env, judge, sampler, train = (_own_section(name, d[name])
+                                       for name in ("model", "env", "judge", "sampler", "train"))
+  rollout = _section(RolloutOptions, d["rollout"], "rollout")
   try:
-    estimator = advantages.get(c.advantage.name)
+    estimator = advantages.get(d["advantage"]["name"])
   except KeyError as e:
     raise ConfigError(f"advantage.name: {e.args[0]}") from None
-  advantage = _section(estimator.options, c.advantage.options, "advantage.options")
-  loss = _section(LossOptions, c.loss, "loss")
-  optim = _section(OptimizerOptions, c.optim, "optim")
-  # Without SFT steps the SFT optimizer never runs (a cosine over 0 steps is not an error then).
-  sft_optim = (_section(OptimizerOptions, c.sft.optim, "sft.optim") if sft.steps
-               else OptimizerOptions())
-  sft_loss = _section(SFTLossOptions, c.sft.loss, "sft.loss")
-  shard = _section(sharding.ShardingOptions, c.sharding, "sharding")
+  advantage = _section(estimator.options, d["advantage"]["options"], "advantage.options")
+  loss = _section(LossOptions, d["loss"], "loss")
+  optim = _section(OptimizerOptions, d["optim"], "optim")
+  shard = _section(sharding.ShardingOptions, d["sharding"], "sharding")
   dist = distributed_options(c)
+
+  # -- Values derived from other sections (`sections.DERIVED`) --------------------------------
+  if train.tempered_policy:
+    _need(rollout.temperature > 0, "train.tempered_policy",
+          "needs a sampling temperature > 0 (rollout.temperature = 0 is greedy)")
+  step = _own_section("step", {
+      **d["step"], "temperature": rollout.temperature if train.tempered_policy else 1.0})
+  sft = _own_section("sft", {
+      **d["sft"],
+      # Without SFT steps the SFT optimizer never runs: its defaults, unchecked (a cosine over
+      # 0 steps is not an error then).
+      "optim": d["sft"]["optim"] if d["sft"]["steps"] != 0 else {},
+      "demos": {**d["sft"]["demos"], "answer_protocol": rollout.answer_protocol},
+      "step": dataclasses.replace(step, log_entropy=False, temperature=1.0)})
 
   # -- Rules that span sections ---------------------------------------------------------------
   if not model.hf_checkpoint:
@@ -126,7 +172,7 @@ def resolve(c) -> Experiment:
         model_config.tiny(**model.tiny)
       except (TypeError, ValueError) as e:
         raise ConfigError(f"model.tiny.{e}") from None
-      if own["sampler"].kind == "vllm":
+      if sampler.kind == "vllm":
         _need(model.tiny.get("head_dim", TINY_HEAD_DIM) >= TINY_HEAD_DIM, "model.tiny.head_dim",
               f"vLLM's CPU attention needs a head size >= {TINY_HEAD_DIM}, got "
               f"{model.tiny.get('head_dim')}")
@@ -145,7 +191,6 @@ def resolve(c) -> Experiment:
     sharding.mesh_shape(shard.mesh, devices)
   except ValueError as e:
     raise ConfigError(f"sharding.{e}") from None
-  train = own["train"]
   processes = jax.process_count()  # after `distributed.initialize`: the run's processes
   _need(train.queries_per_step % processes == 0, "train.queries_per_step",
         f"{train.queries_per_step} queries do not divide over the {processes} processes (each "
@@ -154,9 +199,9 @@ def resolve(c) -> Experiment:
   _need(rollout.shapes.num_rows >= rows, "rollout.shapes.num_rows",
         f"{rollout.shapes.num_rows} rows cannot hold train.queries_per_step="
         f"{train.queries_per_step} × {rollout.rows_per_query} rows per query")
-  per_update = train.micro_batches * train.num_minibatches
-  _need(rollout.shapes.num_rows % per_update == 0, "train.micro_batches",
-        f"{train.micro_batches} micro-batches × {train.num_minibatches} mini-batches do not "
+  per_update = step.num_microbatches * train.num_minibatches
+  _need(rollout.shapes.num_rows % per_update == 0, "step.num_microbatches",
+        f"{step.num_microbatches} micro-batches × {train.num_minibatches} mini-batches do not "
         f"divide the batch rows {rollout.shapes.num_rows}")
   _need(env.name != "doors" or rollout.answer_protocol == "answer_tag",
         "rollout.answer_protocol", "env doors answers in one <answer> step: needs answer_tag")
@@ -164,30 +209,16 @@ def resolve(c) -> Experiment:
         f"demonstrations exist for {' and '.join(DEMO_ENVS)} only; set sft.steps=0 for "
         f"env.name={env.name!r} "
         "(warm-start from an SFT checkpoint with model.hf_checkpoint)")
-  _need(sft.batch_size % train.micro_batches == 0, "sft.batch_size",
-        f"must be a multiple of train.micro_batches={train.micro_batches}")
+  _need(sft.batch_size % step.num_microbatches == 0, "sft.batch_size",
+        f"must be a multiple of step.num_microbatches={step.num_microbatches}")
   _need("greedy_outcome" not in estimator.needs or rollout.greedy_baseline,
         "rollout.greedy_baseline", f"advantage {estimator.name} needs each query's greedy "
         "rollout (Rollouts.greedy_outcome): set it true")
   if loss.aggregation == "seq_mean_token_sum_norm":
     _need(loss.norm_constant is not None, "loss.norm_constant", "required by this aggregation")
-  try:
-    demos = DemoOptions(p_recover=sft.p_recover, p_detour=sft.p_detour,
-                        p_reorder=sft.p_reorder, p_confuse=sft.p_confuse,
-                        answer_protocol=rollout.answer_protocol)
-  except ValueError as e:
-    raise ConfigError(f"sft.{e}") from None
-
-  if train.tempered_policy:
-    _need(rollout.temperature > 0, "train.tempered_policy",
-          "needs a sampling temperature > 0 (rollout.temperature = 0 is greedy)")
-  step = StepOptions(num_microbatches=train.micro_batches,
-                     logprob_chunk_size=model.logprob_chunk, log_entropy=train.log_entropy,
-                     temperature=rollout.temperature if train.tempered_policy else 1.0)
-  sft_step = dataclasses.replace(step, log_entropy=False, temperature=1.0)
-  return Experiment(**own, estimator=estimator, advantage=advantage, rollout=rollout,
-                    loss=loss, optim=optim, step=step, sft_optim=sft_optim, sft_loss=sft_loss,
-                    sft_step=sft_step, demos=demos, sharding=shard, distributed=dist)
+  return Experiment(seed=seed, model=model, env=env, judge=judge, sampler=sampler, train=train,
+                    step=step, sft=sft, estimator=estimator, advantage=advantage,
+                    rollout=rollout, loss=loss, optim=optim, sharding=shard, distributed=dist)
 
 
 def fit_to_mesh(exp: Experiment, batch_shards: int, sft_batch_size: int) -> Experiment:
@@ -197,7 +228,7 @@ def fit_to_mesh(exp: Experiment, batch_shards: int, sft_batch_size: int) -> Expe
   per_step = batch_shards * exp.step.num_microbatches
   _need(sft_batch_size % per_step == 0, "sft.batch_size",
         f"{sft_batch_size} must be a multiple of the batch shards ({batch_shards}) × "
-        f"train.micro_batches ({exp.step.num_microbatches})")
+        f"step.num_microbatches ({exp.step.num_microbatches})")
   per_pass = per_step * exp.train.num_minibatches
   rows = exp.rollout.shapes.num_rows
   rows = -(-rows // per_pass) * per_pass

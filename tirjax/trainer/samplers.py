@@ -12,15 +12,16 @@ from flax import nnx
 from tirjax import distributed
 from tirjax.checkpoint import TrainState
 from tirjax.trainer.weights import sampler_params
-from tirjax.trainer.sections import ModelOptions, SamplerOptions
+from tirjax.trainer.sections import SamplerOptions
 from tirjax.sampling.interface import PolicySampler
 from tirjax.sampling.jax_sampler import JaxSampler, JaxSamplerOptions, bucket
 from tirjax.sampling.vllm_policy import VLLMPolicySampler
 
 
-def make_sampler(options: SamplerOptions, model: ModelOptions, graphdef, state: TrainState,
+def make_sampler(options: SamplerOptions, logprob_chunk_size: int, graphdef, state: TrainState,
                  workdir: str, tokenizer_source: str, rollout_options) -> PolicySampler:
-  """The configured sampler, holding the current policy (version `state.policy_version`)."""
+  """The configured sampler, holding the current policy (version `state.policy_version`);
+  vLLM's log-probs of the trainer's policy are taken `logprob_chunk_size` positions at a time."""
   params = sampler_params(state)
   if options.kind == "jax":
     # Buckets as large as a batch's rows and context: a run compiles a handful of executables
@@ -41,7 +42,7 @@ def make_sampler(options: SamplerOptions, model: ModelOptions, graphdef, state: 
     if options.vllm_url:
       urls = own_servers(options.vllm_url.split(","), jax.process_index(), jax.process_count())
       options = dataclasses.replace(options, vllm_url=",".join(urls))
-  return VLLMPolicySampler(options, model.logprob_chunk, rollout_options.shapes, graphdef, params,
+  return VLLMPolicySampler(options, logprob_chunk_size, rollout_options.shapes, graphdef, params,
                            tokenizer_source, workdir)
 
 

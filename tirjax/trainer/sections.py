@@ -1,10 +1,14 @@
-"""The experiment config's own sections as typed options: model, env, judge, sampler, train, sft.
+"""The experiment config's sections as typed options, one options dataclass per section.
 
-The other sections are the options dataclasses of the components they configure (rollout,
-advantage, loss, optim, sharding). Each class here is a frozen dataclass whose defaults are the
-base config's and whose `__post_init__` rejects a bad value naming the key; `configs/base.py`
-generates its sections from them, and `resolve` turns them back into these objects, so that
-the trainer's parts take typed options, never raw config.
+The experiment's own sections are the dataclasses here (model, env, judge, sampler, train,
+sft); `step` is the train step's `tirjax.training.step.StepOptions`, and the other sections
+are the options dataclasses of the components they configure (rollout, advantage.options,
+loss, optim, sharding, distributed). A section's keys are its dataclass's fields, with the same
+names, but for the fields `resolve` derives from other sections (`DERIVED`). Each class here
+is a frozen dataclass whose defaults are the base config's and whose `__post_init__` rejects a
+bad value naming the key; `configs/base.py` generates its sections from them, and `resolve`
+turns them back into these objects, so that the trainer's parts take typed options, never
+raw config.
 """
 
 from __future__ import annotations
@@ -15,6 +19,10 @@ from typing import Any, Mapping
 
 from tirjax import rundir
 from tirjax.env.judge import ABSTENTION_RULES
+from tirjax.env.toolworld.demos import DemoOptions
+from tirjax.training.optimizer import OptimizerOptions
+from tirjax.training.sft import SFTLossOptions
+from tirjax.training.step import StepOptions
 
 MAX_TASKS = 200_000  # tasks or demonstrations a run may ask for
 ENVS = ("toolworld", "toolhop", "ftrl", "bfcl", "doors")
@@ -52,7 +60,6 @@ def _within_limit(owner, name: str) -> None:
 class ModelOptions:
   preset: str = "tiny"  # `tirjax.models.config.PRESETS`
   hf_checkpoint: str = ""  # a local HF directory (weights + tokenizer); needed by real presets
-  logprob_chunk: int = 1024  # positions whose [chunk, vocab] logits exist at a time
   # The tiny model's sizes (`tirjax.models.config.tiny` keyword arguments).
   tiny: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -63,7 +70,6 @@ class ModelOptions:
                        f"{sorted(PRESETS)}")
     if self.hf_checkpoint and not os.path.isdir(self.hf_checkpoint):
       raise ValueError(f"hf_checkpoint: {self.hf_checkpoint!r} is not a directory")
-    _int_at_least(self, "logprob_chunk", 1)
     for key, value in dict(self.tiny).items():
       if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"tiny.{key}: must be an integer >= 1, got {value!r}")
@@ -164,7 +170,6 @@ class TrainOptions:
   # into mini-batches of `mini_batch_queries` queries (0: the whole batch), one update each.
   mini_batch_queries: int = 0
   ppo_epochs: int = 1
-  micro_batches: int = 1  # sequential micro-batches of rows per update (gradient accumulation)
   # The policy the loss optimises: False, the raw model (the samplers report its log-probs);
   # True, the sampling policy softmax(z / rollout.temperature), as verl and TRL optimise it:
   # the loss's and the KL reference's log-probs are taken at that temperature and π_old is
@@ -178,7 +183,6 @@ class TrainOptions:
   log_every: int = 1
   progress_bar: bool = True
   export_final: bool = True
-  log_entropy: bool = False
   dynamic_sampling_tries: int = 4  # DAPO: extra rollout rounds to refill filtered groups
   # metrics.jsonl always; also TensorBoard and/or W&B ("wandb": pip install 'tirjax[wandb]')
   loggers: tuple = ("tensorboard",)
@@ -186,15 +190,14 @@ class TrainOptions:
   def __post_init__(self):
     for name in ("steps", "eval_every", "dynamic_sampling_tries", "mini_batch_queries"):
       _int_at_least(self, name, 0)
-    for name in ("queries_per_step", "micro_batches", "checkpoint_every", "keep_checkpoints",
-                 "log_every", "ppo_epochs"):
+    for name in ("queries_per_step", "checkpoint_every", "keep_checkpoints", "log_every",
+                 "ppo_epochs"):
       _int_at_least(self, name, 1)
     if self.mini_batch_queries and self.queries_per_step % self.mini_batch_queries:
       raise ValueError(f"mini_batch_queries: {self.mini_batch_queries} does not divide "
                        f"queries_per_step={self.queries_per_step} (mini-batches hold whole "
                        "query groups)")
-    for name in ("eval_at_start", "progress_bar", "export_final", "log_entropy",
-                 "tempered_policy"):
+    for name in ("eval_at_start", "progress_bar", "export_final", "tempered_policy"):
       _bool(self, name)
     if (not isinstance(self.loggers, tuple) or len(set(self.loggers)) != len(self.loggers)
         or not set(self.loggers) <= set(rundir.LOGGERS)):
@@ -209,18 +212,20 @@ class TrainOptions:
 
 @dataclasses.dataclass(frozen=True)
 class SFTOptions:
-  """The warm start's own keys; its `optim` and `loss` subsections are the optimizer's and
-  the SFT loss's options (resolved beside it)."""
+  """The supervised warm start: its own keys, its optimizer, loss and demonstrations, and the
+  train step it runs (`step`: derived by `resolve` from the `step` section)."""
 
   steps: int = 0
   batch_size: int = 16
   num_demos: int = 2000
-  p_recover: float = 0.15
-  p_detour: float = 0.1
-  p_reorder: float = 0.3
-  p_confuse: float = 0.0  # toolworld: demos that take compare/sort/filter/convert's direction at random
   # toolworld: the demonstrations' query mix (hops 1-4); () = env.hop_weights
   hop_weights: tuple = ()
+  optim: OptimizerOptions = OptimizerOptions(learning_rate=1e-5, warmup_steps=10)
+  loss: SFTLossOptions = SFTLossOptions()
+  # toolworld: how imperfect the demonstrations are; `p_confuse`: demos that take
+  # compare/sort/filter/convert's direction at random
+  demos: DemoOptions = DemoOptions()
+  step: StepOptions = StepOptions()
 
   def __post_init__(self):
     _int_at_least(self, "steps", 0)
@@ -230,5 +235,19 @@ class SFTOptions:
 
 
 SECTIONS = {"model": ModelOptions, "env": EnvOptions, "judge": JudgeOptions,
-            "sampler": SamplerOptions, "train": TrainOptions, "sft": SFTOptions}
-SUBSECTIONS = {"sft": ("optim", "loss")}  # resolved as their own options, not as keys of SFT
+            "sampler": SamplerOptions, "train": TrainOptions, "step": StepOptions,
+            "sft": SFTOptions}
+# Fields that `resolve` derives from other sections (rules that span sections), so they are no
+# config keys: the step's temperature from train.tempered_policy and rollout.temperature; the
+# demonstrations' answer protocol from rollout.answer_protocol; SFT's step from the `step`
+# section (at temperature 1, no entropy metric).
+DERIVED = {"step": ("temperature",), "sft": ("step", "demos.answer_protocol")}
+# Keys renamed in issue 29, old -> new: each old key stays in the config for one release, as a
+# placeholder that `resolve` moves to its new key with a deprecation warning.
+RENAMED = {"train.micro_batches": "step.num_microbatches",
+           "model.logprob_chunk": "step.logprob_chunk_size",
+           "train.log_entropy": "step.log_entropy",
+           "sft.p_recover": "sft.demos.p_recover",
+           "sft.p_detour": "sft.demos.p_detour",
+           "sft.p_reorder": "sft.demos.p_reorder",
+           "sft.p_confuse": "sft.demos.p_confuse"}
