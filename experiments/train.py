@@ -15,44 +15,46 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import sys
 import time
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import jax
 import numpy as np
+import optax
 from absl import app, flags, logging
 from flax import nnx
 from ml_collections import config_flags
 
 from tirjax import distributed, rundir, sharding
-from tirjax.checkpoint import CheckpointOptions, Checkpointer
-from tirjax.episodes import judging
-from tirjax.trainer import refill, resolve, samplers, weights
+from tirjax.checkpoint import CheckpointOptions, Checkpointer, TrainState
+from tirjax.episodes import judging, rollout
+from tirjax.models.hf_io import export_hf
+from tirjax.rollouts import Rollouts
+from tirjax.trainer import processes, refill, resolve, samplers, weights
+from tirjax.trainer import tasks as tasks_lib
 from tirjax.trainer.direction import direction_preference
-from tirjax.trainer.evaluation import evaluate
+from tirjax.trainer.evaluation import evaluate as evaluate_policy
 from tirjax.trainer.progress import Progress, summary_table
 from tirjax.trainer.rl_metrics import PhaseClock, rl_metrics
 from tirjax.trainer.sft_data import SFTData
-from tirjax.trainer import tasks as tasks_lib
 from tirjax.trainer.tasks import TaskSource, load_tokenizer, tokenizer_dir
-from tirjax.models.hf_io import export_hf
-from tirjax.episodes import rollout
-from tirjax.rollouts import Rollouts
 from tirjax.training.batches import SFTBatch, longest_row, policy_batch, trim_tokens
 from tirjax.training.minibatches import combine_updates, update_passes
 from tirjax.training.optimizer import make_optimizer
 from tirjax.training.reference import (ReferencePolicy, TokenLogprobs, with_policy_logprobs,
                                       with_reference_logprobs)
-from tirjax.training.step import init_state, placement, policy_step, sft_step, split_model
+from tirjax.training.step import (Placement, init_state, placement, policy_step, sft_step,
+                                  split_model)
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config, e.g. configs/portool.py:model=tiny",
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Run directory (created, or resumed when it holds this run).")
 flags.mark_flags_as_required(["config", "workdir"])
+
+AFTER_SFT = "eval_after_sft.json"  # the run's first evaluation (after SFT, or before RL)
 
 
 def main(argv):
@@ -64,32 +66,25 @@ def main(argv):
 
 def run(config, workdir: str) -> dict:
   """The whole run; returns the final summary (also printed and written to summary.json)."""
-  # -- Set-up and logging ---------------------------------------------------------------------
+  # -- Set-up and logging: the raw config's only use is checked options and the run's record --
   distributed.initialize(resolve.distributed_options(config))  # before anything touches JAX
   exp = resolve.resolve(config)  # every value checked before any compute
   record = resolve.config_record(config)  # config.json, the run's id, the loggers' config
+  run_id = rundir.run_id(record)
+  resuming = processes.claim_workdir(workdir, record)
   primary = distributed.is_primary()  # process 0 writes the run directory
-  claim_error = None
-  if primary:
-    try:
-      resuming = rundir.claim(workdir, record)
-    except rundir.WorkdirMismatch as e:
-      claim_error, resuming = e, False
-  if not distributed.agree(claim_error is None):
-    raise claim_error or rundir.WorkdirMismatch(f"{workdir}: refused by process 0")
-  resuming = distributed.agree(resuming if primary else False)
   if primary:
     rundir.write_status(workdir, "running", 0)
     if not os.path.exists(os.path.join(workdir, "cell.json")):
       rundir.write_json(os.path.join(workdir, "cell.json"), dict(
           label=exp.estimator.name, estimator=exp.estimator.name,
           options=dataclasses.asdict(exp.advantage), seed=exp.seed))
-  writer = (rundir.MetricsWriter(workdir, exp.train.loggers, rundir.run_id(record), record)
-            if primary else rundir.NullWriter())
+  writer = (rundir.MetricsWriter(workdir, exp.train.loggers, run_id, record) if primary
+            else rundir.NullWriter())
   progress = Progress(enabled=exp.train.progress_bar, quiet=not primary)
   try:
     with contextlib.ExitStack() as cleanup:  # sampler, checkpointer, tasks: closed however it ends
-      summary = _train(exp, workdir, rundir.run_id(record), writer, progress, resuming, cleanup)
+      summary = _train(exp, workdir, run_id, writer, progress, resuming, cleanup)
     writer.summarize(summary)
   except BaseException as e:  # record the failure (Ctrl-C included), then re-raise
     if primary:
@@ -103,48 +98,130 @@ def run(config, workdir: str) -> dict:
   return summary
 
 
-def _exists(path: str) -> bool:
-  """Whether `path` exists, as process 0 sees it (every process then takes the same branch)."""
-  return bool(distributed.agree(os.path.exists(path)))
+def _train(exp: resolve.Experiment, workdir: str, run_id: str, writer, progress: Progress,
+           resuming: bool, cleanup: contextlib.ExitStack) -> dict:
+  # -- Mesh, data and environment, model and optimizers ---------------------------------------
+  mesh, exp = _mesh(exp)
+  share = processes.StepShare.of(mesh, exp.sharding.rules, exp.rollout,
+                                 exp.train.queries_per_step)  # this process's rows of a step
+  data = _data(exp, cleanup)
+  graphdef, params, phases = _model(exp, len(data.tokenizer), mesh)
+
+  # -- Checkpoint restore, sampler ------------------------------------------------------------
+  ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), run_id=run_id,
+                      options=CheckpointOptions(max_to_keep=exp.train.keep_checkpoints),
+                      on_commit=writer.checkpointed)
+  cleanup.callback(ckpt.close)
+  state = _restore(exp, workdir, ckpt, params, phases, writer, resuming)
+  del params  # the train state owns the (donated) parameter buffers from here on
+  sampler = samplers.make_sampler(exp.sampler, exp.step.logprob_chunk_size, graphdef, state,
+                                  workdir, data.tokenizer_dir, share.rollout)
+  cleanup.callback(sampler.close)
+  trainer = Trainer(exp, workdir, data, graphdef, phases, share, sampler, ckpt, writer,
+                    progress)
+
+  # -- Supervised warm-start (or the first evaluation), RL, final evaluation and export -------
+  if state.data_position["phase"] == "sft":
+    state = _warm_start(trainer, state)
+  elif (exp.train.eval_at_start and state.data_position["rl_step"] == 0
+        and not processes.exists(os.path.join(workdir, AFTER_SFT))):
+    trainer.evaluate_and_log(state, 0, stage="start")
+  state, last_eval = _rl(trainer, state)
+  return _final(trainer, state, last_eval)
 
 
-def _write_json(path: str, obj) -> None:
-  if distributed.is_primary():
-    rundir.write_json(path, obj)
+@dataclasses.dataclass(frozen=True)
+class Data:
+  """The run's tokenizer, tasks (train, eval, SFT demonstrations) and judge."""
+
+  tokenizer_dir: str
+  tokenizer: Any
+  source: TaskSource
+  train_tasks: list
+  eval_tasks: list
+  demo_tasks: list
+  judge: Any
+  queries: tasks_lib.QueryOrder  # each RL step's train tasks
 
 
-def _global_rollouts(local: Rollouts, share: distributed.RowShare, mesh, rules) -> Rollouts:
-  """The step's batch from every process's rows: the batch-global segment ids (`group_id`,
-  `node_id`) move to this process's block first."""
-  if not distributed.is_multiprocess():
-    return local
-  node = np.asarray(local.node_id)
-  local = local.replace(group_id=np.asarray(local.group_id) + share.start,
-                        node_id=np.where(node >= 0, node + share.start * local.max_steps, node))
-  if local.state_id is not None:  # anchor states (GiGPO) are batch-global like node ids
-    state = np.asarray(local.state_id)
-    local = local.replace(state_id=np.where(state >= 0, state + share.start * local.max_steps,
-                                            state))
-  return sharding.shard_batch(local, mesh, rules)  # the global arrays
+@dataclasses.dataclass(frozen=True)
+class Phase:
+  """A training phase ("sft" or "rl"): its optimizer, its arrays' placement, its jitted step."""
+
+  tx: optax.GradientTransformation
+  place: Placement
+  step: Callable
 
 
-def _train(exp: resolve.Experiment, workdir, run_id, writer, progress, resuming,
-           cleanup: contextlib.ExitStack) -> dict:
-  # -- Mesh -----------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class StepBatch:
+  """One RL step's rollouts: the global batch, and this process's rows of it with their
+  episodes (its host metrics)."""
+
+  rollouts: Rollouts
+  local: Rollouts
+  episodes: list
+  stats: dict  # the sampler's
+  extra_rounds: int  # DAPO's refill rounds
+
+
+@dataclasses.dataclass(frozen=True)
+class Trainer:
+  """What every stage of a run works with."""
+
+  exp: resolve.Experiment
+  workdir: str
+  data: Data
+  graphdef: nnx.GraphDef
+  phases: dict[str, Phase]
+  share: processes.StepShare
+  sampler: Any
+  ckpt: Checkpointer
+  writer: Any
+  progress: Progress
+  # this process's seconds in SFT, RL and evaluation (summary.json)
+  clock: PhaseClock = dataclasses.field(default_factory=PhaseClock)
+
+  def evaluate(self, state: TrainState) -> dict:
+    """Hands `state`'s weights to the sampler and evaluates them (greedy by default), each
+    process its block of the tasks (all get every metric); on toolworld also the policy's
+    preference for the directions its questions state."""
+    exp, data = self.exp, self.data
+    start, stop = distributed.task_block(len(data.eval_tasks))
+    with self.clock("eval"):
+      params = weights.sampler_params(state)
+      self.sampler.update(params, state.policy_version)
+      result = evaluate_policy(self.sampler, data.tokenizer, data.eval_tasks, exp.rollout,
+                               data.judge, exp.sampler.eval_temperature, seed=exp.seed,
+                               progress=self.progress.evaluation(stop - start),
+                               answer_in_tool_message=exp.env.answer_in_tool_message,
+                               samples=exp.sampler.eval_samples)
+      if exp.env.name == "toolworld":
+        result.update(direction_preference(nnx.merge(self.graphdef, params), data.tokenizer,
+                                           data.eval_tasks, exp.rollout.answer_protocol))
+      return result
+
+  def evaluate_and_log(self, state: TrainState, step: int, stage: Optional[str] = None) -> dict:
+    """`evaluate`, written as the metrics' eval row `step`; with `stage` ("sft": after the warm
+    start, "start": before RL without one) also the run's first evaluation (AFTER_SFT)."""
+    result = self.evaluate(state)
+    if stage is not None:
+      processes.write_json(os.path.join(self.workdir, AFTER_SFT), result)
+    self.writer.write("eval", step, {**result, "eval/stage": stage} if stage else result)
+    return result
+
+
+def _mesh(exp: resolve.Experiment) -> tuple[jax.sharding.Mesh, resolve.Experiment]:
+  """The device mesh, and `exp` with its batch rows fitted to the mesh's batch shards."""
   mesh = sharding.make_mesh(exp.sharding)
-  rules = exp.sharding.rules
-  batch_axes = sharding.batch_spec(rules)[0] or ()
+  batch_axes = sharding.batch_spec(exp.sharding.rules)[0] or ()
   shards = int(np.prod([mesh.shape[a] for a in (batch_axes if isinstance(batch_axes, tuple)
                                                  else (batch_axes,))]))
-  exp = resolve.fit_to_mesh(exp, shards, exp.sft.batch_size if exp.sft.steps else shards)
-  # This process's rows of each step's batch (all of them with one process), and the rollout
-  # options of its share.
-  share = distributed.row_share(mesh, rules, exp.rollout.shapes.num_rows)
-  local_rollout = dataclasses.replace(exp.rollout, shapes=dataclasses.replace(
-      exp.rollout.shapes, num_rows=share.stop - share.start))
-  per_process = exp.train.queries_per_step // share.count
+  return mesh, resolve.fit_to_mesh(exp, shards,
+                                   exp.sft.batch_size if exp.sft.steps else shards)
 
-  # -- Data and environment -------------------------------------------------------------------
+
+def _data(exp: resolve.Experiment, cleanup: contextlib.ExitStack) -> Data:
   def build_tokenizer():
     return tokenizer_dir(exp.model, exp.env.name, tasks_lib.cache_dir(exp.env.cache_dir),
                          seed=exp.seed)
@@ -163,29 +240,35 @@ def _train(exp: resolve.Experiment, workdir, run_id, writer, progress, resuming,
       exp.env.train_tasks:] if exp.sft.steps else []
   judge = judging.make_judge(exp.judge)
   queries = tasks_lib.QueryOrder(len(train_tasks), exp.train.queries_per_step, seed=exp.seed)
+  return Data(tok_dir, tokenizer, source, train_tasks, eval_tasks, demo_tasks, judge, queries)
 
-  # -- Model and optimizer --------------------------------------------------------------------
-  model = weights.build_model(exp.model, len(tokenizer), rules, seed=exp.seed)
-  graphdef, params = split_model(model)
+
+def _model(exp: resolve.Experiment, vocab_size: int, mesh) -> tuple[nnx.GraphDef, Any, dict]:
+  """The policy's graph and initial parameters, and each phase's optimizer and step."""
+  rules = exp.sharding.rules
+  graphdef, params = split_model(weights.build_model(exp.model, vocab_size, rules,
+                                                     seed=exp.seed))
   sft_tx, rl_tx = make_optimizer(exp.sft.optim), make_optimizer(exp.optim)
-  place = {"sft": placement(params, sft_tx, mesh, rules), "rl": placement(params, rl_tx, mesh, rules)}
-  steps = {"sft": sft_step(graphdef, sft_tx, place["sft"], exp.sft.loss, exp.sft.step),
-           "rl": policy_step(graphdef, rl_tx, place["rl"], exp.loss, exp.step)}
-  tx = {"sft": sft_tx, "rl": rl_tx}
+  sft_place = placement(params, sft_tx, mesh, rules)
+  rl_place = placement(params, rl_tx, mesh, rules)
+  return graphdef, params, {
+      "sft": Phase(sft_tx, sft_place, sft_step(graphdef, sft_tx, sft_place, exp.sft.loss,
+                                               exp.sft.step)),
+      "rl": Phase(rl_tx, rl_place, policy_step(graphdef, rl_tx, rl_place, exp.loss, exp.step))}
 
-  # -- Checkpoint restore ---------------------------------------------------------------------
-  ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), run_id=run_id,
-                      options=CheckpointOptions(max_to_keep=exp.train.keep_checkpoints),
-                      on_commit=writer.checkpointed)
-  cleanup.callback(ckpt.close)
+
+def _restore(exp: resolve.Experiment, workdir: str, ckpt: Checkpointer, params,
+             phases: dict[str, Phase], writer, resuming: bool) -> TrainState:
+  """The newest intact checkpoint's state (corrupt ones are named), or a fresh one that starts
+  with SFT when there is SFT."""
+  def fresh(phase: str, **kwargs) -> TrainState:
+    return init_state(params, phases[phase].tx, phases[phase].place, jax.random.key(exp.seed),
+                      **kwargs)
   phase = "sft" if exp.sft.steps > 0 else "rl"
-  state = init_state(params, tx[phase], place[phase], jax.random.key(exp.seed),
-                     data_position={"phase": phase, "sft_step": 0, "rl_step": 0})
+  state = fresh(phase, data_position={"phase": phase, "sft_step": 0, "rl_step": 0})
   if ckpt.latest_step() is not None:
-    def target(meta):  # the saved phase decides the optimizer state's structure
-      saved = meta["data_position"]["phase"]
-      return init_state(params, tx[saved], place[saved], jax.random.key(exp.seed))
-    state = ckpt.restore(target)  # the newest intact checkpoint; corrupt ones are named
+    # the saved phase decides the optimizer state's structure
+    state = ckpt.restore(lambda meta: fresh(meta["data_position"]["phase"]))
     phase = state.data_position["phase"]
     writer.truncate_after(rundir.phase_steps(state.data_position))
     if distributed.is_primary():
@@ -193,161 +276,154 @@ def _train(exp: resolve.Experiment, workdir, run_id, writer, progress, resuming,
             f"{state.data_position[phase + '_step']} (policy version {state.policy_version})")
   elif resuming:
     writer.truncate_after({"sft": 0, "rl": 0, "eval": -1})
-  del model, params  # the train state owns the (donated) parameter buffers from here on
-  sampler = samplers.make_sampler(exp.sampler, exp.step.logprob_chunk_size, graphdef, state, workdir, tok_dir,
-                                   local_rollout)
-  cleanup.callback(sampler.close)
+  return state
 
-  run_clock = PhaseClock()  # this process's seconds in SFT, RL and evaluation (summary.json)
 
-  eval_start, eval_stop = distributed.task_block(len(eval_tasks))
-  mine = eval_stop - eval_start  # the eval tasks this process runs
+def _warm_start(trainer: Trainer, state: TrainState) -> TrainState:
+  """SFT on demonstrations up to `sft.steps`, its evaluation, then the state RL starts from:
+  the same weights with a fresh optimizer (one checkpoint marks it)."""
+  exp, sft, data = trainer.exp, trainer.phases["sft"], trainer.data
+  demos = SFTData.from_sequences(
+      data.source.demonstrations(data.demo_tasks, data.tokenizer, exp.sft.demos,
+                                 exp.sft.num_demos),
+      exp.rollout.shapes.max_tokens, seed=exp.seed)
+  trainer.progress.start("sft", exp.sft.steps, state.data_position["sft_step"])
+  start = time.perf_counter()
+  while state.data_position["sft_step"] < exp.sft.steps:
+    i = state.data_position["sft_step"]
+    state, metrics = sft.step(state, SFTBatch(**demos.batch(i, exp.sft.batch_size)))
+    state = dataclasses.replace(state, data_position={**state.data_position, "sft_step": i + 1})
+    rec = trainer.writer.write("sft", i + 1, jax.device_get(metrics))
+    trainer.progress.update(i + 1, loss=rec["loss"])
+    if (i + 1) % exp.train.checkpoint_every == 0 and i + 1 < exp.sft.steps:
+      trainer.ckpt.save(state)
+  trainer.clock.seconds["sft"] = time.perf_counter() - start
+  trainer.evaluate_and_log(state, 0, stage="sft")
+  rl = trainer.phases["rl"]
+  state = init_state(state.params, rl.tx, rl.place, state.rng, step=state.step,
+                     data_position={**state.data_position, "phase": "rl"},
+                     policy_version=state.policy_version)
+  trainer.ckpt.save(state)
+  return state
 
-  def evaluate_now() -> dict:
-    """Hands the current weights to the sampler and evaluates them (greedy by default); on
-    toolworld also the policy's preference for the directions its questions state."""
-    with run_clock("eval"):
-      params = weights.sampler_params(state)
-      sampler.update(params, state.policy_version)
-      result = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
-                        exp.sampler.eval_temperature, seed=exp.seed,
-                        progress=progress.evaluation(mine),
-                        answer_in_tool_message=exp.env.answer_in_tool_message,
-                        samples=exp.sampler.eval_samples)
-      if exp.env.name == "toolworld":
-        result.update(direction_preference(nnx.merge(graphdef, params), tokenizer, eval_tasks,
-                                           exp.rollout.answer_protocol))
-      return result
 
-  def evaluate_and_log(step: int, stage: Optional[str] = None) -> dict:
-    """`evaluate_now`, written as the metrics' eval row `step`; with `stage` ("sft": after the
-    warm start, "start": before RL without one) also the run's first evaluation."""
-    result = evaluate_now()  # each process runs its block of the tasks; all get every metric
-    if stage is not None:
-      _write_json(os.path.join(workdir, "eval_after_sft.json"), result)
-    writer.write("eval", step, {**result, "eval/stage": stage} if stage else result)
-    return result
-
-  # -- Supervised warm-start ------------------------------------------------------------------
-  if phase == "sft":
-    data = SFTData.from_sequences(
-        source.demonstrations(demo_tasks, tokenizer, exp.sft.demos, exp.sft.num_demos),
-        exp.rollout.shapes.max_tokens, seed=exp.seed)
-    progress.start("sft", exp.sft.steps, state.data_position["sft_step"])
-    sft_start = time.perf_counter()
-    while state.data_position["sft_step"] < exp.sft.steps:
-      i = state.data_position["sft_step"]
-      state, metrics = steps["sft"](state, SFTBatch(**data.batch(i, exp.sft.batch_size)))
-      state = dataclasses.replace(state, data_position={**state.data_position, "sft_step": i + 1})
-      rec = writer.write("sft", i + 1, jax.device_get(metrics))
-      progress.update(i + 1, loss=rec["loss"])
-      if (i + 1) % exp.train.checkpoint_every == 0 and i + 1 < exp.sft.steps:
-        ckpt.save(state)
-    run_clock.seconds["sft"] = time.perf_counter() - sft_start
-    # SFT is done: evaluate, then start RL with a fresh optimizer (one checkpoint marks it).
-    evaluate_and_log(0, stage="sft")
-    phase = "rl"
-    state = init_state(state.params, rl_tx, place["rl"], state.rng, step=state.step,
-                       data_position={**state.data_position, "phase": "rl"},
-                       policy_version=state.policy_version)
-    ckpt.save(state)
-  elif (exp.train.eval_at_start and state.data_position["rl_step"] == 0
-        and not _exists(os.path.join(workdir, "eval_after_sft.json"))):
-    evaluate_and_log(0, stage="start")
-
-  # -- RL loop: sample, execute, judge, Rollouts, advantages, update, hand-over, evaluate ----
+def _rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]:
+  """RL steps up to `train.steps`; returns the state and the last evaluation (None if none
+  ran). Each process samples its share of a step; the rest works on the global batch."""
+  exp, rl, sampler, graphdef = trainer.exp, trainer.phases["rl"], trainer.sampler, trainer.graphdef
   reference = None
   if exp.loss.kl_coef > 0:  # the KL reference: the policy as RL starts (kept across restarts)
-    reference = ReferencePolicy(graphdef, weights.reference_params(state, workdir),
-                                place["rl"], exp.step)
-  own_logprobs = (TokenLogprobs(graphdef, place["rl"], exp.step)
-                  if exp.train.tempered_policy else None)
-  progress.start("rl", exp.train.steps, state.data_position["rl_step"])
+    reference = ReferencePolicy(graphdef, weights.reference_params(state, trainer.workdir),
+                                rl.place, exp.step)
+  own_logprobs = TokenLogprobs(graphdef, rl.place, exp.step) if exp.train.tempered_policy else None
+  trainer.progress.start("rl", exp.train.steps, state.data_position["rl_step"])
   last_eval = None
-  rl_start, eval_before_rl = time.perf_counter(), run_clock.seconds.get("eval", 0.0)
+  start, eval_before = time.perf_counter(), trainer.clock.seconds.get("eval", 0.0)
   while state.data_position["rl_step"] < exp.train.steps:
     i = state.data_position["rl_step"]
     clock = PhaseClock()  # every phase waited on before its clock stops (asynchronous dispatch)
     with clock("handover"):
       sampler.update(weights.sampler_params(state), state.policy_version)
-    rng = np.random.default_rng([exp.seed, i])
-    first = share.index * per_process  # this process's first query of the step
-    tasks = share.of([train_tasks[q] for q in queries.step(i)])
     with clock("rollout"):
-      batch = rollout(sampler, tokenizer, tasks, local_rollout, judge, rng, first_query=first)
-      rollouts, episodes, extra_rounds = batch.rollouts, batch.episodes, 0
-      if exp.advantage_filters_groups:  # each process refills its own share
-        def resample(k, i=i, rng=rng):
-          extra = queries.extra(i, k, exp.train.queries_per_step)
-          more = share.of([train_tasks[q] for q in extra])
-          return rollout(sampler, tokenizer, more, local_rollout, judge, rng, first_query=first)
-        rollouts, episodes, extra_rounds = refill.dapo_refill(
-            batch, exp.estimator, exp.advantage, resample, per_process,
-            exp.train.dynamic_sampling_tries)
-      # The rows' longest length (every process's), not the context bound.
-      rollouts = trim_tokens(rollouts, longest=distributed.global_max(longest_row(rollouts)))
-      local = rollouts
-      rollouts = _global_rollouts(local, share, mesh, rules)
+      batch = _sample(trainer, i)
       sampler.sleep()  # the update takes the accelerators until the next hand-over
     with clock("advantages"):
-      adv = jax.block_until_ready(exp.estimator(rollouts, exp.advantage))
+      adv = jax.block_until_ready(exp.estimator(batch.rollouts, exp.advantage))
     with clock("reference"):
-      rollouts = jax.block_until_ready(with_reference_logprobs(rollouts, reference, exp.loss))
-      if own_logprobs is not None:  # π_old at the step's temperature (train.tempered_policy)
-        rollouts = jax.block_until_ready(with_policy_logprobs(rollouts, own_logprobs,
-                                                              state.params))
+      rollouts = _with_reference_and_old_logprobs(batch.rollouts, reference, own_logprobs,
+                                                  state, exp.loss)
     with clock("update"):  # ppo_epochs passes over the batch's mini-batches (SPEC §5.1)
       state, updates = update_passes(
-          state, steps["rl"], policy_batch(rollouts, adv),
+          state, rl.step, policy_batch(rollouts, adv),
           distributed.host_rows(rollouts.group_id), distributed.host_rows(rollouts.row_valid),
           exp.train.num_minibatches, exp.train.ppo_epochs, seed=exp.seed, step=i)
     state = dataclasses.replace(state, policy_version=state.policy_version + 1,
                                 data_position={**state.data_position, "rl_step": i + 1})
-    local_adv = adv.replace(extras={}, **{f: distributed.local_rows(getattr(adv, f))
-                                          for f in ("tokens", "steps", "rows", "row_reward",
-                                                    "row_mask")})
-    loss_metrics, update_stats = combine_updates(updates)
-    stats = rl_metrics(local, local_adv, loss_metrics, episodes, batch.stats,
-                       exp.rollout.max_steps, exp.loss.aggregation,
-                       first_update=None if own_logprobs is not None else updates[0])
-    stats.update(update_stats)
-    stats.update(clock.metrics(batch.stats))
-    stats["dapo/extra_rounds"] = extra_rounds
-    stats = distributed.reduce_stats(stats)  # every process's rows
-    every = exp.train.eval_every
-    if (every and (i + 1) % every == 0) or i + 1 == exp.train.steps:
+    stats = _step_metrics(exp, batch, adv, updates, clock, old_recomputed=own_logprobs is not None)
+    done, last = i + 1, i + 1 == exp.train.steps
+    if (exp.train.eval_every and done % exp.train.eval_every == 0) or last:
       with clock("eval"):
-        last_eval = evaluate_and_log(i + 1)
+        last_eval = trainer.evaluate_and_log(state, done)
       stats["time/eval_s"] = clock.seconds["eval"]
-    if (i + 1) % exp.train.log_every == 0:
-      writer.write("rl", i + 1, stats)
-    progress.update(i + 1, reward=stats["reward/mean"],
-                    accuracy=None if last_eval is None else last_eval["eval/accuracy"])
-    if (i + 1) % exp.train.checkpoint_every == 0 or i + 1 == exp.train.steps:
-      ckpt.save(state)
-  ckpt.wait()
-  run_clock.seconds["rl"] = (time.perf_counter() - rl_start -
-                             (run_clock.seconds.get("eval", 0.0) - eval_before_rl))
+    if done % exp.train.log_every == 0:
+      trainer.writer.write("rl", done, stats)
+    trainer.progress.update(done, reward=stats["reward/mean"],
+                            accuracy=None if last_eval is None else last_eval["eval/accuracy"])
+    if done % exp.train.checkpoint_every == 0 or last:
+      trainer.ckpt.save(state)
+  trainer.ckpt.wait()
+  trainer.clock.seconds["rl"] = (time.perf_counter() - start
+                                 - (trainer.clock.seconds.get("eval", 0.0) - eval_before))
+  return state, last_eval
 
-  # -- Final evaluation, export, summary ------------------------------------------------------
+
+def _sample(trainer: Trainer, i: int) -> StepBatch:
+  """RL step `i`'s rollouts: this process's share of the step's queries sampled, executed and
+  judged (groups refilled by DAPO's dynamic sampling), then the step's global batch."""
+  exp, data, share = trainer.exp, trainer.data, trainer.share
+  rng = np.random.default_rng([exp.seed, i])
+
+  def sample(queries):
+    tasks = share.tasks([data.train_tasks[q] for q in queries])
+    return rollout(trainer.sampler, data.tokenizer, tasks, share.rollout, data.judge, rng,
+                   first_query=share.first_query)
+  batch = sample(data.queries.step(i))
+  rollouts, episodes, extra_rounds = batch.rollouts, batch.episodes, 0
+  if exp.advantage_filters_groups:  # each process refills its own share
+    rollouts, episodes, extra_rounds = refill.dapo_refill(
+        batch, exp.estimator, exp.advantage,
+        lambda k: sample(data.queries.extra(i, k, exp.train.queries_per_step)), share.queries,
+        exp.train.dynamic_sampling_tries)
+  # The rows' longest length (every process's), not the context bound.
+  local = trim_tokens(rollouts, longest=distributed.global_max(longest_row(rollouts)))
+  return StepBatch(share.global_rollouts(local), local, episodes, batch.stats, extra_rounds)
+
+
+def _with_reference_and_old_logprobs(rollouts: Rollouts, reference, own_logprobs, state,
+                                     loss_options) -> Rollouts:
+  """The KL reference's log-probs (when there is a KL term) and, on the tempered policy, π_old
+  recomputed at the step's temperature (`train.tempered_policy`)."""
+  rollouts = jax.block_until_ready(with_reference_logprobs(rollouts, reference, loss_options))
+  if own_logprobs is not None:
+    rollouts = jax.block_until_ready(with_policy_logprobs(rollouts, own_logprobs, state.params))
+  return rollouts
+
+
+def _step_metrics(exp: resolve.Experiment, batch: StepBatch, adv, updates: list,
+                  clock: PhaseClock, old_recomputed: bool) -> dict:
+  """The step's metrics: each process's of its own rows, combined over the processes. The
+  first update's ratio is the sampler-vs-trainer gap unless π_old was recomputed."""
+  loss_metrics, update_stats = combine_updates(updates)
+  stats = rl_metrics(batch.local, processes.StepShare.local_advantages(adv), loss_metrics,
+                     batch.episodes, batch.stats, exp.rollout.max_steps, exp.loss.aggregation,
+                     first_update=None if old_recomputed else updates[0])
+  stats.update(update_stats)
+  stats.update(clock.metrics(batch.stats))
+  stats["dapo/extra_rounds"] = batch.extra_rounds
+  return distributed.reduce_stats(stats)  # every process's rows
+
+
+def _final(trainer: Trainer, state: TrainState, last_eval: Optional[dict]) -> dict:
+  """The final evaluation (unless the last RL step ran one), the HF export, the summary."""
+  exp, workdir = trainer.exp, trainer.workdir
   distributed.barrier("rl-done")  # process 0's files of the run are written
+  after_sft_path = os.path.join(workdir, AFTER_SFT)
   if last_eval is None and exp.train.steps == 0 and exp.sft.steps > 0:
-    last_eval = json.load(open(os.path.join(workdir, "eval_after_sft.json")))  # the same weights
+    last_eval = rundir.read_json(after_sft_path)  # the same weights
   if last_eval is None:  # resumed after the last step, or no RL steps
-    last_eval = evaluate_now()
+    last_eval = trainer.evaluate(state)
   if exp.train.export_final:
-    out = os.path.join(workdir, "hf_export")
-    model = nnx.merge(graphdef, weights.sampler_params(state))  # whole on every process
+    model = nnx.merge(trainer.graphdef, weights.sampler_params(state))  # whole on every process
     if distributed.is_primary():
-      export_hf(model, out, source_dir=tok_dir, overwrite=True)
-  first_path = os.path.join(workdir, "eval_after_sft.json")
-  first = json.load(open(first_path)) if os.path.exists(first_path) else {}
-  summary = {"after_sft": first, "after_rl": last_eval, "rl_steps": exp.train.steps,
+      export_hf(model, os.path.join(workdir, "hf_export"),
+                source_dir=trainer.data.tokenizer_dir, overwrite=True)
+  after_sft = rundir.read_json(after_sft_path) if os.path.exists(after_sft_path) else {}
+  summary = {"after_sft": after_sft, "after_rl": last_eval, "rl_steps": exp.train.steps,
              "policy_version": state.policy_version,
-             "seconds": {k: round(v, 1) for k, v in run_clock.seconds.items()}}
-  _write_json(os.path.join(workdir, "summary.json"), summary)
+             "seconds": {k: round(v, 1) for k, v in trainer.clock.seconds.items()}}
+  processes.write_json(os.path.join(workdir, "summary.json"), summary)
   if distributed.is_primary():
-    print(summary_table(first, last_eval, stage="SFT" if exp.sft.steps else "start"),
+    print(summary_table(after_sft, last_eval, stage="SFT" if exp.sft.steps else "start"),
           file=sys.stdout, flush=True)
   distributed.barrier("run-done")
   return summary

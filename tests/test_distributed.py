@@ -9,9 +9,8 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from configs import grpo
-from experiments.train import _global_rollouts
 from tirjax import distributed, sharding
-from tirjax.trainer import resolve
+from tirjax.trainer import processes, resolve
 from tirjax.rundir import NullWriter
 from tirjax.sampling.interface import SamplingParams
 
@@ -102,7 +101,8 @@ def test_process_shares_make_the_batch_the_whole_would(monkeypatch, name):
                           outcome_probs=(0.4, 0.2, 0.4)) for _ in range(2)]
   monkeypatch.setattr(distributed, "is_multiprocess", lambda: True)
   monkeypatch.setattr(sharding, "shard_batch", lambda batch, mesh, rules: batch)
-  moved = [_global_rollouts(r, distributed.RowShare(p, 2, 6 * p, 6 * (p + 1)), None, None)
+  moved = [processes.StepShare(distributed.RowShare(p, 2, 6 * p, 6 * (p + 1)), rollout=None,
+                                queries=1, mesh=None, rules=None).global_rollouts(r)
            for p, r in enumerate(shares)]
   parts = [rollouts_lib.to_numpy(m) for m in moved]
   whole = rollouts_lib.from_numpy({k: np.concatenate([p[k] for p in parts]) for k in parts[0]})

@@ -45,6 +45,11 @@ def flatten(d: Mapping[str, Any]) -> dict[str, Any]:
   return traverse_util.flatten_dict(dict(d), sep=".")
 
 
+def read_json(path: str) -> Any:
+  with open(path) as f:
+    return json.load(f)
+
+
 def write_json(path: str, obj: Any) -> None:
   """Writes atomically (a crash leaves the old file or the new one, never half of one)."""
   tmp = f"{path}.tmp{os.getpid()}"
