@@ -46,7 +46,7 @@ def _command(rule: str, workdir: str) -> list[str]:
           "--config.train.queries_per_step=3", "--config.train.mini_batch_queries=0",
           "--config.rollout.temperature=1.0", "--config.train.tempered_policy=False",
           "--config.env.p_direction=0.0", "--config.env.hop_weights=(0.25,0.35,0.25,0.15)",
-          "--config.sft.p_confuse=0.0", "--config.model.logprob_chunk=256",
+          "--config.sft.demos.p_confuse=0.0", "--config.step.logprob_chunk_size=256",
           f"--config.model.hf_checkpoint={FLAGS.warm_start}", "--config.sft.steps=0",
           "--config.train.progress_bar=False", f"--config.judge.abstention={rule}",
           f"--workdir={workdir}"]

@@ -4,7 +4,7 @@ direction`): P(right step) against the flipped step, teacher-forced, averaged ov
     python -m experiments.direction_probe --policy=runs/default/hf_export --tasks=256
 
 The tasks are toolworld eval tasks whose plans all take a direction (`env.p_direction` = 1, no
-tool down). Confused demonstrations (`sft.p_confuse` = 1) leave P(right) at 0.5 after SFT;
+tool down). Confused demonstrations (`sft.demos.p_confuse` = 1) leave P(right) at 0.5 after SFT;
 only RL raises it. Prints one JSON line.
 """
 

@@ -7,9 +7,9 @@ flipped (`demos.direction_steps`). The policy's preference for the right one,
 
     P(right) = p(step) / (p(step) + p(flipped step)),
 
-averaged over tasks, is the lever that confused demonstrations (`sft.p_confuse` = 1) leave at
-0.5 and that only RL can raise: teacher-forced, so it carries no sampling noise, and it costs
-one forward pass per task.
+averaged over tasks, is the lever that confused demonstrations (`sft.demos.p_confuse` = 1)
+leave at 0.5 and that only RL can raise: teacher-forced, so it carries no sampling noise, and it
+costs one forward pass per task.
 """
 
 from __future__ import annotations
