@@ -11,7 +11,6 @@ another. Every error names the config key: `ConfigError("rollout.shapes.num_rows
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import re
 import warnings
@@ -108,15 +107,15 @@ def _with_renamed_keys_moved(c, warn: bool) -> dict:
   An old key that is set replaces its new key unless the new key was set too (it differs from
   the value the config was built with, `tirjax.config.RenamedKey`) to another value: then
   the two keys contradict each other and neither is taken."""
-  d = c.to_dict() if hasattr(c, "to_dict") else copy.deepcopy(dict(c))
+  d = c.to_dict()
   for old, new in RENAMED.items():
     section, _, leaf = old.rpartition(".")
     value = get_key(d, section).pop(leaf, None)
     if value is None:  # not set (or a config built before the rename)
       continue
     current = get_key(d, new)
-    built = getattr(get_key(c, section).get_ref(leaf), "built", None) if hasattr(
-        c, "to_dict") else None
+    # None where unknown (a copy of the config): then the two keys must agree
+    built = getattr(get_key(c, section).get_ref(leaf), "built", None)
     _need(current in (value, built), old,
           f"renamed {new} (issue 29), and both are set to different values ({old}={value!r}, "
           f"{new}={current!r}); set only {new}")
