@@ -102,6 +102,14 @@ def _fix(c, data_root: str) -> None:
     c.env.data_path = os.path.normpath(os.path.join(data_root, c.env.data_path))
 
 
+def _warm_started(c):
+  """A grid cell's config as if its warm start had run: its export (the job's `needs`,
+  compared as such) stands in as a checkpoint directory that exists."""
+  if c.model.hf_checkpoint and not os.path.isdir(c.model.hf_checkpoint):
+    c.model.hf_checkpoint = "."
+  return c
+
+
 def _outcome(build) -> dict:
   from tirjax.trainer import resolve  # pylint: disable=import-outside-toplevel
   try:
@@ -136,7 +144,7 @@ def worker(out: str, data_root: str, only: str = "") -> None:
       if only not in f"ablate:{grid}:{job.name}":
         continue
       results[f"ablate:{grid}:{job.name}"] = {
-          **_outcome(lambda job=job: ablation.build_config(job.recipe)),
+          **_outcome(lambda job=job: _warm_started(ablation.build_config(job.recipe))),
           "job": [job.label, job.workdir, job.needs]}
   with open(out, "w") as f:
     json.dump(results, f)
