@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from tests import vllm_support as support
-from tirjax.sampling import handover, tiny_hf
+from tirjax.sampling import handover
+from tirjax.testing import tiny_hf
 from tirjax.sampling.interface import SamplingParams
 from tirjax.sampling.vllm import VLLMOptions
 from tirjax.sampling.vllm_fleet import VLLMFleet

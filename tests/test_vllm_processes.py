@@ -15,7 +15,8 @@ import uuid
 import pytest
 
 from tests import vllm_support as support
-from tirjax.sampling import tiny_hf, vllm_server, vllm_supervisor
+from tirjax.sampling import vllm_server, vllm_supervisor
+from tirjax.testing import tiny_hf
 
 pytestmark = pytest.mark.xdist_group("vllm")
 

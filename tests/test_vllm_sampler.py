@@ -17,7 +17,8 @@ import safetensors.torch
 import scipy.special
 
 from tests import vllm_support as support
-from tirjax.sampling import handover, tiny_hf
+from tirjax.sampling import handover
+from tirjax.testing import tiny_hf
 from tirjax.sampling.interface import SamplingParams
 from tirjax.sampling.vllm import SamplerError, VLLMOptions, VLLMSampler
 
