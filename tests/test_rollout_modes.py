@@ -13,7 +13,7 @@ from tirjax.env.toolworld import Difficulty, make_demos, make_tasks
 from tirjax.episodes import (ArpoOptions, RolloutOptions, Shapes, TreeOptions, rollout,
                            time_modes)
 from tirjax.rollouts import validate
-from tests.batches import with_needed_fields
+from tirjax.testing.estimator_checks import with_needed_fields
 
 pytestmark = pytest.mark.slow  # left out of `make test-fast`
 
