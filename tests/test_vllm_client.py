@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from tirjax.sampling import handover
-from tirjax.testing import tiny_hf
 from tirjax.sampling.interface import Sample, SamplingParams
 from tirjax.sampling.vllm import SamplerError, VLLMOptions, VLLMSampler
 from tirjax.sampling.vllm_server import RequestRejected, ServerOptions, VLLMServer
+from tirjax.testing import tiny_hf
 
 
 def vllm_choice(index, tokens, logprobs, finish="length", top=None):
