@@ -37,7 +37,7 @@ from tirjax.matching.hungarian import masked_weights, max_weight_matching
 from tirjax.matching.sinkhorn import ot_call_rewards
 from tirjax.reporting import benchmark
 from tirjax.testing.synthetic_calls import random_call_rollouts
-from tirjax.testing.call_batches import to_batch
+from tirjax.rollouts import to_numpy
 from tirjax.testing.reference import REFERENCES
 from tirjax.testing.reference import matching as ref_matching
 
@@ -101,10 +101,10 @@ def main(argv):
   del argv
   info = benchmark.machine()
   flat = random_call_rollouts(_SEED.value, num_queries=_QUERIES.value)
-  flat_batch = to_batch(flat)
+  flat_batch = to_numpy(flat)
   tree = synthetic.tree_rollouts(np.random.default_rng(_SEED.value), [8] * _QUERIES.value,
                                  branching=2, max_depth=6)
-  tree_batch = to_batch(tree)
+  tree_batch = to_numpy(tree)
 
   cases = {}
   for name in advantages.names():

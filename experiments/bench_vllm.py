@@ -21,7 +21,7 @@ import time
 import psutil
 from absl import app, flags
 
-from tirjax.sampling import tiny_hf
+from tirjax.testing import tiny_hf
 from tirjax.sampling.interface import SamplingParams
 from tirjax.sampling.vllm import VLLMOptions, VLLMSampler
 from tirjax.reporting import benchmark

@@ -1,5 +1,6 @@
 """Test-session set-up: 8 simulated CPU devices and unoptimised CPU code generation (set
-before jax is imported), and hypothesis."""
+before jax is imported), hypothesis, and the session fixtures several test files share (the
+toolworld tokenizer, the toolworld vLLM server)."""
 
 import os
 
@@ -55,3 +56,16 @@ def tokenizer(tmp_path_factory):
   from tirjax.env.toolworld import build_tokenizer  # pylint: disable=import-outside-toplevel
   path = build_tokenizer(tmp_path_factory.getbasetemp() / "toolworld_tokenizer")
   return transformers.AutoTokenizer.from_pretrained(str(path))
+
+
+@pytest.fixture(scope="session")
+def toolworld(tmp_path_factory):
+  """The toolworld vLLM tests' one server (`tirjax.testing.vllm_toolworld.serve_toolworld`),
+  shared by test_vllm_toolworld.py and test_vllm_train.py; no process of it outlives it."""
+  # pylint: disable=import-outside-toplevel  (only the vLLM tests import these)
+  from tirjax.testing import vllm_processes
+  from tirjax.testing.vllm_toolworld import serve_toolworld
+  with serve_toolworld(str(tmp_path_factory.mktemp("vllm_toolworld"))) as world:
+    tag = world.sampler.server.tag
+    yield world
+  assert vllm_processes.tagged_pids(tag) == []

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from tests.batches import check_padding, check_reference, check_row_permutation, tree_batches
+from tirjax.testing.estimator_checks import check_padding, check_reference, check_row_permutation
+from tirjax.testing.strategies import tree_batches
 from tirjax import advantages, segments
 from tirjax.advantages.gigpo import GiGPOOptions
 from tirjax.advantages.tree_grpo import TreeGRPOOptions

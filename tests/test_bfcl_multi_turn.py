@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from experiments import bfcl_agreement
-from tests.rollout_support import TextSampler
 from tirjax.env import chat
 from tirjax.env.datasets import bfcl
 from tirjax.env.executor import ToolEnvOptions, ToolEnv
 from tirjax.env.sandbox import Sandbox
 from tirjax.episodes import RolloutOptions, Shapes, rollout
+from tirjax.testing.scripted_samplers import TextSampler
 from tirjax.testing.reference import bfcl as ref
 
 # Two entries per category, the miss_func entry whose held-back function comes at turn 4, and

@@ -5,7 +5,8 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 
-from tirjax.testing.call_batches import SHAPES, from_rows, random_batch, repad, to_batch
+from tirjax.rollouts import to_numpy
+from tirjax.testing.call_batches import SHAPES, from_rows, random_batch, repad
 from tirjax.testing.reference import REFERENCES
 from tirjax import advantages
 from tirjax.advantages.hidifftir import HiDiffTIROptions
@@ -17,7 +18,7 @@ REF = REFERENCES["hidifftir"]
 
 def compare(r, opts, atol=2e-5):
   out = EST(r, opts)
-  ref = REF(to_batch(r), **{f: getattr(opts, f) for f in opts.__dataclass_fields__})
+  ref = REF(to_numpy(r), **{f: getattr(opts, f) for f in opts.__dataclass_fields__})
   np.testing.assert_allclose(np.asarray(out.steps), ref["steps"], atol=atol)
   np.testing.assert_allclose(np.asarray(out.rows), ref["rows"], atol=atol)
   assert np.all(np.isfinite(np.asarray(out.tokens)))

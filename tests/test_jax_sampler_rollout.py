@@ -21,7 +21,7 @@ from tirjax.episodes import ArpoOptions, RolloutOptions, Shapes, TreeOptions, ro
 from tirjax.rollouts import validate
 from tirjax.sampling.interface import SamplingParams
 from tirjax.sampling.jax_sampler import Bucket, JaxSampler, JaxSamplerOptions
-from tests.batches import with_needed_fields
+from tirjax.testing.estimator_checks import with_needed_fields
 
 # One worker builds the module's model and compiled buckets (make test: --dist loadgroup).
 pytestmark = [pytest.mark.xdist_group("jax_sampler_rollout"), pytest.mark.slow]

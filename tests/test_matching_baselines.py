@@ -5,7 +5,8 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 
-from tirjax.testing.call_batches import SHAPES, from_rows, random_batch, repad, to_batch
+from tirjax.rollouts import to_numpy
+from tirjax.testing.call_batches import SHAPES, from_rows, random_batch, repad
 from tirjax.testing.reference import REFERENCES
 from tirjax import advantages
 from tirjax.advantages.matchtir import MatchTIRKMOptions, MatchTIROTOptions
@@ -18,7 +19,7 @@ def compare(name, r, opts=None, atol=2e-5):
   est = advantages.get(name)
   opts = opts or est.options()
   out = est(r, opts)
-  ref = REFERENCES[name](to_batch(r), **{f: getattr(opts, f) for f in opts.__dataclass_fields__})
+  ref = REFERENCES[name](to_numpy(r), **{f: getattr(opts, f) for f in opts.__dataclass_fields__})
   np.testing.assert_allclose(np.asarray(out.steps), ref["steps"], atol=atol)
   np.testing.assert_allclose(np.asarray(out.rows), ref["rows"], atol=atol)
   assert np.all(np.isfinite(np.asarray(out.tokens)))

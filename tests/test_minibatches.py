@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, strategies as st
 from flax import nnx
 
-from tests import train_support as ts
+from tirjax.testing import train_setup as ts
 from tirjax import loss, training
 from tirjax.testing.reference import model_logprobs
 from tirjax.testing.reference import train_step as ref

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from tests.batches import SHAPE, as_batch, pad, permute_rows, tree_batches
+from tirjax.rollouts import to_numpy
+from tirjax.testing.padding import pad, permute_rows
+from tirjax.testing.strategies import SHAPE, tree_batches
 from tirjax.testing.reference import REFERENCES
 from tirjax import advantages, segments
 from tirjax.advantages.portool import PORToolOptions
@@ -123,7 +125,7 @@ OPTION_SETS = (
 @given(tree_batches(), st.sampled_from(OPTION_SETS))
 def test_matches_reference(r, options):
   out = run(r, **options)
-  ref = REFERENCES["portool"](as_batch(r), **options)
+  ref = REFERENCES["portool"](to_numpy(r), **options)
   np.testing.assert_allclose(out.steps, ref["steps"], atol=3e-5, rtol=1e-5)
   np.testing.assert_allclose(out.rows, ref["rows"], atol=3e-5, rtol=1e-5)
   for name, x in [("tokens", out.tokens), *out.extras.items()]:

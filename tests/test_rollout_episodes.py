@@ -6,8 +6,6 @@ import json
 import numpy as np
 import pytest
 
-from tests.rollout_support import (RandomSampler, ScriptedSampler, TextSampler, assistant_steps,
-                                   check_bookkeeping, distinct_questions)
 from tirjax.env import chat, metrics
 from tirjax.env.judge import Judgement
 from tirjax.env.tools import UNABLE_TO_ANSWER
@@ -17,6 +15,9 @@ from tirjax.env.toolworld import (DemoOptions, Difficulty, make_demos,
 from tirjax.episodes import ArpoOptions, RolloutOptions, Shapes, rollout
 from tirjax.episodes.options import TreeOptions
 from tirjax.sampling.interface import Sample
+from tirjax.testing.bookkeeping import check_bookkeeping
+from tirjax.testing.scripted_samplers import (RandomSampler, ScriptedSampler, TextSampler,
+                                              assistant_steps, distinct_questions)
 
 # One padded shape for the whole file: call_similarity compiles once.
 SHAPES = Shapes(num_rows=64, max_steps=10, max_calls=4, max_gt_calls=8, max_tokens=1024,

@@ -6,14 +6,14 @@ import collections
 import numpy as np
 import pytest
 
-from tests.rollout_support import (RandomSampler, ScriptedSampler, check_bookkeeping,
-                                   distinct_questions)
 from tirjax import advantages
 from tirjax.env.toolworld import Difficulty, make_demos, make_tasks
 from tirjax.episodes import (ArpoOptions, RolloutOptions, Shapes, TreeOptions, rollout,
                            time_modes)
 from tirjax.rollouts import validate
-from tests.batches import with_needed_fields
+from tirjax.testing.bookkeeping import check_bookkeeping
+from tirjax.testing.estimator_checks import with_needed_fields
+from tirjax.testing.scripted_samplers import RandomSampler, ScriptedSampler, distinct_questions
 
 pytestmark = pytest.mark.slow  # left out of `make test-fast`
 

@@ -150,6 +150,7 @@ def test_padding_values_live_in_the_contract_and_round_trip():
   assert not np.any(empty.row_valid) and np.all(np.asarray(empty.node_id) == -1)
   assert np.all(np.asarray(empty.token_step) == -1) and empty.ref_logprobs is None
   assert rollouts.fill_value("calls.gt_keys") == -1 and rollouts.fill_value("outcome") == 0.0
+  assert rollouts.field_axes("calls.gt_keys") == "BCP" and rollouts.field_axes("call_sim") == "BTKC"
 
 
 def test_take_rows_keeps_the_rows_in_order_and_pads_the_rest():
@@ -161,6 +162,18 @@ def test_take_rows_keeps_the_rows_in_order_and_pads_the_rest():
     assert np.all(value[2:] == rollouts.fill_value(name)), name
   with pytest.raises(ValueError, match="do not fit num_rows=1"):
     rollouts.take_rows(r, [0, 1], num_rows=1)
+
+
+def test_take_rows_puts_padding_rows_where_asked():
+  r = base()
+  taken = rollouts.take_rows(r, [-1, 3, -1], num_rows=4)
+  src = rollouts.to_numpy(r)
+  for name, value in taken.items():
+    assert np.array_equal(value[1], src[name][3]), name
+    assert np.all(value[[0, 2, 3]] == rollouts.fill_value(name)), name
+  for bad in ([-2], [r.num_rows]):
+    with pytest.raises(ValueError, match=r"rows must be -1 \(padding\) or in \[0, 6\)"):
+      rollouts.take_rows(r, bad, num_rows=4)
 
 
 def test_take_groups_copies_kept_groups_renumbers_ids_and_moves_records():

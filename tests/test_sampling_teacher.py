@@ -8,7 +8,7 @@ import pytest
 import scipy.special
 from flax import nnx
 
-from tests.train_support import count_traces
+from tirjax.testing.compile_counts import count_traces
 from tirjax.models import config, decoder
 from tirjax.sampling.teacher import DecoderTeacher, padded_shape
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests import train_support as ts
+from tirjax.testing import train_setup as ts
+from tirjax.testing.compile_counts import count_compiles, count_traces
 from tirjax.testing.reference import model_logprobs
 from tirjax.testing.reference import train_step as ref
 from tirjax import advantages, loss, training
@@ -44,7 +45,7 @@ def test_zero_kl_computes_nothing(model):
   reference = training.ReferencePolicy(graphdef, ref_params, place, STEP)
   r = rollouts(0)
   for given in (reference, None):
-    with ts.count_compiles() as compiles:
+    with count_compiles() as compiles:
       out = training.with_reference_logprobs(r, given, loss.LossOptions(kl_coef=0.0))
     assert out is r and out.ref_logprobs is None and not compiles
 
@@ -60,7 +61,7 @@ def test_reference_logprobs_match_the_dense_reference(model):
   reference = training.ReferencePolicy(graphdef, ref_params, place, STEP)
   filled = [training.with_reference_logprobs(rollouts(0), reference, KL)]
   second = rollouts(1)
-  with ts.count_traces() as traces:
+  with count_traces() as traces:
     filled.append(training.with_reference_logprobs(second, reference, KL))
   assert not traces  # the second batch, of the first's shape
   m = nnx.merge(graphdef, ref_params)

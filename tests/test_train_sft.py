@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests import train_support as ts
+from tirjax.testing import train_setup as ts
+from tirjax.testing.compile_counts import count_compiles
 from tirjax.testing.reference import train_step as ref
 from tirjax import sharding, training
 
@@ -51,7 +52,7 @@ def test_loss_is_the_masked_cross_entropy(model, step, batch):
 def test_decreases_the_loss_on_a_fixed_batch(model, step, batch):
   state, metrics = step(fresh_state(model), batch)
   losses = [float(metrics["loss"])]
-  with ts.count_compiles() as compiles:
+  with count_compiles() as compiles:
     for _ in range(5):
       state, metrics = step(state, batch)
       losses.append(float(metrics["loss"]))

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests import train_support as ts
+from tirjax.testing import train_setup as ts
+from tirjax.testing.compile_counts import count_compiles
 from tirjax.testing.reference import model_logprobs
 from tirjax.testing.reference import train_step as ref
 from tirjax import checkpoint as ck
@@ -40,14 +41,14 @@ def test_compiles_once_per_batch_shape(model, step):
   state = fresh_state(model, data_position={"index": 7}, policy_version=2)
   rng = np.random.default_rng(0)
   losses = []
-  with ts.count_compiles() as compiles:
+  with count_compiles() as compiles:
     for _ in range(3):
       state, metrics = step(state, ts.policy_batch(rng, rows=16, length=12))
       losses.append(float(metrics["loss"]))
   assert len(compiles) == 1
   assert len(set(losses)) == 3
   assert state.step == 3 and state.data_position == {"index": 7} and state.policy_version == 2
-  with ts.count_compiles() as compiles:
+  with count_compiles() as compiles:
     state, _ = step(state, ts.policy_batch(rng, rows=16, length=20))
   assert len(compiles) == 1
 

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests import train_support as ts
+from tirjax.testing import train_setup as ts
 from tirjax.testing.reference import train_step as ref
 from tirjax import loss, training
 

@@ -5,7 +5,7 @@ declared (parameters and optimizer moments by the logical rules, metrics replica
 import numpy as np
 import pytest
 
-from tests import train_support as ts
+from tirjax.testing import train_setup as ts
 from tirjax.testing.reference import train_step as ref
 from tirjax import loss, sharding, training
 

@@ -4,7 +4,8 @@ import jax
 import numpy as np
 from hypothesis import given, strategies as st
 
-from tests.batches import SHAPE, as_batch, tree_batches
+from tirjax.rollouts import to_numpy
+from tirjax.testing.strategies import SHAPE, tree_batches
 from tirjax.testing.reference import unlearning as reference
 from tirjax import advantages
 from tirjax.testing import synthetic
@@ -22,7 +23,7 @@ GRPO = advantages.get("grpo")
 @given(tree_batches(), st.integers(0, 2**32 - 1), st.sampled_from(AGGREGATIONS),
        st.booleans())
 def test_matches_reference(r, seed, aggregation, masked):
-  batch = as_batch(r)
+  batch = to_numpy(r)
   np.testing.assert_array_equal(necessary_steps(r), reference.necessary_steps(batch))
   rng = np.random.default_rng(seed)
   adv = rng.normal(size=r.step_valid.shape).astype(np.float32)

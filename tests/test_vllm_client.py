@@ -15,10 +15,11 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 
-from tirjax.sampling import handover, tiny_hf
+from tirjax.sampling import handover
 from tirjax.sampling.interface import Sample, SamplingParams
 from tirjax.sampling.vllm import SamplerError, VLLMOptions, VLLMSampler
 from tirjax.sampling.vllm_server import RequestRejected, ServerOptions, VLLMServer
+from tirjax.testing import tiny_hf
 
 
 def vllm_choice(index, tokens, logprobs, finish="length", top=None):

@@ -6,11 +6,11 @@ loses nothing and samples nothing twice."""
 import numpy as np
 import pytest
 
-from tests import vllm_support as support
-from tirjax.sampling import handover, tiny_hf
+from tirjax.sampling import handover
 from tirjax.sampling.interface import SamplingParams
 from tirjax.sampling.vllm import VLLMOptions
 from tirjax.sampling.vllm_fleet import VLLMFleet
+from tirjax.testing import tiny_hf, vllm_processes as support
 
 pytestmark = pytest.mark.xdist_group("vllm")
 

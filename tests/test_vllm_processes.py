@@ -14,10 +14,12 @@ import uuid
 
 import pytest
 
-from tests import vllm_support as support
-from tirjax.sampling import tiny_hf, vllm_server, vllm_supervisor
+from tirjax.sampling import vllm_server, vllm_supervisor
+from tirjax.testing import tiny_hf, vllm_processes as support
 
 pytestmark = pytest.mark.xdist_group("vllm")
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A child that starts a grandchild ignoring SIGTERM, then sleeps (or exits, with "exit").
 TREE = """
@@ -52,8 +54,8 @@ time.sleep(600)
 TRAINER = """
 import sys, time
 from tirjax.sampling import vllm_server
-from tests import vllm_support
-server = vllm_server.VLLMServer(vllm_support.server_options(sys.argv[1]))
+from tirjax.testing import vllm_processes
+server = vllm_server.VLLMServer(vllm_processes.server_options(sys.argv[1]))
 print("TAG", server.tag, flush=True)
 server.start()
 print("READY", flush=True)
@@ -67,10 +69,10 @@ def _default_sigint():
 
 
 def spawn(script, *args, tag=None):
-  env = dict(os.environ, PYTHONPATH=support.REPO)
+  env = dict(os.environ, PYTHONPATH=REPO)
   if tag is not None:
     env[vllm_server.TAG_ENV] = tag
-  return subprocess.Popen(preexec_fn=_default_sigint, args=[sys.executable, "-c", script, *args], env=env, cwd=support.REPO,
+  return subprocess.Popen(preexec_fn=_default_sigint, args=[sys.executable, "-c", script, *args], env=env, cwd=REPO,
                           stdout=subprocess.PIPE, text=True)
 
 

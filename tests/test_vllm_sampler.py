@@ -16,10 +16,10 @@ import pytest
 import safetensors.torch
 import scipy.special
 
-from tests import vllm_support as support
-from tirjax.sampling import handover, tiny_hf
+from tirjax.sampling import handover
 from tirjax.sampling.interface import SamplingParams
 from tirjax.sampling.vllm import SamplerError, VLLMOptions, VLLMSampler
+from tirjax.testing import tiny_hf, vllm_processes as support
 
 pytestmark = pytest.mark.xdist_group("vllm")
 

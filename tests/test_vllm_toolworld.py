@@ -1,6 +1,6 @@
 """vLLM serving a tirjax-exported toolworld model: log-probs, tokenizer, hand-over, rollouts.
 
-One server (`vllm_toolworld_fixtures.toolworld`, shared with test_vllm_train.py) serves the
+One server (the session fixture `toolworld`, shared with test_vllm_train.py) serves the
 `tiny` model over the toolworld tokenizer's vocabulary, exported with `export_hf`. tirjax is
 the reference: vLLM's log-probs of the tokens it sampled must equal `token_logprobs` within
 1e-3 (float32 on both sides), in single calls, after weight updates, and in the `Rollouts` of
@@ -18,7 +18,6 @@ import scipy.special
 from flax import nnx
 
 from configs import grpo
-from tests.vllm_toolworld import TOL, perturbed
 from tirjax.env import chat
 from tirjax.env.toolworld import make_tasks
 from tirjax.sampling.vllm_policy import VLLMPolicySampler
@@ -30,9 +29,9 @@ from tirjax.sampling.interface import SamplingParams
 from tirjax.sampling.teacher import DecoderTeacher, padded_shape
 from tirjax.sampling.vllm import SamplerError
 from tirjax.sampling.vllm_server import request_json
+from tirjax.testing.vllm_toolworld import TOL, perturbed
 from tirjax.training.step import split_model
 
-pytest_plugins = ["tests.vllm_toolworld_fixtures"]
 pytestmark = pytest.mark.xdist_group("vllm")
 
 TIE = 1e-4  # logits closer than this are a tie for argmax / top-k

@@ -14,10 +14,9 @@ import pytest
 
 from experiments.train import run
 from tests.test_train_runs import read_metrics, short_config
-from tests.vllm_toolworld import TOL
 from tirjax.models import config as model_config
+from tirjax.testing.vllm_toolworld import TOL
 
-pytest_plugins = ["tests.vllm_toolworld_fixtures"]
 pytestmark = pytest.mark.xdist_group("vllm")
 
 

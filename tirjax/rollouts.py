@@ -158,13 +158,19 @@ CALL_PAD = -1  # every `CallEncoding` field's padding value
 OPTIONAL = ("ref_logprobs", "call_solves", "num_expected", "greedy_outcome", "state_id")
 
 
+_CALL_SPEC = {"pred_name": "BTK", "pred_keys": "BTKP", "pred_values": "BTKP", "gt_name": "BC",
+              "gt_keys": "BCP", "gt_values": "BCP"}
+
+
 def fill_value(name: str):
   """The padding value of field `name` (`calls.<field>` for the call encodings)."""
   return CALL_PAD if name.startswith("calls.") else _SPEC[name][2]
 
 
-_CALL_SPEC = {"pred_name": "BTK", "pred_keys": "BTKP", "pred_values": "BTKP", "gt_name": "BC",
-              "gt_keys": "BCP", "gt_values": "BCP"}
+def field_axes(name: str) -> str:
+  """The size symbols of field `name`'s axes, e.g. "BTK" (`calls.<field>` for the call
+  encodings): the module docstring's B, T, K, C, L, P."""
+  return _CALL_SPEC[name[len("calls."):]] if name.startswith("calls.") else _SPEC[name][0]
 
 
 def empty_arrays(B: int, T: int, K: int, C: int, L: int, P: Optional[int] = None,
@@ -216,15 +222,22 @@ def from_numpy(arrays: dict, check: bool = True) -> Rollouts:
 
 def take_rows(r, rows, num_rows: int) -> dict[str, np.ndarray]:
   """Rows `rows` of `r` (a `Rollouts`, or arrays in `to_numpy`'s layout), in that order, as
-  the first rows of a `num_rows` batch, the rest padding; numpy arrays in `to_numpy`'s layout,
-  for the caller to renumber ids and then `from_numpy`."""
+  the first rows of a `num_rows` batch, the rest padding; -1 in `rows` puts a padding row
+  there. Numpy arrays in `to_numpy`'s layout, for the caller to renumber ids and then
+  `from_numpy`."""
+  arrays = to_numpy(r) if isinstance(r, Rollouts) else r
   rows = np.asarray(rows, np.int64)
   if len(rows) > num_rows:
     raise ValueError(f"take_rows: {len(rows)} rows do not fit num_rows={num_rows}")
+  B = len(arrays["group_id"])
+  if np.any((rows < -1) | (rows >= B)):
+    raise ValueError(f"take_rows: rows must be -1 (padding) or in [0, {B}), got "
+                     f"{rows[(rows < -1) | (rows >= B)].tolist()}")
+  taken = np.flatnonzero(rows >= 0)
   out = {}
-  for name, value in (to_numpy(r) if isinstance(r, Rollouts) else r).items():
+  for name, value in arrays.items():
     arr = np.full((num_rows,) + value.shape[1:], fill_value(name), value.dtype)
-    arr[:len(rows)] = value[rows]
+    arr[taken] = value[rows[taken]]
     out[name] = arr
   return out
 

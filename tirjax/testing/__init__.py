@@ -1,8 +1,21 @@
-"""What the tests and the benchmarks share: independent loop references and batch builders.
+"""What the tests and the benchmarks share: loop references, batch builders and test doubles.
 
-`reference/` holds plain-loop implementations written from the SPEC (never sharing code with
-the kernels); `records` builds a `Rollouts` batch from plain Python records, `synthetic` random
-PORTool trees and independent rollouts, `synthetic_calls` random tool calls with ground truth,
-`call_batches` call-level batches and their numpy views. They live in the package so that the
-benchmarks can time the kernels against them without importing `tests/`.
+The rule: `tirjax/testing/` holds everything a test uses that is not itself a test and works
+without pytest (builders, references, doubles, checks, servers to test against), so that the
+benchmarks and experiments can use it without importing `tests/`; `tests/` holds the tests and
+`conftest.py`, whose pytest fixtures wrap what lives here. The library never imports this
+package; modules here may need test-only packages (torch, hypothesis: requirements-test.txt).
+
+* `reference/`: plain-loop implementations written from the SPEC (never sharing code with the
+  kernels).
+* Batches: `records` builds a `Rollouts` batch from plain Python records, `synthetic` random
+  PORTool trees and independent rollouts, `synthetic_calls` random tool calls with ground
+  truth, `call_batches` call-level batches, `strategies` hypothesis strategies of tree
+  batches, `padding` the same batch with its rows moved or its shape grown.
+* Checks: `estimator_checks` (kernel against reference, row order, padding), `bookkeeping`
+  (an episode batch against what was sampled), `compile_counts` (compilations and traces).
+* Doubles and fixtures: `scripted_samplers` (the `Sampler` protocol without a model),
+  `train_setup` (a tiny decoder, its optimizer and mesh, random policy and SFT batches),
+  `tiny_hf` (a tiny torch Qwen3 for vLLM), `vllm_processes` (small servers and their
+  processes), `vllm_toolworld` (one server of a tirjax model over the toolworld vocabulary).
 """

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tirjax.rollouts import Rollouts, from_numpy, to_numpy
+from tirjax.rollouts import Rollouts, from_numpy
+from tirjax.testing.padding import move_rows, widen
 from tirjax.testing.synthetic_calls import FORMAT_LEVELS
 
 # (B, T, K, C): m = T*K predicted slots above, equal to and below n = C ground-truth slots.
@@ -78,11 +79,6 @@ def _assemble(group_id, row_valid, outcome, num_steps, answered, step_valid, for
       call_solves=call_solves, num_expected=num_expected))
 
 
-def to_batch(r: Rollouts) -> dict:
-  """The reference functions' input: every field as a numpy array (encodings as calls.*)."""
-  return to_numpy(r)
-
-
 def from_rows(rows, num_gt: int, shape=None) -> Rollouts:
   """A batch from hand-written rows, for worked examples.
 
@@ -125,20 +121,7 @@ def from_rows(rows, num_gt: int, shape=None) -> Rollouts:
 def repad(r: Rollouts, shape, positions) -> Rollouts:
   """The same rows in a larger padded shape: row b moves to positions[b]; extra slots pad."""
   B2, T2, K2, C2 = shape
-  B, T, K, C = r.call_sim.shape
-  pos = np.asarray(positions)
-
-  def place(x, fill, new_shape):
-    x = np.asarray(x)
-    out = np.full(new_shape, fill, x.dtype)
-    out[(pos,) + tuple(slice(0, n) for n in x.shape[1:])] = x
-    return out
-
-  step_valid = place(r.step_valid, False, (B2, T2))
-  group_id = place(r.group_id, 0, (B2,))
-  return _assemble(group_id, place(r.row_valid, False, (B2,)), place(r.outcome, 0, (B2,)),
-                   place(r.num_steps, 0, (B2,)), place(r.answered, False, (B2,)), step_valid,
-                   place(r.format_reward, 0, (B2, T2)), place(r.call_valid, False, (B2, T2, K2)),
-                   place(r.call_sim, 0, (B2, T2, K2, C2)), place(r.gt_valid, False, (B2, C2)),
-                   place(r.answer_score, 0, (B2,)), place(r.call_solves, False, (B2, T2, K2)),
-                   place(r.num_expected, 0, (B2,)))
+  a = widen(move_rows(r, positions, B2), T=T2, K=K2, C=C2)
+  return _assemble(a["group_id"], a["row_valid"], a["outcome"], a["num_steps"], a["answered"],
+                   a["step_valid"], a["format_reward"], a["call_valid"], a["call_sim"],
+                   a["gt_valid"], a["answer_score"], a["call_solves"], a["num_expected"])

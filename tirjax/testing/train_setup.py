@@ -1,5 +1,5 @@
-"""Shared pieces of the train-step tests: a tiny decoder, random policy / SFT batches with
-ragged rows, meshes, and an optimizer that records the gradients it receives.
+"""What the train-step tests share: a tiny decoder, random policy / SFT batches with ragged
+rows, meshes, and an optimizer that records the gradients it receives.
 
 Batches have one fixed shape per test file (B rows of L tokens), so each step compiles once
 per option set.
@@ -7,7 +7,6 @@ per option set.
 
 from __future__ import annotations
 
-import contextlib
 from typing import NamedTuple
 
 import jax
@@ -32,36 +31,6 @@ def mesh(shape, rules=sharding.DEFAULT_RULES):
   axes = tuple(zip(("data", "fsdp", "tensor"), shape))
   opts = sharding.ShardingOptions(mesh=axes, rules=rules)
   return sharding.make_mesh(opts, devices=jax.devices()[:int(np.prod(shape))])
-
-
-def count_compiles():
-  """Yields a list that collects the duration of every XLA compilation in the block."""
-  return _count_events("/jax/core/compile/backend_compile_duration")
-
-
-def count_traces():
-  """Yields a list that collects every trace of a jitted function to a jaxpr in the block: a
-  retrace shows here even where the persistent compilation cache spares the compile.
-
-  Not `chex.assert_max_traces`: that wraps a function before it is jitted, and the functions
-  counted here are jitted inside the library (`TrainStep`, the sampler, the reference pass);
-  JAX's public monitoring events count their traces without a test hook in library code."""
-  return _count_events("/jax/core/compile/jaxpr_trace_duration")
-
-
-@contextlib.contextmanager
-def _count_events(name: str):
-  events = []
-
-  def listener(event, duration, **_):
-    if event == name:
-      events.append(duration)
-
-  jax.monitoring.register_event_duration_secs_listener(listener)
-  try:
-    yield events
-  finally:
-    jax.monitoring.unregister_event_duration_listener(listener)
 
 
 class Recorded(NamedTuple):

@@ -1,4 +1,5 @@
-"""Shared by the vLLM tests: small-server options and finding a server's processes."""
+"""Small vLLM servers and their processes, for the vLLM tests: server options, finding a
+server's processes by its tag, and killing one mid-batch."""
 
 import os
 import signal
@@ -9,7 +10,6 @@ import psutil
 
 from tirjax.sampling import vllm_server
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_MODEL_LEN = 256
 KV_CACHE_BYTES = 16 * 2**20  # 16384 tokens of the tiny model: 1 KiB per token
 

@@ -1,18 +1,29 @@
-"""Shared by the toolworld vLLM tests: the served model, hand-overs, perturbed weights.
+"""One vLLM server of a tirjax model over the toolworld vocabulary, for the toolworld vLLM
+tests: the served model, hand-overs, perturbed weights.
 
-The server itself is the session fixture `toolworld` of `vllm_toolworld_fixtures.py`.
+`serve_toolworld` builds the toolworld tokenizer and the `tiny` tirjax model over its
+vocabulary (`tiny_model`), exports it with `export_hf` in float32 with the tokenizer files, and
+serves it with one vLLM server (the tests' session fixture `toolworld`, in tests/conftest.py).
+Tests hand over the weights they need first (`Toolworld.use`), so they do not depend on each
+other's order.
 """
 
+import contextlib
 import dataclasses
 import os
+from typing import Iterator
 
 import jax
+import transformers
 from flax import nnx
 
+from tirjax.env.toolworld import build_tokenizer
 from tirjax.models import config, decoder
 from tirjax.models.hf_io import export_hf
 from tirjax.sampling.teacher import DecoderTeacher
-from tirjax.sampling.vllm import TINY_HEAD_DIM, VLLMSampler
+from tirjax.sampling.vllm import TINY_HEAD_DIM, VLLMOptions, VLLMSampler
+from tirjax.sampling.vllm_server import ServerOptions
+from tirjax.testing.vllm_processes import KV_CACHE_BYTES
 
 TOL = 1e-3  # float32 on both sides
 MAX_MODEL_LEN = 512  # = the rollouts' shapes.max_tokens
@@ -52,3 +63,20 @@ def perturbed(model: decoder.Decoder, scale: float, seed: int) -> decoder.Decode
   keys = jax.random.split(jax.random.key(seed), len(leaves))
   noisy = [x + scale * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)]
   return nnx.merge(graphdef, jax.tree.unflatten(tree, noisy))
+
+
+@contextlib.contextmanager
+def serve_toolworld(root: str) -> Iterator[Toolworld]:
+  """A `Toolworld` whose files live under `root`; its server is closed on exit."""
+  tokenizer_dir = str(build_tokenizer(os.path.join(root, "tokenizer")))
+  tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+  model = tiny_model(len(tokenizer))
+  model_dir = export_hf(model, os.path.join(root, "start"), source_dir=tokenizer_dir,
+                        dtype="float32")
+  sampler = VLLMSampler(VLLMOptions(server=ServerOptions(
+      model=model_dir, max_model_len=MAX_MODEL_LEN, kv_cache_memory_bytes=KV_CACHE_BYTES)))
+  try:
+    yield Toolworld(tokenizer=tokenizer, tokenizer_dir=tokenizer_dir, model=model,
+                    root=str(root), sampler=sampler)
+  finally:
+    sampler.close()

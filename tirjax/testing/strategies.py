@@ -1,0 +1,82 @@
+"""Hypothesis strategies of random ragged rollout-tree batches, padded to one fixed `SHAPE`.
+
+One shape, so that each kernel compiles once per option set and test session rather than once
+per example (compilation dominates on 2 cores). Needs `hypothesis` (requirements-test.txt).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+from hypothesis import strategies as st
+
+from tirjax.rollouts import Rollouts
+from tirjax.testing import synthetic
+
+SHAPE = (24, 6)  # (B, T); K = C = 2 calls, L = 2 + 3T tokens
+MAX_CALLS = MAX_GT_CALLS = 2
+
+
+def general_paths(rng: np.random.Generator, group_sizes, max_depth: int,
+                  share_prob: float = 0.6, empty_prob: float = 0.1) -> synthetic.Paths:
+  """Trees of any shape: each row walks down from the root, at each depth joining an existing
+  child (with `share_prob`) or opening a new one; rows may stop inside another row's path, and
+  a row may have no step at all."""
+  group_id, paths, num_steps, finished = [], [], [], []
+  next_id = 0
+  for g, n in enumerate(group_sizes):
+    children = defaultdict(list)
+    for _ in range(n):
+      length = 0 if rng.random() < empty_prob else int(rng.integers(1, max_depth + 1))
+      node, path = ("root",), []
+      for _ in range(length):
+        kids = children[node]
+        if kids and rng.random() < share_prob:
+          node = kids[rng.integers(len(kids))]
+        else:
+          children[node].append(next_id)
+          node, next_id = next_id, next_id + 1
+        path.append(node)
+      group_id.append(g)
+      paths.append(path + [-1] * (max_depth - length))
+      num_steps.append(length)
+      finished.append(length > 0 and rng.random() < 0.7)
+  return synthetic.Paths(np.array(group_id), np.array(paths).reshape(len(paths), max_depth),
+                         np.array(num_steps), np.array(finished, bool))
+
+
+@st.composite
+def group_sizes(draw, max_rows: int):
+  sizes = draw(st.lists(st.integers(1, 8), min_size=1, max_size=8))
+  total = np.cumsum(sizes)
+  return sizes[:max(1, int(np.sum(total <= max_rows)))]
+
+
+@st.composite
+def tree_batches(draw, kinds=("algorithm1", "independent", "general")) -> Rollouts:
+  """Random ragged batches of rollout trees, padded to `SHAPE`.
+
+  Covers singleton groups, single-chain trees (n = 1 or f = 1), rows that all finish at step
+  1 (finish_prob = 1), none that finish (0), dropped branches (f > 1), all-equal groups
+  (one outcome, one format reward) and irregular trees (`general_paths`).
+  """
+  B, T = SHAPE
+  kind = draw(st.sampled_from(kinds))
+  sizes = draw(group_sizes(B))
+  rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+  depth = draw(st.integers(1, T))
+  finish = draw(st.sampled_from([0.0, 0.3, 0.6, 1.0]))
+  if kind == "algorithm1":
+    paths = synthetic.tree_paths(rng, sizes, branching=draw(st.integers(1, 3)),
+                                 max_depth=depth, finish_prob=finish)
+  elif kind == "independent":
+    paths = synthetic.independent_paths(rng, sizes, max_depth=depth, finish_prob=finish)
+  else:
+    paths = general_paths(rng, sizes, depth)
+  outcome_probs = draw(st.sampled_from([None, None, (1.0, 0.0, 0.0), (0.0, 0.0, 1.0),
+                                        (0.4, 0.2, 0.4)]))
+  format_reward = draw(st.sampled_from(["uniform", "levels", 0.25, -0.15]))
+  return synthetic.to_rollouts(rng, paths, outcome_probs=outcome_probs,
+                               format_reward=format_reward, num_rows=B, max_steps=T,
+                               max_calls=MAX_CALLS, max_gt_calls=MAX_GT_CALLS)
