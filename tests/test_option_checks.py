@@ -1,4 +1,4 @@
-"""tirjax.option_checks: each check passes good values and rejects bad ones with the named message."""
+"""tirjax.option_checks: each check passes good values and rejects bad ones, naming the option."""
 
 import math
 
