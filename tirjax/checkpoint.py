@@ -40,7 +40,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from tirjax import checkpoint_sums, distributed
+from tirjax import checkpoint_sums, distributed, option_checks
 
 RUN_FILE = "tirjax_run.json"
 FILES = "tirjax_files.json"  # in each step's directory
@@ -64,8 +64,7 @@ class CheckpointOptions:
   async_save: bool = True  # write in a background thread; `wait`/`close` join it
 
   def __post_init__(self):
-    if self.max_to_keep < 1:
-      raise ValueError(f"max_to_keep: must be >= 1, got {self.max_to_keep}")
+    option_checks.at_least("max_to_keep", self.max_to_keep, 1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,6 +36,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec
 
+from tirjax import option_checks
 from tirjax import sharding as sharding_lib
 
 CPU_COLLECTIVES = ("gloo", "mpi", "none")
@@ -61,16 +62,12 @@ class DistributedOptions:
   cpu_collectives: str = "gloo"
 
   def __post_init__(self):
-    for name, low in (("num_processes", 0), ("process_id", -1)):
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
+    option_checks.int_at_least("num_processes", self.num_processes, 0)
+    option_checks.int_at_least("process_id", self.process_id, -1)
     if self.num_processes > 1 and self.process_id >= self.num_processes:
       raise ValueError(f"process_id: {self.process_id} is not below num_processes="
                        f"{self.num_processes}")
-    if self.cpu_collectives not in CPU_COLLECTIVES:
-      raise ValueError(f"cpu_collectives: must be one of {CPU_COLLECTIVES}, got "
-                       f"{self.cpu_collectives!r}")
+    option_checks.one_of("cpu_collectives", self.cpu_collectives, CPU_COLLECTIVES)
     if self.coordinator_address and ":" not in self.coordinator_address:
       raise ValueError(f"coordinator_address: must be host:port, got "
                        f"{self.coordinator_address!r}")

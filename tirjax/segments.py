@@ -13,6 +13,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from tirjax import option_checks
+
 
 @dataclasses.dataclass(frozen=True)
 class ZScore:
@@ -30,16 +32,10 @@ class ZScore:
   eps: float = 1e-6
 
   def __post_init__(self):
-    _choice("ddof", self.ddof, (0, 1))
-    _choice("scale", self.scale, ("std", "none"))
-    _choice("singleton", self.singleton, ("zero", "raw"))
-    if not self.eps > 0:
-      raise ValueError(f"eps: must be > 0, got {self.eps}")
-
-
-def _choice(name, value, allowed):
-  if value not in allowed:
-    raise ValueError(f"{name}: must be one of {allowed}, got {value!r}")
+    option_checks.one_of("ddof", self.ddof, (0, 1))
+    option_checks.one_of("scale", self.scale, ("std", "none"))
+    option_checks.one_of("singleton", self.singleton, ("zero", "raw"))
+    option_checks.above("eps", self.eps, 0)
 
 
 def _ids(ids: jax.Array, mask: jax.Array, num_segments: int) -> jax.Array:

@@ -44,6 +44,8 @@ import optax
 from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from tirjax import option_checks
+
 MeshAxes = tuple[tuple[str, int], ...]
 RuleAxes = Union[None, str, tuple[str, ...]]
 Rules = tuple[tuple[str, RuleAxes], ...]
@@ -85,8 +87,7 @@ class ShardingOptions:
   num_devices: int = 0  # 0: every device; n: the first n devices (e.g. a test or a debug run)
 
   def __post_init__(self):
-    if not (isinstance(self.num_devices, int) and self.num_devices >= 0):
-      raise ValueError(f"num_devices: must be an int >= 0, got {self.num_devices!r}")
+    option_checks.int_at_least("num_devices", self.num_devices, 0)
     for rule in self.rules:
       if not (isinstance(rule, (list, tuple)) and len(rule) == 2):
         raise ValueError(f"rules: each rule is (logical_name, mesh_axes), got {rule!r}")

@@ -25,6 +25,7 @@ from typing import Callable, Optional, Sequence, TextIO
 
 from tirjax import reporting, rundir
 from tirjax.ablation.grid import REPORT_DIR, GridError, Job, build_config
+from tirjax.reporting.runs import read_json
 from tirjax.trainer import resolve
 
 FINISHED = "finished"
@@ -43,17 +44,17 @@ class Result:
   error: Optional[str] = None
 
 
-def _read_json(path: str) -> Optional[dict]:
+def _json_or_none(path: str) -> Optional[dict]:
+  """The JSON at `path`, or None when it is missing or unreadable (a run killed mid-write)."""
   try:
-    with open(path) as f:
-      return json.load(f)
+    return read_json(path)
   except (OSError, json.JSONDecodeError):
     return None
 
 
 def run_state(workdir: str) -> Optional[str]:
   """The state in `workdir`/status.json, or None without a readable one."""
-  status = _read_json(os.path.join(workdir, "status.json"))
+  status = _json_or_none(os.path.join(workdir, "status.json"))
   return None if status is None else status.get("state")
 
 
@@ -66,7 +67,7 @@ def prepare(jobs: Sequence[Job]) -> list[bool]:
   todo = []
   for job in jobs:
     config = resolve.config_record(build_config(job.recipe))
-    old = _read_json(os.path.join(job.workdir, "config.json"))
+    old = _json_or_none(os.path.join(job.workdir, "config.json"))
     try:
       rundir.claim(job.workdir, config)
     except rundir.WorkdirMismatch as e:
@@ -205,7 +206,7 @@ def _start(job: Job, command, env) -> subprocess.Popen:
 
 
 def _finish(job: Job, returncode: int, seconds: float) -> Result:
-  status = _read_json(os.path.join(job.workdir, "status.json")) or {}
+  status = _json_or_none(os.path.join(job.workdir, "status.json")) or {}
   if returncode == 0 and status.get("state") == FINISHED:
     return Result(job, FINISHED, seconds)
   error = status.get("error") if status.get("state") == "failed" else None

@@ -11,11 +11,10 @@ comparator of PORTool (which branches on purpose) and HiDiffTIR (which matches c
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import jax.numpy as jnp
 
-from tirjax import segments
+from tirjax import option_checks, segments
 from tirjax.advantages import tree as tree_lib
 from tirjax.advantages.group import broadcast_steps, group_zscore
 from tirjax.advantages.portool import outcome_terms
@@ -45,13 +44,9 @@ class GiGPOOptions:
   zscore: segments.ZScore = segments.ZScore()
 
   def __post_init__(self):
-    if not (isinstance(self.gamma, (int, float)) and 0.0 <= self.gamma <= 1.0):
-      raise ValueError(f"gamma: must lie in [0, 1], got {self.gamma!r}")
-    if not (isinstance(self.omega, (int, float)) and math.isfinite(self.omega)
-            and self.omega >= 0):
-      raise ValueError(f"omega: must be a finite number >= 0, got {self.omega!r}")
-    if self.anchor not in _ANCHORS:
-      raise ValueError(f"anchor: must be one of {_ANCHORS}, got {self.anchor!r}")
+    option_checks.lies_in("gamma", self.gamma, 0, 1)
+    option_checks.finite_at_least("omega", self.omega, 0)
+    option_checks.one_of("anchor", self.anchor, _ANCHORS)
     if not isinstance(self.zscore, segments.ZScore):
       raise ValueError(f"zscore: must be a segments.ZScore, got {type(self.zscore).__name__}")
 

@@ -15,7 +15,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from tirjax import segments
+from tirjax import option_checks, segments
 from tirjax.advantages import turns
 from tirjax.advantages.group import broadcast_steps
 from tirjax.advantages.registry import Advantages, register
@@ -38,16 +38,13 @@ class HiDiffTIROptions:
   zscore: segments.ZScore = segments.ZScore()
 
   def __post_init__(self):
-    if not 0.0 <= self.alpha <= 1.0:
-      raise ValueError(f"alpha: must lie in [0, 1], got {self.alpha}")
-    if not self.lam > 0:
-      raise ValueError(f"lam: must be > 0 (success rates are divided by their root), got "
-                       f"{self.lam}")
-    turns.check_choice("answer_turn", self.answer_turn, ("judge", "none"))
-    turns.check_choice("success_rate", self.success_rate, ("as_printed", "smoothed"))
-    turns.check_choice("matching", self.matching, tuple(turns.MATCHERS))
-    turns.check_flag("trajectory_difficulty", self.trajectory_difficulty)
-    turns.check_flag("turn_difficulty", self.turn_difficulty)
+    option_checks.lies_in("alpha", self.alpha, 0, 1)
+    option_checks.above("lam", self.lam, 0, why="success rates are divided by their root")
+    option_checks.one_of("answer_turn", self.answer_turn, ("judge", "none"))
+    option_checks.one_of("success_rate", self.success_rate, ("as_printed", "smoothed"))
+    option_checks.one_of("matching", self.matching, turns.MATCHERS)
+    option_checks.flag("trajectory_difficulty", self.trajectory_difficulty)
+    option_checks.flag("turn_difficulty", self.turn_difficulty)
 
 
 def raw_turn_rewards(r: Rollouts, call_reward: jax.Array, answer_turn: str) -> jax.Array:

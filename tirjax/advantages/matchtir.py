@@ -19,17 +19,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tirjax import segments
+from tirjax import option_checks, segments
 from tirjax.advantages import turns
 from tirjax.advantages.group import broadcast_steps
 from tirjax.advantages.registry import Advantages, register
 from tirjax.matching.sinkhorn import ot_call_rewards
 from tirjax.rollouts import Rollouts
-
-
-def _check_discount(discount: float) -> None:
-  if not 0.0 <= discount <= 1.0:
-    raise ValueError(f"discount: must lie in [0, 1], got {discount}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,8 +34,8 @@ class MatchTIRKMOptions:
   zscore: segments.ZScore = segments.ZScore()
 
   def __post_init__(self):
-    turns.check_choice("matching", self.matching, tuple(turns.MATCHERS))
-    _check_discount(self.discount)
+    option_checks.one_of("matching", self.matching, turns.MATCHERS)
+    option_checks.lies_in("discount", self.discount, 0, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,13 +47,10 @@ class MatchTIROTOptions:
   zscore: segments.ZScore = segments.ZScore()
 
   def __post_init__(self):
-    if not self.reg > 0:
-      raise ValueError(f"reg: must be > 0, got {self.reg}")
-    if not (isinstance(self.max_iter, int) and self.max_iter >= 1):
-      raise ValueError(f"max_iter: must be an integer >= 1, got {self.max_iter!r}")
-    if not self.tol >= 0:
-      raise ValueError(f"tol: must be >= 0, got {self.tol}")
-    _check_discount(self.discount)
+    option_checks.above("reg", self.reg, 0)
+    option_checks.int_at_least("max_iter", self.max_iter, 1)
+    option_checks.at_least("tol", self.tol, 0)
+    option_checks.lies_in("discount", self.discount, 0, 1)
 
 
 def turn_rewards(r: Rollouts, call_reward: jax.Array) -> jax.Array:

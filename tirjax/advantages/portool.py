@@ -8,13 +8,12 @@ and irregular trees need no reshape and the kernel jits once per padded shape.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import chex
 import jax
 import jax.numpy as jnp
 
-from tirjax import segments
+from tirjax import option_checks, segments
 from tirjax.advantages import tree as tree_lib
 from tirjax.advantages.group import broadcast_steps, group_zscore
 from tirjax.advantages.registry import Advantages, register
@@ -52,24 +51,15 @@ class PORToolOptions:
   zscore: segments.ZScore = segments.ZScore()
 
   def __post_init__(self):
-    if not 0.0 <= self.gamma <= 1.0:
-      raise ValueError(f"gamma: must lie in [0, 1], got {self.gamma}")
-    for name in ("omega1", "omega2"):
-      value = getattr(self, name)
-      if not (math.isfinite(value) and value >= 0.0):
-        raise ValueError(f"{name}: must be a finite number >= 0, got {value}")
-    _choice("tree_aggregation", self.tree_aggregation, _AGGREGATIONS)
-    _choice("shared_step_trj", self.shared_step_trj, _SHARED_STEP_TRJ)
-    _choice("fork_scale", self.fork_scale, _FORK_SCALES)
-    if not (math.isfinite(self.tie_tol) and self.tie_tol >= 0.0):
-      raise ValueError(f"tie_tol: must be a finite number >= 0, got {self.tie_tol}")
+    option_checks.lies_in("gamma", self.gamma, 0, 1)
+    option_checks.finite_at_least("omega1", self.omega1, 0)
+    option_checks.finite_at_least("omega2", self.omega2, 0)
+    option_checks.one_of("tree_aggregation", self.tree_aggregation, _AGGREGATIONS)
+    option_checks.one_of("shared_step_trj", self.shared_step_trj, _SHARED_STEP_TRJ)
+    option_checks.one_of("fork_scale", self.fork_scale, _FORK_SCALES)
+    option_checks.finite_at_least("tie_tol", self.tie_tol, 0)
     if not isinstance(self.zscore, segments.ZScore):
       raise ValueError(f"zscore: must be a segments.ZScore, got {type(self.zscore).__name__}")
-
-
-def _choice(name, value, allowed):
-  if value not in allowed:
-    raise ValueError(f"{name}: must be one of {allowed}, got {value!r}")
 
 
 def outcome_terms(r: Rollouts, gamma: float) -> jax.Array:

@@ -26,7 +26,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from tirjax import segments
+from tirjax import option_checks, segments
 from tirjax.advantages.group import broadcast_rows
 from tirjax.advantages.registry import Advantages, register
 from tirjax.matching.hungarian import matched_weights, max_weight_matching
@@ -40,8 +40,7 @@ class ToolRLOptions:
   zscore: segments.ZScore = segments.ZScore()
 
   def __post_init__(self):
-    if self.format_checks not in (1, 2, 3, 4, 5):
-      raise ValueError(f"format_checks: must be one of 1..5, got {self.format_checks!r}")
+    option_checks.one_of("format_checks", self.format_checks, (1, 2, 3, 4, 5))
 
 
 def checks_passed(format_reward: jax.Array) -> jax.Array:

@@ -101,15 +101,3 @@ def group_size(r: Rollouts) -> jax.Array:
   """|G(q)|: the number of valid rows of each row's query, [B]."""
   count = segments.segment_count(r.group_id, r.row_valid, r.num_rows)
   return segments.gather(count, r.group_id)
-
-
-def check_choice(name: str, value, allowed) -> None:
-  """Raises ValueError naming the option when `value` is not one of `allowed`."""
-  if value not in allowed:
-    raise ValueError(f"{name}: must be one of {tuple(allowed)}, got {value!r}")
-
-
-def check_flag(name: str, value) -> None:
-  """Raises ValueError naming the option when `value` is not a bool."""
-  if not isinstance(value, bool):
-    raise ValueError(f"{name}: must be True or False, got {value!r}")

@@ -15,7 +15,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from tirjax import segments
+from tirjax import option_checks, segments
 from tirjax.advantages.group import broadcast_rows, broadcast_tokens
 from tirjax.advantages.registry import Advantages, register
 from tirjax.rollouts import Rollouts
@@ -46,8 +46,7 @@ class ReinforcePPOptions:
   zscore: segments.ZScore = segments.ZScore()
 
   def __post_init__(self):
-    if not (isinstance(self.gamma, (int, float)) and 0.0 <= self.gamma <= 1.0):
-      raise ValueError(f"gamma: must lie in [0, 1], got {self.gamma!r}")
+    option_checks.lies_in("gamma", self.gamma, 0, 1)
     _zscore_option("zscore", self.zscore)
 
 
@@ -190,8 +189,7 @@ class GPGOptions:
 
   def __post_init__(self):
     _singleton_option(self.singleton)
-    if self.valid_rows not in _GPG_VALID_ROWS:
-      raise ValueError(f"valid_rows: must be one of {_GPG_VALID_ROWS}, got {self.valid_rows!r}")
+    option_checks.one_of("valid_rows", self.valid_rows, _GPG_VALID_ROWS)
 
 
 @register("gpg", GPGOptions)

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from tirjax import option_checks
 from tirjax.credit import evaluate
 from tirjax.credit.task import ANSWER, ChainTask, state_index, transition
 from tirjax.rollouts import CallEncoding, Rollouts, state_ids, validate
@@ -43,11 +44,9 @@ class ChainRolloutOptions:
   num_queries: int = 16
 
   def __post_init__(self):
-    if self.kind not in KINDS:
-      raise ValueError(f"kind: must be one of {KINDS}, got {self.kind!r}")
+    option_checks.one_of("kind", self.kind, KINDS)
     for name in ("group_size", "branching", "num_queries"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+      option_checks.at_least(name, getattr(self, name), 1)
 
 
 class Episodes(NamedTuple):

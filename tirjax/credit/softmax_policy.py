@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tirjax import option_checks
 from tirjax.credit.task import ChainTask
 
 
@@ -31,10 +32,9 @@ class PolicyOptions:
   warm_start: float = 0.35
 
   def __post_init__(self):
-    if any(not (isinstance(h, int) and h >= 1) for h in self.hidden):
-      raise ValueError(f"hidden: widths must be integers >= 1, got {self.hidden}")
-    if not 0.0 < self.warm_start < 1.0:
-      raise ValueError(f"warm_start: must lie in (0, 1), got {self.warm_start}")
+    for i, width in enumerate(self.hidden):
+      option_checks.int_at_least(f"hidden[{i}]", width, 1)
+    option_checks.lies_in("warm_start", self.warm_start, 0, 1, open_low=True, open_high=True)
 
 
 def state_features(task: ChainTask) -> np.ndarray:

@@ -31,6 +31,8 @@ import dataclasses
 
 import numpy as np
 
+from tirjax import option_checks
+
 ANSWER = 0
 # Action kinds of `ChainTask.kinds()`.
 ADVANCE, DETOUR, FATAL, ANSWER_KIND = 0, 1, 2, 3
@@ -60,26 +62,22 @@ class ChainTask:
   fatal_format: float = -0.25
 
   def __post_init__(self):
-    if self.num_stages < 1:
-      raise ValueError(f"num_stages: must be >= 1, got {self.num_stages}")
-    if self.num_actions < self.num_stages + 2:
-      raise ValueError(f"num_actions: must be >= num_stages + 2 = {self.num_stages + 2} (the "
-                       f"answer, the chain tools and a distractor), got {self.num_actions}")
+    option_checks.at_least("num_stages", self.num_stages, 1)
+    option_checks.at_least("num_actions", self.num_actions, self.num_stages + 2,
+                           why="num_stages + 2: the answer, the chain tools and a distractor")
     if len(self.fatal) != self.num_stages + 1:
       raise ValueError(f"fatal: needs one count per progress 0..{self.num_stages} "
                        f"({self.num_stages + 1} values), got {self.fatal}")
     if any(not 0 <= f <= self.num_distractors for f in self.fatal):
       raise ValueError(f"fatal: each count must lie in [0, {self.num_distractors}] (the "
                        f"distractor tools), got {self.fatal}")
-    if self.max_steps < self.num_stages + 1:
-      raise ValueError(f"max_steps: must be >= num_stages + 1 = {self.num_stages + 1} so that "
-                       f"the task can be solved, got {self.max_steps}")
+    option_checks.at_least("max_steps", self.max_steps, self.num_stages + 1,
+                           why="num_stages + 1, so that the task can be solved")
     if self.early_answer not in (0.0, -1.0):
       raise ValueError(f"early_answer: must be 0 (unable_to_answer) or -1, "
                        f"got {self.early_answer}")
     for name in ("ok_format", "fatal_format"):
-      if not -0.25 <= getattr(self, name) <= 0.25:
-        raise ValueError(f"{name}: must lie in [-0.25, 0.25], got {getattr(self, name)}")
+      option_checks.lies_in(name, getattr(self, name), -0.25, 0.25)
 
   @property
   def num_distractors(self) -> int:

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from tirjax import advantages
+from tirjax import advantages, option_checks
 from tirjax.advantages import unlearning
 from tirjax.credit import chain_rollouts, evaluate
 from tirjax.credit.cells import Cell
@@ -54,12 +54,9 @@ class CreditTrainOptions:
 
   def __post_init__(self):
     for name in ("iterations", "epochs", "reward_window", "curve_every"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
-    if not self.learning_rate > 0:
-      raise ValueError(f"learning_rate: must be > 0, got {self.learning_rate}")
-    if not 0 < self.threshold <= 1:
-      raise ValueError(f"threshold: must lie in (0, 1], got {self.threshold}")
+      option_checks.at_least(name, getattr(self, name), 1)
+    option_checks.above("learning_rate", self.learning_rate, 0)
+    option_checks.lies_in("threshold", self.threshold, 0, 1, open_low=True)
 
 
 def ppo_objective(params, features, prior, states, batch_tokens, old_logprobs, adv, loss_mask,

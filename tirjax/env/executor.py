@@ -18,6 +18,7 @@ import dataclasses
 import json
 from typing import Any, Optional
 
+from tirjax import option_checks
 from tirjax.env import verify
 from tirjax.env.parser import NUM_CHECKS, ParseLimits, StepParser, format_reward
 from tirjax.env.tools import ANSWER_PROTOCOLS, TERMINAL_TOOL, Task, ToolError, agent_tools
@@ -47,16 +48,10 @@ class ToolEnvOptions:
   solve_scoring: str = "ftrl"
 
   def __post_init__(self):
-    if self.max_steps < 1:
-      raise ValueError(f"max_steps: must be >= 1, got {self.max_steps}")
-    if self.answer_protocol not in ANSWER_PROTOCOLS:
-      raise ValueError(f"answer_protocol: must be one of {ANSWER_PROTOCOLS}, got "
-                       f"{self.answer_protocol!r}")
-    if self.max_output_chars < 1:
-      raise ValueError(f"max_output_chars: must be >= 1, got {self.max_output_chars}")
-    if self.solve_scoring not in SOLVE_SCORING:
-      raise ValueError(f"solve_scoring: must be one of {SOLVE_SCORING}, got "
-                       f"{self.solve_scoring!r}")
+    option_checks.at_least("max_steps", self.max_steps, 1)
+    option_checks.one_of("answer_protocol", self.answer_protocol, ANSWER_PROTOCOLS)
+    option_checks.at_least("max_output_chars", self.max_output_chars, 1)
+    option_checks.one_of("solve_scoring", self.solve_scoring, SOLVE_SCORING)
 
 
 @dataclasses.dataclass

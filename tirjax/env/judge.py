@@ -37,6 +37,7 @@ from typing import Optional, Sequence
 
 import httpx
 
+from tirjax import option_checks
 from tirjax.env.tools import UNABLE_TO_ANSWER
 
 VERDICTS = ("true", "false", UNABLE_TO_ANSWER)
@@ -86,9 +87,7 @@ class RuleOptions:
   abstention: str = "earned"
 
   def __post_init__(self):
-    if self.abstention not in ABSTENTION_RULES:
-      raise ValueError(f"abstention: must be one of {ABSTENTION_RULES}, "
-                       f"got {self.abstention!r}")
+    option_checks.one_of("abstention", self.abstention, ABSTENTION_RULES)
 
 
 def normalize(text: str) -> str:
@@ -232,16 +231,12 @@ class LLMJudgeOptions:
   def __post_init__(self):
     if not self.base_url.startswith(("http://", "https://")):
       raise ValueError(f"base_url: must start with http:// or https://, got {self.base_url!r}")
-    if self.votes < 1:
-      raise ValueError(f"votes: must be >= 1, got {self.votes}")
-    if self.timeout_s <= 0:
-      raise ValueError(f"timeout_s: must be > 0, got {self.timeout_s}")
-    if self.retries < 0:
-      raise ValueError(f"retries: must be >= 0, got {self.retries}")
-    if self.on_no_vote not in ("rule", "false"):
-      raise ValueError(f"on_no_vote: must be 'rule' or 'false', got {self.on_no_vote!r}")
-    if self.max_output_chars < 1 or self.max_tokens < 1:
-      raise ValueError("max_output_chars / max_tokens: must be >= 1")
+    option_checks.at_least("votes", self.votes, 1)
+    option_checks.above("timeout_s", self.timeout_s, 0)
+    option_checks.at_least("retries", self.retries, 0)
+    option_checks.one_of("on_no_vote", self.on_no_vote, ("rule", "false"))
+    option_checks.at_least("max_output_chars", self.max_output_chars, 1)
+    option_checks.at_least("max_tokens", self.max_tokens, 1)
 
 
 SYSTEM_PROMPT = (

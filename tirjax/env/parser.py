@@ -20,6 +20,7 @@ import json
 import math
 from typing import Any, Optional, Sequence
 
+from tirjax import option_checks
 from tirjax.env import schemas
 from tirjax.env.tools import ANSWER_PROTOCOLS, TERMINAL_TOOL, Tool
 
@@ -44,11 +45,8 @@ class ParseLimits:
 
   def __post_init__(self):
     for name in ("max_chars", "max_calls", "max_arguments"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
-    if self.max_depth < 3:
-      raise ValueError(f"max_depth: must be >= 3 (array, call, arguments), "
-                       f"got {self.max_depth}")
+      option_checks.at_least(name, getattr(self, name), 1)
+    option_checks.at_least("max_depth", self.max_depth, 3, why="array, call, arguments")
 
 
 @dataclasses.dataclass

@@ -58,6 +58,7 @@ import time
 import weakref
 from typing import Any, Mapping, Optional, Sequence
 
+from tirjax import option_checks
 from tirjax.env import _sandbox_host as host
 from tirjax.env.tools import ToolError
 
@@ -77,14 +78,10 @@ class SandboxLimits:
 
   def __post_init__(self):
     for name in ("timeout_s", "grace_s"):
-      if not getattr(self, name) > 0:
-        raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
-    if self.memory_mb < 128:
-      raise ValueError(f"memory_mb: must be >= 128 (the interpreter needs it), "
-                       f"got {self.memory_mb}")
+      option_checks.above(name, getattr(self, name), 0)
+    option_checks.at_least("memory_mb", self.memory_mb, 128, why="the interpreter needs it")
     for name in ("max_file_mb", "scratch_mb", "max_output_chars", "max_workers"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+      option_checks.at_least(name, getattr(self, name), 1)
 
 
 @dataclasses.dataclass

@@ -11,16 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from tirjax import option_checks
 from tirjax.env.executor import SOLVE_SCORING
 from tirjax.env.tools import ANSWER_PROTOCOLS
 
 MODES = ("independent", "tree", "arpo")
-
-
-def _positive(obj, *names: str) -> None:
-  for name in names:
-    if getattr(obj, name) < 1:
-      raise ValueError(f"{name}: must be >= 1, got {getattr(obj, name)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +40,9 @@ class Shapes:
   max_params: int = 8
 
   def __post_init__(self):
-    _positive(self, "num_rows", "max_steps", "max_calls", "max_gt_calls", "max_tokens",
-              "max_params")
+    for name in ("num_rows", "max_steps", "max_calls", "max_gt_calls", "max_tokens",
+                 "max_params"):
+      option_checks.at_least(name, getattr(self, name), 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +52,7 @@ class TreeOptions:
   branch_factor: int = 2
 
   def __post_init__(self):
-    _positive(self, "branch_factor")
+    option_checks.at_least("branch_factor", self.branch_factor, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,15 +78,14 @@ class ArpoOptions:
   top_logprobs: int = 10
 
   def __post_init__(self):
-    _positive(self, "initial_rollouts", "total_rollouts", "beam_size", "entropy_tokens",
-              "top_logprobs")
+    for name in ("initial_rollouts", "total_rollouts", "beam_size", "entropy_tokens",
+                 "top_logprobs"):
+      option_checks.at_least(name, getattr(self, name), 1)
     if self.initial_rollouts > self.total_rollouts:
       raise ValueError(f"initial_rollouts: must be <= total_rollouts={self.total_rollouts}, "
                        f"got {self.initial_rollouts}")
-    if not 0 <= self.branch_probability <= 1:
-      raise ValueError(f"branch_probability: must lie in [0, 1], got {self.branch_probability}")
-    if self.entropy_weight < 0:
-      raise ValueError(f"entropy_weight: must be >= 0, got {self.entropy_weight}")
+    option_checks.lies_in("branch_probability", self.branch_probability, 0, 1)
+    option_checks.at_least("entropy_weight", self.entropy_weight, 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,21 +125,14 @@ class RolloutOptions:
   shapes: Shapes = Shapes()
 
   def __post_init__(self):
-    if self.mode not in MODES:
-      raise ValueError(f"mode: must be one of {MODES}, got {self.mode!r}")
-    _positive(self, "n", "max_steps", "max_new_tokens", "judge_workers")
-    if self.answer_protocol not in ANSWER_PROTOCOLS:
-      raise ValueError(f"answer_protocol: must be one of {ANSWER_PROTOCOLS}, got "
-                       f"{self.answer_protocol!r}")
-    if self.solve_scoring not in SOLVE_SCORING:
-      raise ValueError(f"solve_scoring: must be one of {SOLVE_SCORING}, got "
-                       f"{self.solve_scoring!r}")
-    if not isinstance(self.greedy_baseline, bool):
-      raise ValueError(f"greedy_baseline: must be true or false, got {self.greedy_baseline!r}")
-    if self.temperature < 0:
-      raise ValueError(f"temperature: must be >= 0, got {self.temperature}")
-    if not 0 < self.top_p <= 1:
-      raise ValueError(f"top_p: must lie in (0, 1], got {self.top_p}")
+    option_checks.one_of("mode", self.mode, MODES)
+    for name in ("n", "max_steps", "max_new_tokens", "judge_workers"):
+      option_checks.at_least(name, getattr(self, name), 1)
+    option_checks.one_of("answer_protocol", self.answer_protocol, ANSWER_PROTOCOLS)
+    option_checks.one_of("solve_scoring", self.solve_scoring, SOLVE_SCORING)
+    option_checks.flag("greedy_baseline", self.greedy_baseline)
+    option_checks.at_least("temperature", self.temperature, 0)
+    option_checks.lies_in("top_p", self.top_p, 0, 1, open_low=True)
     if self.max_steps > self.shapes.max_steps:
       raise ValueError(f"max_steps: T_max={self.max_steps} exceeds shapes.max_steps="
                        f"{self.shapes.max_steps}")

@@ -17,7 +17,6 @@ each aggregated with the configured mode into `Mean(sum, den)` (see `aggregation
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Optional
 
 import chex
@@ -25,6 +24,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from tirjax import option_checks
 from tirjax.advantages.registry import Advantages
 from tirjax.loss import kl as kl_lib
 from tirjax.loss import ratio as ratio_lib
@@ -75,42 +75,26 @@ class LossOptions:
   norm_constant: Optional[float] = None
 
   def __post_init__(self):
-    if self.surrogate not in SURROGATES:
-      raise ValueError(f"surrogate: must be one of {SURROGATES}, got {self.surrogate!r}")
+    option_checks.one_of("surrogate", self.surrogate, SURROGATES)
     cispo = self.surrogate == "cispo"
-    if not (_finite(self.clip_low) and 0 <= self.clip_low and (cispo or self.clip_low < 1)):
-      bound = "be a finite number >= 0 with cispo" if cispo else "lie in [0, 1)"
-      raise ValueError(f"clip_low: must {bound}, got {self.clip_low!r}")
-    if not (_finite(self.clip_high) and self.clip_high >= 0):
-      raise ValueError(f"clip_high: must be a finite number >= 0, got {self.clip_high!r}")
-    if self.dual_clip is not None and not (_finite(self.dual_clip) and self.dual_clip > 1):
-      raise ValueError(f"dual_clip: must be None or a finite number > 1, got {self.dual_clip!r}")
+    if cispo:
+      option_checks.finite_at_least("clip_low", self.clip_low, 0, why="with cispo")
+    else:
+      option_checks.lies_in("clip_low", self.clip_low, 0, 1, open_high=True)
+    option_checks.finite_at_least("clip_high", self.clip_high, 0)
+    option_checks.finite_above("dual_clip", self.dual_clip, 1, none_ok=True)
     if cispo and self.dual_clip is not None:
       raise ValueError("dual_clip: the cispo surrogate has no clipped branch to cap; set None")
-    if self.ratio_level not in RATIO_LEVELS:
-      raise ValueError(f"ratio_level: must be one of {RATIO_LEVELS}, got {self.ratio_level!r}")
-    if not (_finite(self.kl_coef) and self.kl_coef >= 0):
-      raise ValueError(f"kl_coef: must be a finite number >= 0, got {self.kl_coef!r}")
-    if self.kl_estimator not in kl_lib.ESTIMATORS:
-      raise ValueError(f"kl_estimator: must be one of {kl_lib.ESTIMATORS}, "
-                       f"got {self.kl_estimator!r}")
-    if not (_finite(self.kl_clamp) and self.kl_clamp >= 0):
-      raise ValueError(f"kl_clamp: must be a finite number >= 0 (0 = off), got {self.kl_clamp!r}")
-    if not (_finite(self.entropy_coef) and self.entropy_coef >= 0):
-      raise ValueError(f"entropy_coef: must be a finite number >= 0, got {self.entropy_coef!r}")
-    if self.aggregation not in AGGREGATIONS:
-      raise ValueError(f"aggregation: must be one of {AGGREGATIONS}, got {self.aggregation!r}")
-    if self.norm_constant is not None and not (_finite(self.norm_constant)
-                                               and self.norm_constant > 0):
-      raise ValueError(f"norm_constant: must be None or a finite number > 0, "
-                       f"got {self.norm_constant!r}")
+    option_checks.one_of("ratio_level", self.ratio_level, RATIO_LEVELS)
+    option_checks.finite_at_least("kl_coef", self.kl_coef, 0)
+    option_checks.one_of("kl_estimator", self.kl_estimator, kl_lib.ESTIMATORS)
+    option_checks.finite_at_least("kl_clamp", self.kl_clamp, 0, why="0 = off")
+    option_checks.finite_at_least("entropy_coef", self.entropy_coef, 0)
+    option_checks.one_of("aggregation", self.aggregation, AGGREGATIONS)
+    option_checks.finite_above("norm_constant", self.norm_constant, 0, none_ok=True)
     if self.aggregation == "seq_mean_token_sum_norm" and self.norm_constant is None:
       raise ValueError("norm_constant: required by aggregation='seq_mean_token_sum_norm' "
                        "(e.g. the max generation length)")
-
-
-def _finite(x) -> bool:
-  return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 @flax.struct.dataclass(frozen=True)

@@ -27,6 +27,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from tirjax import option_checks
+
 FAMILIES = ("qwen3", "qwen2", "llama")
 DTYPES = ("float32", "bfloat16")
 
@@ -41,14 +43,12 @@ class RopeScaling:
   original_max_position_embeddings: int
 
   def __post_init__(self):
-    if self.factor <= 0:
-      raise ValueError(f"rope_scaling.factor: must be > 0, got {self.factor}")
+    option_checks.above("rope_scaling.factor", self.factor, 0)
     if not 0 < self.low_freq_factor < self.high_freq_factor:
       raise ValueError("rope_scaling: need 0 < low_freq_factor < high_freq_factor, got "
                        f"{self.low_freq_factor}, {self.high_freq_factor}")
-    if self.original_max_position_embeddings < 1:
-      raise ValueError("rope_scaling.original_max_position_embeddings: must be >= 1, got "
-                       f"{self.original_max_position_embeddings}")
+    option_checks.at_least("rope_scaling.original_max_position_embeddings",
+                           self.original_max_position_embeddings, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,26 +74,19 @@ class ModelConfig:
   init_std: float = 0.02  # normal init of projections and embeddings (HF initializer_range)
 
   def __post_init__(self):
-    if self.family not in FAMILIES:
-      raise ValueError(f"family: must be one of {FAMILIES}, got {self.family!r}")
+    option_checks.one_of("family", self.family, FAMILIES)
     for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
                  "num_kv_heads", "head_dim", "max_position_embeddings"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+      option_checks.at_least(name, getattr(self, name), 1)
     if self.num_heads % self.num_kv_heads:
       raise ValueError(f"num_heads: {self.num_heads} is not a multiple of num_kv_heads "
                        f"{self.num_kv_heads}")
     if self.head_dim % 2:
       raise ValueError(f"head_dim: RoPE needs an even head_dim, got {self.head_dim}")
-    if self.rope_theta <= 0:
-      raise ValueError(f"rope_theta: must be > 0, got {self.rope_theta}")
-    if self.rms_norm_eps <= 0:
-      raise ValueError(f"rms_norm_eps: must be > 0, got {self.rms_norm_eps}")
-    if self.init_std <= 0:
-      raise ValueError(f"init_std: must be > 0, got {self.init_std}")
+    for name in ("rope_theta", "rms_norm_eps", "init_std"):
+      option_checks.above(name, getattr(self, name), 0)
     for name in ("param_dtype", "dtype"):
-      if getattr(self, name) not in DTYPES:
-        raise ValueError(f"{name}: must be one of {DTYPES}, got {getattr(self, name)!r}")
+      option_checks.one_of(name, getattr(self, name), DTYPES)
 
   @property
   def qk_norm(self) -> bool:

@@ -67,7 +67,9 @@ class Study:
     return list(dict.fromkeys(r.label for r in self.runs))
 
 
-def _read_json(path: str):
+def read_json(path: str):
+  """The JSON value in the file at `path` (OSError or json.JSONDecodeError when it cannot be
+  read)."""
   with open(path) as f:
     return json.load(f)
 
@@ -129,14 +131,14 @@ def load_run_dir(path: str, last_rl: int = 5) -> Run:
   """One trainer run directory as a `Run`; problems become its state, never an exception."""
   cell_path = os.path.join(path, "cell.json")
   try:
-    cell = _read_json(cell_path)
+    cell = read_json(cell_path)
   except (OSError, json.JSONDecodeError) as e:
     return Run(label=os.path.basename(os.path.normpath(path)), seed=-1, state="unreadable",
                error=f"cell.json: {e}", source=path)
   run = Run(label=str(cell.get("label", cell.get("estimator", "?"))),
             seed=int(cell.get("seed", -1)), state="unknown", source=path)
   try:
-    status = _read_json(os.path.join(path, "status.json"))
+    status = read_json(os.path.join(path, "status.json"))
     run.state, run.error = str(status.get("state", "unknown")), status.get("error")
   except (OSError, json.JSONDecodeError) as e:
     run.state, run.error = "unknown", f"status.json: {e}"
@@ -149,7 +151,7 @@ def load_run_dir(path: str, last_rl: int = 5) -> Run:
   warm = cell.get("warm_start")
   if "gain/accuracy" not in run.final and warm and run.final.get("eval/accuracy") is not None:
     try:  # an RL run from a shared warm start: its baseline is the warm start's evaluation
-      start = _number(_read_json(os.path.join(warm, "eval_after_sft.json")).get("eval/accuracy"))
+      start = _number(read_json(os.path.join(warm, "eval_after_sft.json")).get("eval/accuracy"))
     except (OSError, json.JSONDecodeError):
       start = None
     if start is not None:
@@ -202,7 +204,7 @@ def bench_study(data: dict, source: str = "", baseline: str = "grpo") -> Study:
 
 def load_bench(path: str, baseline: str = "grpo") -> Study:
   """A credit-bench JSON file as a `Study`."""
-  return bench_study(_read_json(path), path, baseline)
+  return bench_study(read_json(path), path, baseline)
 
 
 def load(paths: list[str], last_rl: int = 5, baseline: str = "grpo") -> Study:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Protocol, Sequence
 
+from tirjax import option_checks
+
 
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
@@ -24,14 +26,10 @@ class SamplingParams:
   row_ids: tuple[int, ...] = ()
 
   def __post_init__(self):
-    if self.n < 1:
-      raise ValueError(f"n: must be >= 1, got {self.n}")
-    if self.temperature < 0:
-      raise ValueError(f"temperature: must be >= 0, got {self.temperature}")
-    if not 0 < self.top_p <= 1:
-      raise ValueError(f"top_p: must lie in (0, 1], got {self.top_p}")
-    if self.max_new_tokens < 1:
-      raise ValueError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
+    option_checks.at_least("n", self.n, 1)
+    option_checks.at_least("temperature", self.temperature, 0)
+    option_checks.lies_in("top_p", self.top_p, 0, 1, open_low=True)
+    option_checks.at_least("max_new_tokens", self.max_new_tokens, 1)
     if self.row_ids:
       ids = self.row_ids
       if len(set(ids)) != len(ids) or min(ids) < 0 or (max(ids) + 1) * self.n > 2**31 - 1:

@@ -57,6 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from tirjax import option_checks
 from tirjax.models.decoder import Decoder
 from tirjax.models.kv_cache import KVCache
 from tirjax.sampling import jax_decode
@@ -117,8 +118,7 @@ class JaxSamplerOptions:
       raise ValueError(f"max_batch: must be >= min_batch={self.min_batch}, got "
                        f"{self.max_batch}")
     for name in ("max_stop_tokens", "max_top_logprobs", "decode_segment"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+      option_checks.at_least(name, getattr(self, name), 1)
 
 
 class Bucket(NamedTuple):

@@ -44,6 +44,7 @@ import threading
 import time
 from typing import Callable, Optional, Sequence, TypeVar
 
+from tirjax import option_checks
 from tirjax.sampling import handover
 from tirjax.sampling.interface import Sample, SamplingParams
 from tirjax.sampling.vllm_server import (RequestRejected, ServerError, ServerOptions,
@@ -92,14 +93,11 @@ class VLLMOptions:
     if (self.url is None) == (self.server is None):
       raise ValueError("url, server: give exactly one (attach to a server, or launch one)")
     for name in ("request_timeout_s", "health_timeout_s", "handover_tolerance"):
-      if not getattr(self, name) > 0:
-        raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
-    if self.max_concurrency < 1:
-      raise ValueError(f"max_concurrency: must be >= 1, got {self.max_concurrency}")
+      option_checks.above(name, getattr(self, name), 0)
+    option_checks.at_least("max_concurrency", self.max_concurrency, 1)
     if not self.probe_prompts or not all(self.probe_prompts):
       raise ValueError("probe_prompts: need at least one prompt, none of them empty")
-    if self.probe_new_tokens < 1:
-      raise ValueError(f"probe_new_tokens: must be >= 1, got {self.probe_new_tokens}")
+    option_checks.at_least("probe_new_tokens", self.probe_new_tokens, 1)
 
 
 @dataclasses.dataclass(frozen=True)

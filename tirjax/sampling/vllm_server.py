@@ -31,6 +31,7 @@ from typing import Any, Optional
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from tirjax import option_checks
 from tirjax.sampling import vllm_supervisor
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -102,24 +103,20 @@ class ServerOptions:
   def __post_init__(self):
     if not os.path.isdir(self.model):
       raise ValueError(f"model: not a directory: {self.model!r}")
-    if not 0 <= self.port < 65536:
-      raise ValueError(f"port: must lie in [0, 65536), got {self.port}")
-    if self.max_model_len < 1:
-      raise ValueError(f"max_model_len: must be >= 1, got {self.max_model_len}")
-    if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes < 1:
-      raise ValueError(f"kv_cache_memory_bytes: must be >= 1, got {self.kv_cache_memory_bytes}")
-    if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
-      raise ValueError(
-          f"gpu_memory_utilization: must lie in (0, 1], got {self.gpu_memory_utilization}")
+    option_checks.lies_in("port", self.port, 0, 65536, open_high=True)
+    option_checks.at_least("max_model_len", self.max_model_len, 1)
+    if self.kv_cache_memory_bytes is not None:
+      option_checks.at_least("kv_cache_memory_bytes", self.kv_cache_memory_bytes, 1)
+    if self.gpu_memory_utilization is not None:
+      option_checks.lies_in("gpu_memory_utilization", self.gpu_memory_utilization, 0, 1,
+                            open_low=True)
     if self.kv_cache_memory_bytes is None and self.gpu_memory_utilization is None:
       raise ValueError("kv_cache_memory_bytes, gpu_memory_utilization: give one of the two")
     if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < self.max_model_len:
       raise ValueError(f"max_num_batched_tokens: must be >= max_model_len={self.max_model_len} "
                        f"(vLLM's rule), got {self.max_num_batched_tokens}")
-    if self.startup_timeout_s <= 0:
-      raise ValueError(f"startup_timeout_s: must be > 0, got {self.startup_timeout_s}")
-    if self.grace_s < 0:
-      raise ValueError(f"grace_s: must be >= 0, got {self.grace_s}")
+    option_checks.above("startup_timeout_s", self.startup_timeout_s, 0)
+    option_checks.at_least("grace_s", self.grace_s, 0)
 
 
 # One pooled client for every request to the local servers: connections are kept alive across

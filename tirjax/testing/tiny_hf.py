@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from tirjax import option_checks
+
 EOS_ID = 1
 
 
@@ -28,12 +30,9 @@ class TinyQwen3:
   def __post_init__(self):
     for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
                  "head_dim", "intermediate_size", "max_position_embeddings"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
-    if self.initializer_range <= 0:
-      raise ValueError(f"initializer_range: must be > 0, got {self.initializer_range}")
-    if self.vocab_size < 8:
-      raise ValueError(f"vocab_size: must be >= 8, got {self.vocab_size}")
+      option_checks.at_least(name, getattr(self, name), 1)
+    option_checks.above("initializer_range", self.initializer_range, 0)
+    option_checks.at_least("vocab_size", self.vocab_size, 8)
     if self.num_heads % self.num_kv_heads:
       raise ValueError(f"num_kv_heads: must divide num_heads={self.num_heads}, "
                        f"got {self.num_kv_heads}")

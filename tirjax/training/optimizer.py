@@ -13,12 +13,13 @@ optimizer state records the rate of each update and a restored state resumes the
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 import optax
+
+from tirjax import option_checks
 
 SCHEDULES = ("constant", "cosine")
 
@@ -51,35 +52,19 @@ class OptimizerOptions:
   max_grad_norm: Optional[float] = 1.0
 
   def __post_init__(self):
-    if not (_finite(self.learning_rate) and self.learning_rate > 0):
-      raise ValueError(f"learning_rate: must be a finite number > 0, got {self.learning_rate!r}")
-    if self.schedule not in SCHEDULES:
-      raise ValueError(f"schedule: must be one of {SCHEDULES}, got {self.schedule!r}")
-    for name in ("warmup_steps", "decay_steps"):
-      value = getattr(self, name)
-      if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-        raise ValueError(f"{name}: must be an int >= 0, got {value!r}")
+    option_checks.finite_above("learning_rate", self.learning_rate, 0)
+    option_checks.one_of("schedule", self.schedule, SCHEDULES)
+    option_checks.int_at_least("warmup_steps", self.warmup_steps, 0)
+    option_checks.int_at_least("decay_steps", self.decay_steps, 0)
     if self.schedule == "cosine" and self.decay_steps < 1:
       raise ValueError("decay_steps: schedule='cosine' needs decay_steps >= 1 (the updates "
                        f"over which the rate decays), got {self.decay_steps}")
-    if not (_finite(self.final_lr_fraction) and 0 <= self.final_lr_fraction <= 1):
-      raise ValueError(f"final_lr_fraction: must lie in [0, 1], got {self.final_lr_fraction!r}")
-    for name in ("b1", "b2"):
-      value = getattr(self, name)
-      if not (_finite(value) and 0 <= value < 1):
-        raise ValueError(f"{name}: must lie in [0, 1), got {value!r}")
-    if not (_finite(self.eps) and self.eps > 0):
-      raise ValueError(f"eps: must be a finite number > 0, got {self.eps!r}")
-    if not (_finite(self.weight_decay) and self.weight_decay >= 0):
-      raise ValueError(f"weight_decay: must be a finite number >= 0, got {self.weight_decay!r}")
-    if self.max_grad_norm is not None and not (_finite(self.max_grad_norm)
-                                               and self.max_grad_norm > 0):
-      raise ValueError(f"max_grad_norm: must be None or a finite number > 0, "
-                       f"got {self.max_grad_norm!r}")
-
-
-def _finite(x) -> bool:
-  return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    option_checks.lies_in("final_lr_fraction", self.final_lr_fraction, 0, 1)
+    option_checks.lies_in("b1", self.b1, 0, 1, open_high=True)
+    option_checks.lies_in("b2", self.b2, 0, 1, open_high=True)
+    option_checks.finite_above("eps", self.eps, 0)
+    option_checks.finite_at_least("weight_decay", self.weight_decay, 0)
+    option_checks.finite_above("max_grad_norm", self.max_grad_norm, 0, none_ok=True)
 
 
 def learning_rate_schedule(opts: OptimizerOptions) -> optax.Schedule:

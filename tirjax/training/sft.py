@@ -11,13 +11,13 @@ usual SFT loss: every target token weighs the same), so micro-batches accumulate
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Optional
 
 import chex
 import jax
 import jax.numpy as jnp
 
+from tirjax import option_checks
 from tirjax.loss.aggregation import AGGREGATIONS, aggregate
 from tirjax.loss.stats import Mean
 
@@ -37,13 +37,8 @@ class SFTLossOptions:
   norm_constant: Optional[float] = None
 
   def __post_init__(self):
-    if self.aggregation not in AGGREGATIONS:
-      raise ValueError(f"aggregation: must be one of {AGGREGATIONS}, got {self.aggregation!r}")
-    if self.norm_constant is not None and not (
-        isinstance(self.norm_constant, (int, float)) and math.isfinite(self.norm_constant)
-        and self.norm_constant > 0):
-      raise ValueError(f"norm_constant: must be None or a finite number > 0, "
-                       f"got {self.norm_constant!r}")
+    option_checks.one_of("aggregation", self.aggregation, AGGREGATIONS)
+    option_checks.finite_above("norm_constant", self.norm_constant, 0, none_ok=True)
     if self.aggregation == "seq_mean_token_sum_norm" and self.norm_constant is None:
       raise ValueError("norm_constant: required by aggregation='seq_mean_token_sum_norm'")
 

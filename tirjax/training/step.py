@@ -37,7 +37,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from tirjax import distributed, sharding
+from tirjax import distributed, option_checks, sharding
 from tirjax.checkpoint import TrainState
 from tirjax.loss import objective as policy_lib
 from tirjax.loss.stats import Mean, Summary, finalize
@@ -73,13 +73,9 @@ class StepOptions:
   log_entropy: bool = False
 
   def __post_init__(self):
-    for name in ("num_microbatches", "logprob_chunk_size"):
-      value = getattr(self, name)
-      if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-        raise ValueError(f"{name}: must be an int >= 1, got {value!r}")
-    if not (isinstance(self.temperature, (int, float)) and self.temperature > 0
-            and self.temperature < float("inf")):
-      raise ValueError(f"temperature: must be a finite number > 0, got {self.temperature!r}")
+    option_checks.int_at_least("num_microbatches", self.num_microbatches, 1)
+    option_checks.int_at_least("logprob_chunk_size", self.logprob_chunk_size, 1)
+    option_checks.finite_above("temperature", self.temperature, 0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,6 +29,7 @@ import json
 import random
 from typing import Any, Optional, Sequence
 
+from tirjax import option_checks
 from tirjax.env import chat
 from tirjax.env.tools import UNABLE_TO_ANSWER, Task
 from tirjax.env.toolworld.plan import (canonical_schedule, format_answer, random_schedule,
@@ -65,13 +66,9 @@ class DemoOptions:
 
   def __post_init__(self):
     for name in ("p_recover", "p_detour", "p_reorder", "p_confuse"):
-      if not 0 <= getattr(self, name) <= 1:
-        raise ValueError(f"{name}: must lie in [0, 1], got {getattr(self, name)}")
-    if self.p_recover + self.p_detour > 1:
-      raise ValueError(f"p_recover + p_detour: must be <= 1, got {self.p_recover + self.p_detour}")
-    if self.answer_protocol not in chat.ANSWER_PROTOCOLS:
-      raise ValueError(f"answer_protocol: must be one of {chat.ANSWER_PROTOCOLS}, "
-                       f"got {self.answer_protocol!r}")
+      option_checks.lies_in(name, getattr(self, name), 0, 1)
+    option_checks.at_most("p_recover + p_detour", self.p_recover + self.p_detour, 1)
+    option_checks.one_of("answer_protocol", self.answer_protocol, chat.ANSWER_PROTOCOLS)
 
 
 @dataclasses.dataclass

@@ -17,6 +17,7 @@ import hashlib
 import random
 from typing import Optional
 
+from tirjax import option_checks
 from tirjax.env.tools import UNABLE_TO_ANSWER, Task
 from tirjax.env.toolworld.plan import canonical_schedule, execute, format_answer
 from tirjax.env.toolworld.queries import TEMPLATES, Unfit
@@ -56,8 +57,7 @@ class Difficulty:
       raise ValueError(f"hop_weights: need {MAX_HOPS} non-negative weights with a positive sum, "
                        f"got {w}")
     for name in ("p_parallel", "p_down", "p_direction"):
-      if not 0 <= getattr(self, name) <= 1:
-        raise ValueError(f"{name}: must lie in [0, 1], got {getattr(self, name)}")
+      option_checks.lies_in(name, getattr(self, name), 0, 1)
 
 
 def query_seed(seed: int, k: int) -> int:
