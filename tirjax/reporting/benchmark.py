@@ -1,4 +1,5 @@
-"""What every benchmark result file records: the machine it ran on, and the file itself.
+"""What every benchmark result file records: the machine it ran on, and the file itself; the
+memory of a compiled program, as XLA's analysis gives it.
 
     info = benchmark.machine()                 # at the start: load average before the run
     ...
@@ -46,6 +47,29 @@ def machine(jax_info: bool = True) -> dict:
   # Other processes on the machine (1/5/15-minute load averages).
   info["load_average_start"] = list(os.getloadavg())
   return info
+
+
+def compiled_memory(compiled, num_devices: int = 1) -> dict:
+  """Bytes of a compiled program (`jax.jit(f).lower(...).compile()`) on each device, from XLA's
+  memory analysis (CPU has no allocator statistics; the program need not run):
+  `argument_bytes`, `output_bytes`, `temp_bytes`, `alias_bytes` (outputs that reuse donated
+  arguments), `generated_code_bytes`, and
+
+  * `peak_bytes`: temporaries + outputs − aliased, what running the program adds to its
+    arguments at its peak (programs that take the same arguments compare on it);
+  * `peak_bytes_per_device`: arguments + `peak_bytes`, all the program holds at its peak;
+  * `peak_bytes_all_devices`: that on each of `num_devices` devices.
+  """
+  if num_devices < 1:
+    raise ValueError(f"num_devices: must be >= 1, got {num_devices}")
+  m = compiled.memory_analysis()
+  out = {"argument_bytes": m.argument_size_in_bytes, "output_bytes": m.output_size_in_bytes,
+         "temp_bytes": m.temp_size_in_bytes, "alias_bytes": m.alias_size_in_bytes,
+         "generated_code_bytes": m.generated_code_size_in_bytes}
+  out["peak_bytes"] = out["temp_bytes"] + out["output_bytes"] - out["alias_bytes"]
+  out["peak_bytes_per_device"] = out["argument_bytes"] + out["peak_bytes"]
+  out["peak_bytes_all_devices"] = out["peak_bytes_per_device"] * num_devices
+  return out
 
 
 def write_result(path: Optional[str], result: dict, indent: int = 2) -> str:
