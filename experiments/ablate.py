@@ -23,6 +23,7 @@ from ml_collections import config_flags
 
 import configs
 from tirjax import ablation
+from tirjax.reporting import launch
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Grid config, e.g. configs/ablate.py",
@@ -36,8 +37,7 @@ CELL_CONFIG = os.path.join(os.path.dirname(os.path.abspath(configs.__file__)), "
 
 def cell_command(job: ablation.Job) -> list[str]:
   """The trainer's command line for one prepared run directory."""
-  return [sys.executable, "-m", "experiments.train", f"--config={CELL_CONFIG}:{job.workdir}",
-          f"--workdir={job.workdir}"]
+  return launch.train_command(f"{CELL_CONFIG}:{job.workdir}", job.workdir)
 
 
 def main(argv) -> None:

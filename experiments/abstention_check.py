@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 from absl import app, flags
 
-from tirjax.reporting import benchmark
-from tirjax.reporting.runs import read_metrics
+from tirjax.reporting import benchmark, launch
 
 flags.DEFINE_string("warm_start", None, "An HF export of the SFT warm start.")
 flags.DEFINE_string("workdir", "runs/abstention", "Parent of the two run directories.")
@@ -33,11 +31,11 @@ flags.mark_flag_as_required("warm_start")
 FLAGS = flags.FLAGS
 
 RULES = ("earned", "claimed")
+CONFIG = "configs/grpo.py:model=tiny"
 
 
-def _command(rule: str, workdir: str) -> list[str]:
-  return [sys.executable, "-m", "experiments.train", f"--config=configs/grpo.py:model=tiny",
-          "--config.rollout.n=16", "--config.rollout.answer_protocol=answer_tag",
+def _overrides(rule: str) -> list[str]:
+  return ["--config.rollout.n=16", "--config.rollout.answer_protocol=answer_tag",
           "--config.loss.kl_coef=0.001", "--config.loss.kl_estimator=k3",
           "--config.loss.entropy_coef=0.001", f"--config.optim.learning_rate={FLAGS.learning_rate}",
           f"--config.train.steps={FLAGS.steps}",
@@ -48,8 +46,7 @@ def _command(rule: str, workdir: str) -> list[str]:
           "--config.env.p_direction=0.0", "--config.env.hop_weights=(0.25,0.35,0.25,0.15)",
           "--config.sft.demos.p_confuse=0.0", "--config.step.logprob_chunk_size=256",
           f"--config.model.hf_checkpoint={FLAGS.warm_start}", "--config.sft.steps=0",
-          "--config.train.progress_bar=False", f"--config.judge.abstention={rule}",
-          f"--workdir={workdir}"]
+          "--config.train.progress_bar=False", f"--config.judge.abstention={rule}"]
 
 
 def main(argv):
@@ -57,15 +54,12 @@ def main(argv):
   out = dict(command="python -m experiments.abstention_check " + " ".join(sys.argv[1:]),
              machine=benchmark.machine(jax_info=False), runs={})
   for rule in RULES:
-    workdir = os.path.join(FLAGS.workdir, rule)
-    command = _command(rule, workdir)
-    subprocess.run(command, check=True)  # a finished run is only re-evaluated
-    lines = read_metrics(os.path.join(workdir, "metrics.jsonl"))
-    evals = [x for x in lines if x["phase"] == "eval"]
-    steps = [x for x in lines if x["phase"] == "rl"]
+    # a finished run is only re-evaluated
+    run = launch.train(CONFIG, os.path.join(FLAGS.workdir, rule), _overrides(rule))
+    evals, steps = run.files.metrics("eval"), run.files.metrics("rl")
     keys = ("eval/accuracy", "eval/abstain_rate", "eval/mean_outcome")
     out["runs"][rule] = dict(
-        command=" ".join(command[1:]),
+        command=" ".join(run.command[1:]),
         before={k: evals[0].get(k) for k in keys}, after={k: evals[-1].get(k) for k in keys},
         steps=[dict(step=x["step"], reward=x["reward/mean"], accuracy=x["train/accuracy"],
                     abstain_rate=x.get("train/abstain_rate"), kl=x.get("loss/kl"))

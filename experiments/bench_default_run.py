@@ -24,13 +24,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from typing import Optional
 
 from absl import app, flags
 
-from tirjax.reporting import benchmark
-from tirjax.reporting.runs import read_metrics
+from tirjax.reporting import benchmark, launch
 
 flags.DEFINE_string("seeds", "0,1,2", "Comma-separated seeds.")
 flags.DEFINE_string("workdir", "runs/default_bench", "Parent of the per-seed run directories.")
@@ -57,19 +55,10 @@ def _git(*args) -> str:
     return "unknown"
 
 
-def _train(workdir: str, seed: int, overrides: tuple = ()) -> tuple[dict, dict, float]:
-  """Runs (or resumes) one trainer process; its summary, config and wall seconds."""
-  command = [sys.executable, "-m", "experiments.train", f"--config={FLAGS.config}",
-             f"--config.seed={seed}", "--config.train.progress_bar=False",
-             f"--workdir={workdir}", *overrides]
-  start = time.perf_counter()
-  subprocess.run(command, check=True)
-  wall = time.perf_counter() - start
-  with open(os.path.join(workdir, "summary.json")) as f:
-    summary = json.load(f)
-  with open(os.path.join(workdir, "config.json")) as f:
-    config = json.load(f)
-  return summary, config, wall
+def _train(workdir: str, seed: int, overrides: tuple = ()) -> launch.Launched:
+  """Runs (or resumes) one trainer process."""
+  return launch.train(FLAGS.config, workdir, (f"--config.seed={seed}",
+                                              "--config.train.progress_bar=False", *overrides))
 
 
 def _evals(metrics: dict) -> dict:
@@ -81,12 +70,11 @@ def _mean(values) -> Optional[float]:
   return sum(values) / len(values) if values else None
 
 
-def record(workdir: str, seed: int, summary: dict, config: dict, wall: float) -> dict:
+def record(seed: int, run: launch.Launched) -> dict:
   """One seed's figures from its run directory."""
+  summary, config = run.files.summary(), run.files.config()
   sft, rl = _evals(summary["after_sft"]), _evals(summary["after_rl"])
-  steps = [r for r in read_metrics(os.path.join(workdir, "metrics.jsonl"))
-           if r.get("phase") == "rl"]
-  mixed = [r.get("groups/mixed_share") for r in steps]
+  mixed = [r.get("groups/mixed_share") for r in run.files.metrics("rl")]
   gains = {f"gain_{k}": rl[k] - sft[k] for k in ("greedy", "pass@1") if k in sft and k in rl}
   return dict(
       seed=seed, eval_tasks=config["env"]["eval_tasks"],
@@ -94,7 +82,7 @@ def record(workdir: str, seed: int, summary: dict, config: dict, wall: float) ->
       rl_steps=config["train"]["steps"], after_sft=sft, after_rl=rl, **gains,
       headroom=(sft["pass@16"] - sft["greedy"]) if "pass@16" in sft else None,
       mixed_groups_first5=_mean(mixed[:5]), mixed_groups_last5=_mean(mixed[-5:]),
-      seconds=dict(summary.get("seconds", {}), process=round(wall, 1)))
+      seconds=dict(summary.get("seconds", {}), process=round(run.wall_s, 1)))
 
 
 def control(seed: int, run: dict) -> dict:
@@ -102,11 +90,9 @@ def control(seed: int, run: dict) -> dict:
   seconds = run["seconds"]
   per_step = seconds["sft"] / run["sft_steps"]
   extra = int(round(seconds["rl"] / per_step))
-  workdir = os.path.join(FLAGS.workdir, f"control{seed}")
-  summary, config, wall = _train(workdir, seed, (
+  out = record(seed, _train(os.path.join(FLAGS.workdir, f"control{seed}"), seed, (
       f"--config.sft.steps={run['sft_steps'] + extra}", "--config.train.steps=0",
-      f"--config.sampler.eval_samples={run['eval_samples']}"))
-  out = record(workdir, seed, summary, config, wall)
+      f"--config.sampler.eval_samples={run['eval_samples']}")))
   out["extra_sft_steps"] = extra
   out["vs_rl"] = {k: run["after_rl"][k] - out["after_sft"][k]
                   for k in ("greedy", "pass@1") if k in run["after_rl"] and k in out["after_sft"]}
@@ -124,7 +110,7 @@ def main(argv):
     workdir = os.path.join(FLAGS.workdir, f"seed{seed}")
     overrides = ((f"--config.sampler.eval_samples={FLAGS.eval_samples}",)
                  if seed in sampled and FLAGS.eval_samples else ())
-    records.append(record(workdir, seed, *_train(workdir, seed, overrides)))
+    records.append(record(seed, _train(workdir, seed, overrides)))
     print(json.dumps(records[-1]), flush=True)
   out = dict(
       command="python -m experiments.bench_default_run " + " ".join(sys.argv[1:]),

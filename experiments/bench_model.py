@@ -5,8 +5,9 @@
 Only the final projection and log-softmax: hidden states `[B, L, D]` and an unembedding
 `[V, D]` (V = 151,936, Qwen3's vocabulary) → log p(token) `[B, L]`. Two measurements:
 
-* peak memory from XLA's compiled memory analysis (temp + output bytes; CPU has no allocator
-  statistics), at the full size (`--batch` × `--length` tokens) — compiled, not run;
+* peak memory from XLA's compiled memory analysis (`benchmark.compiled_memory`'s `peak_bytes`:
+  temp + output bytes; CPU has no allocator statistics), at the full size (`--batch` ×
+  `--length` tokens) — compiled, not run;
 * wall-time medians at `--time_batch` rows (the naive gradient at the full size needs several
   `[B·L, V]` float32 buffers, more memory than a shared CPU machine has).
 
@@ -66,11 +67,9 @@ def inputs(batch):
   return h, w, tokens, valid, c
 
 
-def memory(fn, args) -> dict:
-  m = jax.jit(fn).lower(*args).compile().memory_analysis()
-  return {"temp_bytes": m.temp_size_in_bytes, "output_bytes": m.output_size_in_bytes,
-          "argument_bytes": m.argument_size_in_bytes,
-          "peak_bytes": m.temp_size_in_bytes + m.output_size_in_bytes}
+def compiled(fn, args):
+  """`fn` compiled for `args`, not run."""
+  return jax.jit(fn).lower(*args).compile()
 
 
 def wall(fn, args) -> dict:
@@ -94,7 +93,10 @@ def main(_):
   full, small = inputs(_BATCH.value), inputs(_TIME_BATCH.value)
   results = {}
   for name, (f_naive, f_chunked) in cases.items():
-    mem = {"naive": memory(f_naive, full), "chunked": memory(f_chunked, full)}
+    # Both take the same arguments and donate none: they compare on `peak_bytes`, temporaries
+    # + outputs.
+    mem = {"naive": benchmark.compiled_memory(compiled(f_naive, full)),
+           "chunked": benchmark.compiled_memory(compiled(f_chunked, full))}
     mem["ratio"] = mem["chunked"]["peak_bytes"] / mem["naive"]["peak_bytes"]
     t = {"naive": wall(f_naive, small), "chunked": wall(f_chunked, small)}
     t["ratio"] = t["chunked"]["median_s"] / t["naive"]["median_s"]

@@ -17,14 +17,14 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 import numpy as np
 from absl import app, flags
 
-from tirjax.reporting import benchmark, rl_step
+from tirjax.reporting import benchmark, launch, rl_step
+from tirjax.reporting.runs import RunDir
 
 flags.DEFINE_string("hf_checkpoint", None, "Warm start: an HF export of the tiny model.")
 flags.DEFINE_string("config", "configs/hidifftir.py:model=tiny", "The run config.")
@@ -44,17 +44,17 @@ VARIANTS = {"re-prefill": ["--config.sampler.reuse_cache=False"],
             "vllm": ["--config.sampler.kind=vllm"]}
 
 
+def variant_workdir(name: str) -> str:
+  return os.path.join(FLAGS.workdir, name.replace(" ", "_"))
+
+
 def run_variant(name: str, overrides: list) -> dict:
-  workdir = os.path.join(FLAGS.workdir, name.replace(" ", "_"))
-  command = [sys.executable, "-m", "experiments.train", f"--config={FLAGS.config}",
-             f"--workdir={workdir}", f"--config.model.hf_checkpoint={FLAGS.hf_checkpoint}",
-             "--config.sft.steps=0", f"--config.train.steps={FLAGS.steps}",
-             "--config.train.eval_at_start=False", "--config.env.eval_tasks=1",
-             "--config.train.export_final=False", "--config.train.progress_bar=False",
-             *overrides]
-  subprocess.run(command, check=True)
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    rows = [r for r in map(json.loads, f) if r["phase"] == "rl"][FLAGS.skip:]
+  run = launch.train(FLAGS.config, variant_workdir(name), [
+      f"--config.model.hf_checkpoint={FLAGS.hf_checkpoint}", "--config.sft.steps=0",
+      f"--config.train.steps={FLAGS.steps}", "--config.train.eval_at_start=False",
+      "--config.env.eval_tasks=1", "--config.train.export_final=False",
+      "--config.train.progress_bar=False", *overrides])
+  rows = run.files.metrics("rl")[FLAGS.skip:]
   keys = sorted({k for r in rows for k in r if k.startswith(("time/", "tokens/"))})
   med = {k: statistics.median(r[k] for r in rows if k in r) for k in keys}
   step = {k: med[k] for k in med if k.startswith("time/") and k.split("/")[1] in (
@@ -104,9 +104,7 @@ def main(argv):
   if unknown:
     raise app.UsageError(f"--variants: unknown {unknown}; known: {sorted(VARIANTS)}")
   results = {name: run_variant(name, VARIANTS[name]) for name in FLAGS.variants}
-  first = FLAGS.variants[0].replace(" ", "_")
-  with open(os.path.join(FLAGS.workdir, first, "config.json")) as f:
-    rows = json.load(f)["rollout"]["shapes"]["num_rows"]
+  rows = RunDir(variant_workdir(FLAGS.variants[0])).config()["rollout"]["shapes"]["num_rows"]
   raw = raw_decode(rows)
   out = dict(
       command="python -m experiments.bench_rl_step " + " ".join(sys.argv[1:]),

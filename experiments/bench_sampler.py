@@ -1,9 +1,6 @@
-"""Benchmark: the built-in JAX sampler's throughput, the cost of tree rollouts, and vLLM's
-throughput and hand-over time next to the JAX sampler's.
+"""Benchmark: the built-in JAX sampler's throughput and the cost of tree rollouts.
 
   python -m experiments.bench_sampler --json=benchmarks/results/bench_sampler_cpu.json
-  python -m experiments.bench_sampler --sections=vllm --repeats=9 \
-      --json=benchmarks/results/bench_sampler_vllm_cpu.json
 
 Sections (`--sections`, each written under its name into the JSON file, other sections of an
 existing file kept):
@@ -17,19 +14,14 @@ existing file kept):
   the rollouts can use is compiled first, so no timed run compiles. The model's weights are
   random: rows never answer and run to T_max (or are truncated), which is the most sampling
   either mode can do.
+* `vllm_comparison`: measures nothing. It sets the `jax` section (of this run, or kept in the
+  JSON file) beside vLLM's throughput from `--vllm_result`, the file `experiments.bench_vllm`
+  writes (vLLM's numbers, start-up and hand-over are that benchmark's), at the batch sizes
+  both measured. The two models are alike in size, not the same (see `models`); the ratio is
+  like for like only where `same_setup` (prompt and new tokens per row) holds.
 
-Each section records the machine (CPU model, cores, jax version, load average before and
-after): other work on a shared machine skews every timing.
-
-* `vllm`: vLLM-cpu (`tirjax.sampling.vllm`, a server from vLLM's own environment, see the
-  README's "vLLM sampler") against `JaxSampler` on the same model and the same prompts: the
-  `tiny` preset over the toolworld vocabulary with head size `TINY_HEAD_DIM` (vLLM's CPU
-  attention lacks the preset's 16), exported with `export_hf` in float32. Tokens per second of
-  both at `--batches` (protocol of `jax`; vLLM gets one untimed warm-up call too), their ratio,
-  the server's start-up, and the time of one weight hand-over as the trainer does it
-  (`export_hf` of perturbed weights, `reload_weights`, prefix-cache reset, log-prob check
-  against tirjax's `DecoderTeacher`): the median of `--handover_repeats`, after an untimed
-  one that compiles the teacher. The check's measured log-prob gaps are recorded too.
+Each measured section records the machine (CPU model, cores, jax version, load average before
+and after): other work on a shared machine skews every timing.
 """
 
 from __future__ import annotations
@@ -37,27 +29,19 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
-import tempfile
 import time
 
-import jax
 import numpy as np
 import transformers
 from absl import app, flags
-from flax import nnx
 
 from tirjax.env import chat
 from tirjax.env.toolworld import build_tokenizer, make_tasks
 from tirjax.models import config, decoder
-from tirjax.models.hf_io import export_hf
 from tirjax.episodes import RolloutOptions, Shapes, TreeOptions, time_modes
 from tirjax.sampling.interface import Sampler, SamplingParams
 from tirjax.sampling.jax_sampler import JaxSampler, JaxSamplerOptions, bucket
-from tirjax.sampling.teacher import DecoderTeacher
-from tirjax.sampling.vllm import TINY_HEAD_DIM, VLLMOptions, VLLMSampler
 from tirjax.reporting import benchmark
-from tirjax.sampling.vllm_server import ServerOptions
 
 _JSON = flags.DEFINE_string("json", None, "merge the sections into this JSON file")
 _SECTIONS = flags.DEFINE_list("sections", ["jax", "tree_vs_independent"], "sections to run")
@@ -72,8 +56,8 @@ _MAX_STEPS = flags.DEFINE_integer("max_steps", 4, "T_max")
 _STEP_TOKENS = flags.DEFINE_integer("step_tokens", 32, "max_new_tokens per step")
 _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 1024, "tokens per row (shapes.max_tokens)")
 _ROLLOUT_REPEATS = flags.DEFINE_integer("rollout_repeats", 3, "timed rollouts per mode")
-_HANDOVER_REPEATS = flags.DEFINE_integer("handover_repeats", 3, "vllm: timed hand-overs")
-_VLLM_KV_MIB = flags.DEFINE_integer("vllm_kv_cache_mib", 64, "vllm: the server's KV cache")
+_VLLM_RESULT = flags.DEFINE_string("vllm_result", "benchmarks/results/vllm_cpu.json",
+                                   "vllm_comparison: experiments.bench_vllm's result file")
 _PRESET = flags.DEFINE_string("preset", "tiny", "jax section: model preset (tiny, or "
                               "qwen3_0p6b / qwen3_1p7b sizes with random bf16 weights)")
 _TOKENIZER_DIR = flags.DEFINE_string("tokenizer_dir", "/tmp/tirjax_bench_tokenizer",
@@ -83,7 +67,7 @@ _TOKENIZER_DIR = flags.DEFINE_string("tokenizer_dir", "/tmp/tirjax_bench_tokeniz
 def throughput(sampler: Sampler, batch: int, prompt_len: int, new_tokens: int, repeats: int,
                vocab_size: int) -> dict:
   """Generated tokens per second of `sampler.generate` at `batch` rows (median of `repeats`
-  calls after one untimed call). Any `Sampler`: the vLLM section uses it too."""
+  calls after one untimed call)."""
   rng = np.random.default_rng(batch)
   prompts = rng.integers(0, vocab_size, size=(batch, prompt_len)).tolist()
   params = SamplingParams(max_new_tokens=new_tokens, seed=0)
@@ -171,108 +155,43 @@ def tree_section(tokenizer) -> dict:
               "sampler_calls": tree["sampler_calls"] / ind["sampler_calls"]}}
 
 
-def _vllm_version(python: str) -> str:
-  """The installed vLLM distribution of that interpreter's environment (without importing it)."""
-  code = ("import importlib.metadata as m\n"
-          "for d in ('vllm-cpu', 'vllm'):\n"
-          "  try: print(d, m.version(d)); break\n"
-          "  except m.PackageNotFoundError: pass")
-  return subprocess.run([python, "-c", code], capture_output=True, text=True,
-                        check=True).stdout.strip()
-
-
-def _handover(sampler: VLLMSampler, teacher: DecoderTeacher, model, tokenizer_dir: str,
-              out_dir: str, seed: int) -> dict:
-  """One hand-over of `model`'s weights plus N(0, 0.01²) noise, timed part by part."""
-  graphdef, params = nnx.split(model)
-  leaves, tree = jax.tree.flatten(params)
-  keys = jax.random.split(jax.random.key(seed), len(leaves))
-  params = jax.tree.unflatten(tree, [x + 0.01 * jax.random.normal(k, x.shape, x.dtype)
-                                     for x, k in zip(leaves, keys)])
-  t0 = time.perf_counter()
-  export_hf(nnx.merge(graphdef, params), out_dir, source_dir=tokenizer_dir, dtype="float32",
-            overwrite=True)
-  export_s = time.perf_counter() - t0
-  teacher.set_params(params)
-  report = sampler.load_weights(out_dir, teacher_logprobs=teacher)
-  return {"export_s": export_s, "reload_s": report.reload_s, "reset_s": report.reset_s,
-          "check_s": report.check_s,
-          "total_s": export_s + report.reload_s + report.reset_s + report.check_s,
-          "gap_max": report.gap.max_abs, "gap_mean": report.gap.mean_abs,
-          "gap_tokens": report.gap.num_tokens}
-
-
-def vllm_section(tokenizer) -> dict:
-  info = benchmark.machine()
-  cfg = config.tiny(vocab_size=len(tokenizer), head_dim=TINY_HEAD_DIM)
-  model = decoder.init(cfg)
-  tokenizer_dir = str(build_tokenizer(_TOKENIZER_DIR.value))
-  jax_sampler = JaxSampler(model, JaxSamplerOptions())
-  with tempfile.TemporaryDirectory(prefix="bench-sampler-vllm-") as tmp:
-    start = export_hf(model, os.path.join(tmp, "start"), source_dir=tokenizer_dir,
-                      dtype="float32")
-    server = ServerOptions(model=start, max_model_len=_PROMPT_LEN.value + _NEW_TOKENS.value,
-                           kv_cache_memory_bytes=_VLLM_KV_MIB.value << 20)
-    with VLLMSampler(VLLMOptions(server=server)) as sampler:
-      results = []
-      for b in map(int, _BATCHES.value):
-        jax_sampler.precompile(b, _PROMPT_LEN.value, _NEW_TOKENS.value)
-        run = {name: throughput(s, b, _PROMPT_LEN.value, _NEW_TOKENS.value, _REPEATS.value,
-                                cfg.vocab_size)
-               for name, s in (("jax", jax_sampler), ("vllm", sampler))}
-        ratio = run["vllm"]["tokens_per_s"] / run["jax"]["tokens_per_s"]
-        results.append({"batch": b, **run, "vllm_over_jax": ratio})
-        print(f"batch {b}: vllm {run['vllm']['tokens_per_s']:.0f}, jax "
-              f"{run['jax']['tokens_per_s']:.0f} tokens/s (ratio {ratio:.2f})", flush=True)
-      teacher = DecoderTeacher.of(model, chunk_size=256)
-      handovers = [_handover(sampler, teacher, model, tokenizer_dir, os.path.join(tmp, "w"), k)
-                   for k in range(_HANDOVER_REPEATS.value + 1)]
-      timed = handovers[1:]
-      print(f"hand-over: {statistics.median(h['total_s'] for h in timed):.2f} s, gap up to "
-            f"{max(h['gap_max'] for h in handovers):.2g}", flush=True)
-      startup_s = sampler.server.startup_s
-      version = _vllm_version(server.python)
-  info["load_average_end"] = list(os.getloadavg())
-  return {"machine": info, "vllm": version,
-          "model": {"preset": "tiny", "vocab_size": cfg.vocab_size, "head_dim": cfg.head_dim,
-                    "dtype": "float32"},
-          "server": {"startup_s": startup_s, "max_model_len": server.max_model_len,
-                     "kv_cache_mib": _VLLM_KV_MIB.value, "enforce_eager": server.enforce_eager,
-                     "enable_prefix_caching": server.enable_prefix_caching},
-          "setup": {"prompt_len": _PROMPT_LEN.value, "new_tokens": _NEW_TOKENS.value,
-                    "temperature": 1.0, "top_p": 1.0, "repeats": _REPEATS.value,
-                    "same_prompts": True},
-          "throughput": results,
-          "handover": {"median_total_s": statistics.median(h["total_s"] for h in timed),
-                       "median_export_s": statistics.median(h["export_s"] for h in timed),
-                       "median_reload_s": statistics.median(h["reload_s"] for h in timed),
-                       "median_check_s": statistics.median(h["check_s"] for h in timed),
-                       "max_gap": max(h["gap_max"] for h in handovers),
-                       "warmup": handovers[0], "timed": timed}}
-
-
 def _powers(lo: int, hi: int) -> list[int]:
   """Powers of two from lo to hi (both powers of two)."""
   return [1 << k for k in range(lo.bit_length() - 1, hi.bit_length())]
 
 
-SECTIONS = {"jax": jax_section, "tree_vs_independent": tree_section, "vllm": vllm_section}
+def _compare_section(sections: dict) -> dict:
+  if "jax" not in sections:
+    raise app.UsageError("--sections=vllm_comparison needs the jax section: run it too, or "
+                         "give --json a file that holds one")
+  with open(_VLLM_RESULT.value) as f:
+    return benchmark.sampler_comparison(sections["jax"], json.load(f), _VLLM_RESULT.value)
+
+
+SECTIONS = {"jax": jax_section, "tree_vs_independent": tree_section}
+READ_SECTIONS = {"vllm_comparison": _compare_section}  # from result files, after the others
 
 
 def main(argv):
   del argv
-  unknown = set(_SECTIONS.value) - set(SECTIONS)
+  known = set(SECTIONS) | set(READ_SECTIONS)
+  unknown = set(_SECTIONS.value) - known
   if unknown:
-    raise app.UsageError(f"--sections: unknown {sorted(unknown)}; known: {sorted(SECTIONS)}")
-  tokenizer = toolworld_tokenizer()
+    raise app.UsageError(f"--sections: unknown {sorted(unknown)}; known: {sorted(known)} "
+                         "(vLLM's own numbers: experiments.bench_vllm)")
+  measured = [name for name in _SECTIONS.value if name in SECTIONS]
+  tokenizer = toolworld_tokenizer() if measured else None
   results = {}
   if _JSON.value and os.path.exists(_JSON.value):
     with open(_JSON.value) as f:
       results = json.load(f)
   results["benchmark"] = "bench_sampler"
   sections = results.setdefault("sections", {})
-  for name in _SECTIONS.value:
+  for name in measured:
     sections[name] = SECTIONS[name](tokenizer)
+  for name in _SECTIONS.value:
+    if name in READ_SECTIONS:
+      sections[name] = READ_SECTIONS[name](sections)
   print(benchmark.write_result(_JSON.value, results))
 
 

@@ -95,17 +95,6 @@ def abstract(tree, shardings):
                       tree, shardings)
 
 
-def memory(compiled, num_devices: int) -> dict:
-  m = compiled.memory_analysis()
-  out = {"argument_bytes": m.argument_size_in_bytes, "output_bytes": m.output_size_in_bytes,
-         "temp_bytes": m.temp_size_in_bytes, "alias_bytes": m.alias_size_in_bytes,
-         "generated_code_bytes": m.generated_code_size_in_bytes}
-  out["peak_bytes_per_device"] = (out["argument_bytes"] + out["output_bytes"] + out["temp_bytes"]
-                                  - out["alias_bytes"])
-  out["peak_bytes_all_devices"] = out["peak_bytes_per_device"] * num_devices
-  return out
-
-
 def compile_case(cfg, mesh_shape, devices, rows, length, microbatches) -> dict:
   """The policy step for this model, mesh and batch, compiled (not run), with its memory."""
   opts = sharding.ShardingOptions(mesh=tuple(zip(("data", "fsdp", "tensor"), mesh_shape)))
@@ -125,7 +114,8 @@ def compile_case(cfg, mesh_shape, devices, rows, length, microbatches) -> dict:
                                  abstract(batch, jax.tree.map(lambda _: place.batch, batch))
                                  ).compile()
   return {"mesh": list(mesh_shape), "devices": n, "rows": rows, "microbatches": microbatches,
-          "compile_s": time.perf_counter() - t, "memory": memory(compiled, n),
+          "compile_s": time.perf_counter() - t,
+          "memory": benchmark.compiled_memory(compiled, num_devices=n),
           "_run": (compiled, opts, tx, place, batch)}
 
 

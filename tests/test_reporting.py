@@ -183,6 +183,36 @@ def test_metrics_file_problems(tmp_path):
     reporting.load([str(tmp_path / "empty_dir_that_is_missing")])
 
 
+def test_run_dir_reads_each_file_of_a_run(tmp_path):
+  lines = [{"phase": "sft", "step": 1}] + rl_lines("grpo", 0, 2) + [eval_line(2, 0.5)]
+  files = runs_lib.RunDir(write_run(str(tmp_path), "run", {"label": "grpo", "seed": 0},
+                                    {"state": "finished", "error": None, "step": 2}, lines))
+  for name, obj in ((runs_lib.CONFIG, {"train": {"steps": 2}}),
+                    (runs_lib.SUMMARY, {"after_rl": {"eval/accuracy": 0.5}}),
+                    (runs_lib.EVAL_AFTER_SFT, {"eval/accuracy": 0.25})):
+    with open(files.file(name), "w") as f:
+      json.dump(obj, f)
+  assert files.state() == "finished" and files.cell()["label"] == "grpo"
+  assert files.config()["train"]["steps"] == 2
+  assert files.summary()["after_rl"]["eval/accuracy"] == 0.5
+  assert files.eval_after_sft()["eval/accuracy"] == 0.25
+  assert files.metrics() == lines
+  assert [x["step"] for x in files.metrics("rl")] == [0, 1]
+  assert files.metrics("eval") == [eval_line(2, 0.5)]
+
+
+def test_run_dir_state_is_none_until_a_status_can_be_read_and_other_files_raise(tmp_path):
+  files = runs_lib.RunDir(str(tmp_path))
+  assert files.state() is None
+  with pytest.raises(FileNotFoundError, match="summary.json"):
+    files.summary()
+  with open(files.file(runs_lib.STATUS), "w") as f:
+    f.write('{"state": "runn')  # a writer killed mid-write
+  assert files.state() is None
+  with pytest.raises(ValueError):
+    files.status()
+
+
 def test_bench_results_render_as_a_table():
   final = lambda s, e: {"eval/success": s, "episodes_to_threshold": e, "unlearning/rate": s / 10}
   data = {"runs": [

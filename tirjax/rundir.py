@@ -46,6 +46,8 @@ def flatten(d: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def read_json(path: str) -> Any:
+  """The JSON value in the file at `path` (OSError or json.JSONDecodeError when it cannot be
+  read)."""
   with open(path) as f:
     return json.load(f)
 

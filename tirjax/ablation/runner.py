@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
-import json
 import os
 import signal
 import subprocess
@@ -25,7 +24,7 @@ from typing import Callable, Optional, Sequence, TextIO
 
 from tirjax import reporting, rundir
 from tirjax.ablation.grid import REPORT_DIR, GridError, Job, build_config
-from tirjax.reporting.runs import read_json
+from tirjax.reporting.runs import CELL, RunDir
 from tirjax.trainer import resolve
 
 FINISHED = "finished"
@@ -44,18 +43,16 @@ class Result:
   error: Optional[str] = None
 
 
-def _json_or_none(path: str) -> Optional[dict]:
-  """The JSON at `path`, or None when it is missing or unreadable (a run killed mid-write)."""
+def _read_or_none(read: Callable[[], dict]) -> Optional[dict]:
   try:
-    return read_json(path)
-  except (OSError, json.JSONDecodeError):
+    return read()
+  except (OSError, ValueError):
     return None
 
 
 def run_state(workdir: str) -> Optional[str]:
   """The state in `workdir`/status.json, or None without a readable one."""
-  status = _json_or_none(os.path.join(workdir, "status.json"))
-  return None if status is None else status.get("state")
+  return RunDir(workdir).state()
 
 
 def prepare(jobs: Sequence[Job]) -> list[bool]:
@@ -67,14 +64,15 @@ def prepare(jobs: Sequence[Job]) -> list[bool]:
   todo = []
   for job in jobs:
     config = resolve.config_record(build_config(job.recipe))
-    old = _json_or_none(os.path.join(job.workdir, "config.json"))
+    files = RunDir(job.workdir)
+    old = _read_or_none(files.config)
     try:
       rundir.claim(job.workdir, config)
     except rundir.WorkdirMismatch as e:
       raise GridError(f"{job.name}: {e}") from None
-    rundir.write_json(os.path.join(job.workdir, "cell.json"), job.cell_json())
+    rundir.write_json(files.file(CELL), job.cell_json())
     same_steps = old is not None and old["train"]["steps"] == config["train"]["steps"]
-    todo.append(not (same_steps and run_state(job.workdir) == FINISHED))
+    todo.append(not (same_steps and files.state() == FINISHED))
   return todo
 
 
@@ -206,7 +204,7 @@ def _start(job: Job, command, env) -> subprocess.Popen:
 
 
 def _finish(job: Job, returncode: int, seconds: float) -> Result:
-  status = _json_or_none(os.path.join(job.workdir, "status.json")) or {}
+  status = _read_or_none(RunDir(job.workdir).status) or {}
   if returncode == 0 and status.get("state") == FINISHED:
     return Result(job, FINISHED, seconds)
   error = status.get("error") if status.get("state") == "failed" else None

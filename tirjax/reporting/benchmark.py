@@ -1,4 +1,6 @@
-"""What every benchmark result file records: the machine it ran on, and the file itself.
+"""What every benchmark result file records: the machine it ran on, and the file itself; the
+memory of a compiled program, as XLA's analysis gives it; two samplers' throughput side by side
+from their result files.
 
     info = benchmark.machine()                 # at the start: load average before the run
     ...
@@ -46,6 +48,54 @@ def machine(jax_info: bool = True) -> dict:
   # Other processes on the machine (1/5/15-minute load averages).
   info["load_average_start"] = list(os.getloadavg())
   return info
+
+
+def compiled_memory(compiled, num_devices: int = 1) -> dict:
+  """Bytes of a compiled program (`jax.jit(f).lower(...).compile()`) on each device, from XLA's
+  memory analysis (CPU has no allocator statistics; the program need not run):
+  `argument_bytes`, `output_bytes`, `temp_bytes`, `alias_bytes` (outputs that reuse donated
+  arguments), `generated_code_bytes`, and
+
+  * `peak_bytes`: temporaries + outputs − aliased, what running the program adds to its
+    arguments at its peak (programs that take the same arguments compare on it);
+  * `peak_bytes_per_device`: arguments + `peak_bytes`, all the program holds at its peak;
+  * `peak_bytes_all_devices`: that on each of `num_devices` devices.
+  """
+  if num_devices < 1:
+    raise ValueError(f"num_devices: must be >= 1, got {num_devices}")
+  m = compiled.memory_analysis()
+  out = {"argument_bytes": m.argument_size_in_bytes, "output_bytes": m.output_size_in_bytes,
+         "temp_bytes": m.temp_size_in_bytes, "alias_bytes": m.alias_size_in_bytes,
+         "generated_code_bytes": m.generated_code_size_in_bytes}
+  out["peak_bytes"] = out["temp_bytes"] + out["output_bytes"] - out["alias_bytes"]
+  out["peak_bytes_per_device"] = out["argument_bytes"] + out["peak_bytes"]
+  out["peak_bytes_all_devices"] = out["peak_bytes_per_device"] * num_devices
+  return out
+
+
+def sampler_comparison(ours: dict, vllm: dict, source: str) -> dict:
+  """The JAX sampler's tokens per second (`ours`, `experiments.bench_sampler`'s `jax` section)
+  beside vLLM's (`vllm`, `experiments.bench_vllm`'s result, read from `source`) at the batch
+  sizes both measured: vLLM over JAX per batch, with both setups, models and machines (a ratio
+  is like for like only where `same_setup`: the same prompt and new tokens per row)."""
+  if "throughput" not in vllm or "throughput_setup" not in vllm:
+    raise ValueError(f"{source}: not an experiments.bench_vllm result (no 'throughput' or "
+                     "'throughput_setup')")
+  theirs = {r["batch"]: r["tokens_per_s"] for r in vllm["throughput"]}
+  batches = [r for r in ours["throughput"] if r["batch"] in theirs]
+  setup = ("prompt_len", "new_tokens")
+  return {"source": source,
+          "same_setup": all(ours["setup"][k] == vllm["throughput_setup"][k] for k in setup),
+          "setup": {"jax": {k: ours["setup"][k] for k in setup},
+                    "vllm": {k: vllm["throughput_setup"][k] for k in setup}},
+          "models": {"jax": ours["model"], "vllm": vllm.get("model", {}).get("spec")},
+          "machines": {name: {k: run.get("machine", {}).get(k)
+                              for k in ("cpu", "cpus", "platform")}
+                       for name, run in (("jax", ours), ("vllm", vllm))},
+          "throughput": [{"batch": r["batch"], "jax_tokens_per_s": r["tokens_per_s"],
+                          "vllm_tokens_per_s": theirs[r["batch"]],
+                          "vllm_over_jax": theirs[r["batch"]] / r["tokens_per_s"]}
+                         for r in batches]}
 
 
 def write_result(path: Optional[str], result: dict, indent: int = 2) -> str:

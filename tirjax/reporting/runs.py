@@ -1,9 +1,12 @@
 """Loading results: trainer run directories and credit-bench JSON files, as one `Study`.
 
-A trainer run directory (written by `experiments.train`) holds
+A trainer run directory (written by `experiments.train`, read through `RunDir`) holds
   cell.json     {"label", "estimator", "options", "seed"}
   status.json   {"state": "running" | "finished" | "failed", "error", "step"}
   metrics.jsonl one object per line: {"phase": "sft" | "rl" | "eval", "step", "time", ...}
+  config.json   the resolved config
+  eval_after_sft.json, summary.json   the evaluation after SFT; {"after_sft", "after_rl",
+                "rl_steps", "policy_version", "seconds"} once the run finished
 Its final metrics are the last eval line's, `gain/accuracy` (the last eval accuracy minus the
 first, evaluated before RL, or, for a run from a grid's warm start (cell.json "warm_start"),
 minus that warm start's evaluation after SFT), the mean "reward/mean" of the last `last_rl` RL
@@ -21,6 +24,8 @@ import json
 import math
 import os
 from typing import Optional
+
+from tirjax.rundir import read_json  # re-exported: the readers here and their callers
 
 OK = "finished"
 
@@ -67,11 +72,47 @@ class Study:
     return list(dict.fromkeys(r.label for r in self.runs))
 
 
-def read_json(path: str):
-  """The JSON value in the file at `path` (OSError or json.JSONDecodeError when it cannot be
-  read)."""
-  with open(path) as f:
-    return json.load(f)
+CELL, STATUS, METRICS, CONFIG, EVAL_AFTER_SFT, SUMMARY = (
+    "cell.json", "status.json", "metrics.jsonl", "config.json", "eval_after_sft.json",
+    "summary.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir:
+  """The files of one trainer run directory, read when asked (a running trainer rewrites them).
+  A missing or unreadable file raises (OSError, ValueError), except in `state`."""
+
+  path: str
+
+  def file(self, name: str) -> str:
+    return os.path.join(self.path, name)
+
+  def cell(self) -> dict:
+    return read_json(self.file(CELL))
+
+  def status(self) -> dict:
+    return read_json(self.file(STATUS))
+
+  def state(self) -> Optional[str]:
+    """status.json's state; None before the run wrote a readable one."""
+    try:
+      return self.status().get("state")
+    except (OSError, ValueError):
+      return None
+
+  def config(self) -> dict:
+    return read_json(self.file(CONFIG))
+
+  def eval_after_sft(self) -> dict:
+    return read_json(self.file(EVAL_AFTER_SFT))
+
+  def summary(self) -> dict:
+    return read_json(self.file(SUMMARY))
+
+  def metrics(self, phase: Optional[str] = None) -> list[dict]:
+    """metrics.jsonl's lines (`read_metrics`), or only those of `phase` ("sft", "rl", "eval")."""
+    lines = read_metrics(self.file(METRICS))
+    return lines if phase is None else [x for x in lines if x.get("phase") == phase]
 
 
 def _number(v) -> Optional[float]:
@@ -129,29 +170,28 @@ def _curve(lines: list[dict], phase: str, key: str):
 
 def load_run_dir(path: str, last_rl: int = 5) -> Run:
   """One trainer run directory as a `Run`; problems become its state, never an exception."""
-  cell_path = os.path.join(path, "cell.json")
+  files = RunDir(path)
   try:
-    cell = read_json(cell_path)
+    cell = files.cell()
   except (OSError, json.JSONDecodeError) as e:
     return Run(label=os.path.basename(os.path.normpath(path)), seed=-1, state="unreadable",
-               error=f"cell.json: {e}", source=path)
+               error=f"{CELL}: {e}", source=path)
   run = Run(label=str(cell.get("label", cell.get("estimator", "?"))),
             seed=int(cell.get("seed", -1)), state="unknown", source=path)
   try:
-    status = read_json(os.path.join(path, "status.json"))
+    status = files.status()
     run.state, run.error = str(status.get("state", "unknown")), status.get("error")
   except (OSError, json.JSONDecodeError) as e:
-    run.state, run.error = "unknown", f"status.json: {e}"
-  metrics_path = os.path.join(path, "metrics.jsonl")
+    run.state, run.error = "unknown", f"{STATUS}: {e}"
   try:
-    lines = read_metrics(metrics_path) if os.path.exists(metrics_path) else []
+    lines = files.metrics() if os.path.exists(files.file(METRICS)) else []
   except (OSError, ValueError) as e:
     run.state, run.error, lines = "unreadable", str(e), []
   run.final = final_metrics(lines, last_rl)
   warm = cell.get("warm_start")
   if "gain/accuracy" not in run.final and warm and run.final.get("eval/accuracy") is not None:
     try:  # an RL run from a shared warm start: its baseline is the warm start's evaluation
-      start = _number(read_json(os.path.join(warm, "eval_after_sft.json")).get("eval/accuracy"))
+      start = _number(RunDir(warm).eval_after_sft().get("eval/accuracy"))
     except (OSError, json.JSONDecodeError):
       start = None
     if start is not None:
@@ -165,12 +205,12 @@ def load_run_dir(path: str, last_rl: int = 5) -> Run:
 
 def find_run_dirs(root: str) -> list[str]:
   """`root` itself if it holds a cell.json, else every directory below it that does."""
-  if os.path.exists(os.path.join(root, "cell.json")):
+  if os.path.exists(os.path.join(root, CELL)):
     return [root]
   found = []
   for dirpath, dirnames, filenames in os.walk(root):
     dirnames.sort()
-    if "cell.json" in filenames:
+    if CELL in filenames:
       found.append(dirpath)
       dirnames[:] = []
   return found
