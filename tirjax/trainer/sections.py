@@ -17,7 +17,7 @@ import dataclasses
 import os
 from typing import Any, Mapping
 
-from tirjax import rundir
+from tirjax import option_checks as checks, rundir
 from tirjax.env.judge import ABSTENTION_RULES
 from tirjax.env.toolworld.demos import DemoOptions
 from tirjax.training.optimizer import OptimizerOptions
@@ -31,29 +31,12 @@ SAMPLERS = ("jax", "vllm")
 JUDGES = ("rule", "llm")
 
 
-def _int_at_least(owner, name: str, low: int) -> None:
-  value = getattr(owner, name)
-  if isinstance(value, bool) or not isinstance(value, int) or value < low:
-    raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
+_LIMIT_WHY = ("toolworld draws about 2,000 tasks a second, so larger lists take minutes before "
+              "anything else happens")
 
 
-def _one_of(owner, name: str, allowed) -> None:
-  value = getattr(owner, name)
-  if value not in allowed:
-    raise ValueError(f"{name}: must be one of {allowed}, got {value!r}")
-
-
-def _bool(owner, name: str) -> None:
-  if not isinstance(getattr(owner, name), bool):
-    raise ValueError(f"{name}: must be True or False, got {getattr(owner, name)!r}")
-
-
-def _within_limit(owner, name: str) -> None:
-  value = getattr(owner, name)
-  if value > MAX_TASKS:
-    raise ValueError(f"{name}: {value} exceeds the limit of {MAX_TASKS} (toolworld draws about "
-                     "2,000 tasks a second, so larger lists take minutes before anything else "
-                     "happens)")
+def _within_limit(name: str, value) -> None:
+  checks.at_most(name, value, MAX_TASKS, why=_LIMIT_WHY)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,8 +54,7 @@ class ModelOptions:
     if self.hf_checkpoint and not os.path.isdir(self.hf_checkpoint):
       raise ValueError(f"hf_checkpoint: {self.hf_checkpoint!r} is not a directory")
     for key, value in dict(self.tiny).items():
-      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"tiny.{key}: must be an integer >= 1, got {value!r}")
+      checks.int_at_least(f"tiny.{key}", value, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,13 +74,13 @@ class EnvOptions:
   p_direction: float = 0.0  # share of queries that hinge on a direction (see `Difficulty`)
 
   def __post_init__(self):
-    _one_of(self, "name", ENVS)
+    checks.one_of("name", self.name, ENVS)
     if self.name in ("toolhop", "ftrl") and not os.path.exists(self.data_path):
       raise ValueError(f"data_path: {self.data_path!r} does not exist (env.name={self.name})")
     for name in ("train_tasks", "eval_tasks"):
-      _int_at_least(self, name, 1)
-      _within_limit(self, name)
-    _bool(self, "answer_in_tool_message")
+      checks.int_at_least(name, getattr(self, name), 1)
+      _within_limit(name, getattr(self, name))
+    checks.flag("answer_in_tool_message", self.answer_in_tool_message)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,12 +95,12 @@ class JudgeOptions:
   abstention: str = "earned"
 
   def __post_init__(self):
-    _one_of(self, "kind", JUDGES)
-    _one_of(self, "abstention", ABSTENTION_RULES)
+    checks.one_of("kind", self.kind, JUDGES)
+    checks.one_of("abstention", self.abstention, ABSTENTION_RULES)
     if self.kind == "llm":
       if not (self.base_url and self.model):
         raise ValueError("base_url: the LLM judge needs judge.base_url and judge.model")
-      _int_at_least(self, "votes", 1)
+      checks.int_at_least("votes", self.votes, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,20 +128,20 @@ class SamplerOptions:
   reuse_cache: bool = True
 
   def __post_init__(self):
-    _one_of(self, "kind", SAMPLERS)
-    _int_at_least(self, "eval_samples", 0)
+    checks.one_of("kind", self.kind, SAMPLERS)
+    checks.int_at_least("eval_samples", self.eval_samples, 0)
     if not self.eval_temperature >= 0:
       raise ValueError(f"eval_temperature: must be >= 0, got {self.eval_temperature!r}")
     if self.kind == "vllm":
-      _int_at_least(self, "vllm_kv_cache_mib", 1)
-      _int_at_least(self, "vllm_servers", 1)
-      _one_of(self, "vllm_sleep_level", (0, 1, 2))
+      checks.int_at_least("vllm_kv_cache_mib", self.vllm_kv_cache_mib, 1)
+      checks.int_at_least("vllm_servers", self.vllm_servers, 1)
+      checks.one_of("vllm_sleep_level", self.vllm_sleep_level, (0, 1, 2))
       if not 0 <= self.vllm_gpu_memory_utilization <= 1:
         raise ValueError(f"vllm_gpu_memory_utilization: must lie in [0, 1], got "
                          f"{self.vllm_gpu_memory_utilization!r}")
       if any(not u.strip() for u in self.vllm_url.split(",")) and self.vllm_url:
         raise ValueError(f"vllm_url: an empty URL in {self.vllm_url!r}")
-    _bool(self, "reuse_cache")
+    checks.flag("reuse_cache", self.reuse_cache)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,16 +171,16 @@ class TrainOptions:
 
   def __post_init__(self):
     for name in ("steps", "eval_every", "dynamic_sampling_tries", "mini_batch_queries"):
-      _int_at_least(self, name, 0)
+      checks.int_at_least(name, getattr(self, name), 0)
     for name in ("queries_per_step", "checkpoint_every", "keep_checkpoints", "log_every",
                  "ppo_epochs"):
-      _int_at_least(self, name, 1)
+      checks.int_at_least(name, getattr(self, name), 1)
     if self.mini_batch_queries and self.queries_per_step % self.mini_batch_queries:
       raise ValueError(f"mini_batch_queries: {self.mini_batch_queries} does not divide "
                        f"queries_per_step={self.queries_per_step} (mini-batches hold whole "
                        "query groups)")
     for name in ("eval_at_start", "progress_bar", "export_final", "tempered_policy"):
-      _bool(self, name)
+      checks.flag(name, getattr(self, name))
     if (not isinstance(self.loggers, tuple) or len(set(self.loggers)) != len(self.loggers)
         or not set(self.loggers) <= set(rundir.LOGGERS)):
       raise ValueError(f"loggers: must be distinct names among {rundir.LOGGERS}, got "
@@ -228,10 +210,10 @@ class SFTOptions:
   step: StepOptions = StepOptions()
 
   def __post_init__(self):
-    _int_at_least(self, "steps", 0)
-    _int_at_least(self, "batch_size", 1)
-    _int_at_least(self, "num_demos", 1)
-    _within_limit(self, "num_demos")
+    checks.int_at_least("steps", self.steps, 0)
+    checks.int_at_least("batch_size", self.batch_size, 1)
+    checks.int_at_least("num_demos", self.num_demos, 1)
+    _within_limit("num_demos", self.num_demos)
 
 
 SECTIONS = {"model": ModelOptions, "env": EnvOptions, "judge": JudgeOptions,
