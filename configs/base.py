@@ -185,7 +185,8 @@ def _toolworld_headroom(c: ml_collections.ConfigDict, steps_given: bool) -> None
   collapsed (entropy up, accuracy down).
   """
   if not steps_given:
-    c.train.steps = 60
+    c.train.steps = 40
+  c.sft.steps = 600
   c.step.logprob_chunk_size = 2048  # the whole row: fewer, larger matmuls on the CPU
   c.env.p_direction = 1.0
   c.env.hop_weights = (0.35, 0.45, 0.2, 0.0)
