@@ -6,7 +6,7 @@
     python -m experiments.ablate --config=configs/ablate.py:grid=smoke --workdir=/tmp/ablate_smoke
 
 Argument (comma-separated presets):
-`grid=all|estimators|portool|hidifftir|beyond|smoke|beyond_smoke|snapshot` (default all),
+`grid=all|estimators|portool|hidifftir|beyond|smoke|beyond_smoke|snapshot|default` (default all),
 `seeds=N` (seeds 0..N-1; default 3, smoke 2), `warm_start=per_seed|shared|none` (one SFT per
 seed, one SFT for all seeds, or SFT inside every run; see `tirjax.ablation.grid`), and the estimator configs' presets `model`, `env`,
 `sampler`, `mesh`, `steps` (configs/base.py), given to every cell's config. Each cell runs its
@@ -66,15 +66,23 @@ SNAPSHOT_CELLS = SEED_ESTIMATORS + ("portool/omega1=0", "portool/fork_scale=none
                                "portool/rollout.mode=independent",
                                "hidifftir/turn_difficulty=false",
                                "hidifftir/trajectory_difficulty=false")
+# The default's snapshot (issue 26): the seeds' two methods against GRPO, each on `make run`'s
+# design, so that the estimator (and PORTool's tree rollouts) is all that differs.
+DEFAULT_CELLS = ("grpo", "hidifftir", "portool")
 GRIDS = {"all": tuple(dict.fromkeys(ESTIMATORS + PORTOOL + HIDIFFTIR + BEYOND)),
          "estimators": ESTIMATORS, "portool": PORTOOL, "hidifftir": HIDIFFTIR, "beyond": BEYOND,
          "smoke": ("grpo", "portool"), "beyond_smoke": BEYOND_ESTIMATORS,
-         "snapshot": SNAPSHOT_CELLS}
+         "snapshot": SNAPSHOT_CELLS, "default": DEFAULT_CELLS}
 # The committed snapshot (benchmarks/results/ablation_toolworld/report.md): every estimator from one
 # shared SFT warm start per answer protocol, a short RL budget that fits a 2-core CPU in about
 # an hour; its differences are expected to be within noise at this budget.
 SNAPSHOT = dict(train=dict(steps=SNAPSHOT_STEPS, eval_every=0, eval_at_start=False,
                            checkpoint_every=SNAPSHOT_STEPS))
+# `grid=default`: every cell on the default's protocol (configs/hidifftir.py, `make run`): answers
+# in tags, KL 0.001 (k3) and entropy 0.001 (PORTool's protocol has neither, and answers
+# without tags), so that all cells share one SFT warm start per seed.
+DEFAULT_PROTOCOL = dict(rollout=dict(answer_protocol="answer_tag"),
+                        loss=dict(kl_coef=0.001, kl_estimator="k3", entropy_coef=0.001))
 # The smoke grid: every stage (SFT warm start, tree and independent rollouts, updates, eval,
 # export, report) on the smallest sizes.
 SMOKE = dict(env=dict(train_tasks=16, eval_tasks=4),
@@ -104,8 +112,9 @@ def get_config(arg=None):
   c.overrides = ml_collections.ConfigDict(dict(train=dict(progress_bar=False)))
   if grid == "snapshot":
     presets.setdefault("warm_start", "shared")
-  if smoke or grid == "snapshot":
-    for section, values in (SMOKE if smoke else SNAPSHOT).items():
+  extra = SMOKE if smoke else {"snapshot": SNAPSHOT, "default": DEFAULT_PROTOCOL}.get(grid, {})
+  if extra:
+    for section, values in extra.items():
       c.overrides[section] = ml_collections.ConfigDict({**c.overrides.get(section, {}), **values})
   c.cells = GRIDS[grid]
   c.seeds = tuple(range(int(seeds)))
