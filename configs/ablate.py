@@ -6,29 +6,31 @@
     python -m experiments.ablate --config=configs/ablate.py:grid=smoke --workdir=/tmp/ablate_smoke
 
 Argument (comma-separated presets):
-`grid=all|estimators|portool|hidifftir|beyond|smoke|beyond_smoke|snapshot|default` (default all),
-`seeds=N` (seeds 0..N-1; default 3, smoke 2), `warm_start=per_seed|shared|none` (one SFT per
-seed, one SFT for all seeds, or SFT inside every run; see `tirjax.ablation.grid`), and the estimator configs' presets `model`, `env`,
-`sampler`, `mesh`, `steps` (configs/base.py), given to every cell's config. Each cell runs its
-estimator's own config file (paper defaults: PORTool's tree rollouts, HiDiffTIR's `<answer>`
-protocol, ...) with the grid's overrides; see `tirjax.ablation.grid` for the format.
+`grid=all|estimators|portool|hidifftir|beyond|smoke|beyond_smoke|snapshot|default` (default
+all), `seeds=N` (seeds 0..N-1; default 3, smoke 2), `warm_start=per_seed|shared|none` (one SFT
+per seed, one SFT for all seeds, or SFT inside every run; see `tirjax.ablation.grid`), and the
+estimator configs' presets `model`, `env`, `sampler`, `mesh`, `steps` (configs/base.py), given
+to every cell's config. Each cell runs its estimator's own config file (paper defaults:
+PORTool's tree rollouts, HiDiffTIR's `<answer>` protocol, ...) with the grid's overrides; see
+`tirjax.ablation.grid` for the format.
 
 Produces `<workdir>/<label>/seed<k>/`, an `experiments.train` run directory per cell and seed
-(label e.g. `portool/fork_scale=none`); `<workdir>/sft-<hash>/seed<k>/`, the SFT warm start
-of each seed that the RL cells start from (one per answer protocol: two for `grid=all`); and
+(label e.g. `portool/fork_scale=none`); `<workdir>/sft-<hash>/seed<k>/`, the SFT warm start of
+each seed that the RL cells start from (one per answer protocol: two for `grid=all`); and
 `<workdir>/report/` (report.md: eval accuracy, steps, unanswerable rate, formatting reward,
-training reward and unlearning rates as mean ± 95% CI over seeds, paired by seed against
-`grpo`; learning curves). `grid=all` is 34 cells × 3 seeds + 6 warm starts. Measured on the
-2-core CPU with the tiny model: a warm start (800 SFT steps at ~0.4 s) about 5-6 min, an RL
-step (3 queries, ~64 rows) about 9 s, an evaluation of 256 tasks about 30 s: an RL cell of 40
-steps with its evaluations about 7 min, so `grid=all` about 12-13 CPU-hours (the 23 cells
-before SPEC §4.4's estimators: 8-9). `grid=estimators` is every registered estimator (20);
-`grid=beyond` (14 cells) puts SPEC §4.4's estimators next to grpo, portool and hidifftir, with
-GiGPO on trees and with prefix anchors and CISPO's loss on grpo; `grid=beyond_smoke` runs
-those 8 estimators as `grid=smoke` runs its two. `grid=snapshot` (results: benchmarks/results/ablation_toolworld/) (the 12 estimators
-× 3 seeds from one shared warm start per answer protocol, `SNAPSHOT_STEPS` RL steps, one final
-evaluation) about 1.5 CPU-hours. `grid=smoke` (grpo and portool, 2 seeds, 2 steps each, 4 eval
-tasks) takes 2-3 minutes and checks the pipeline, not the methods (accuracies ~0).
+training reward and unlearning rates as mean ± 95% CI over seeds, paired by seed against `grpo`;
+learning curves). `grid=all` is 34 cells × 3 seeds + 6 warm starts. Measured on the 2-core CPU
+with the tiny model: a warm start (800 SFT steps at ~0.4 s) about 5-6 min, an RL step (3
+queries, ~64 rows) about 9 s, an evaluation of 256 tasks about 30 s: an RL cell of 40 steps with
+its evaluations about 7 min, so `grid=all` about 12-13 CPU-hours (the 23 cells before SPEC
+§4.4's estimators: 8-9). `grid=estimators` is every registered estimator (20); `grid=beyond` (14
+cells) puts SPEC §4.4's estimators next to grpo, portool and hidifftir, with GiGPO on trees and
+with prefix anchors and CISPO's loss on grpo; `grid=beyond_smoke` runs those 8 estimators as
+`grid=smoke` runs its two. `grid=snapshot` (results: benchmarks/results/ablation_toolworld/; the
+12 estimators × 3 seeds from one shared warm start per answer protocol, `SNAPSHOT_STEPS` RL
+steps, one final evaluation) about 1.5 CPU-hours. `grid=smoke` (grpo and portool, 2 seeds, 2
+steps each, 4 eval tasks) takes 2-3 minutes and checks the pipeline, not the methods (accuracies
+~0).
 
 Expected result (the papers' claims on 1.7B-7B models and SPEC §4.1; not yet measured at the
 tiny scale): PORTool above GRPO in eval accuracy, with fewer tool-call steps and a lower

@@ -167,22 +167,23 @@ def _toolworld_headroom(c: ml_collections.ConfigDict, steps_given: bool) -> None
   """Toolworld with the tiny model (`make run`), designed so that RL has headroom and a lever
   on a 2-core CPU (issue 26; benchmarks/results/default_run.json).
 
-  The warm start: 800 SFT steps at lr 1e-2 on demonstrations that never show which way a
+  The warm start: 600 SFT steps at lr 1e-2 on demonstrations that never show which way a
   direction-taking tool must be called (`sft.demos.p_confuse=1`: both directions
   demonstrated), on queries that all need a direction (`env.p_direction=1`) with 1-3 hops
-  (`hop_weights`). SFT
-  then teaches the format and the plan but leaves the direction a coin flip (P(the stated
-  direction) 0.50-0.53), which only outcomes can teach. Measured on AMD EPYC, seed 0: greedy
-  0.33, pass@16 at T=1 0.56-0.60 (headroom 0.23-0.27), 56-60% of tasks with mixed outcomes.
-  The old warm start (no confusion, 4 hops) left pass@16 - greedy = 0.09.
+  (`hop_weights`). SFT then teaches the format and the plan but leaves the direction a coin
+  flip (P(the stated direction) 0.50-0.52; RL takes it to 0.71-0.74), which only outcomes
+  can teach. Measured on AMD EPYC, seeds 0-2: greedy 0.289/0.234/0.160, pass@16 at T = 0.6
+  0.559/0.449/0.383 (headroom 0.27/0.21/0.22), 52/42/38% of tasks with mixed outcomes. The
+  old warm start (no confusion, 4 hops) left pass@16 - greedy = 0.09; 800 SFT steps left 0.24
+  for seed 0 but a run took 20-25 min.
 
   RL: 8 queries x 6 rows per step in 4 mini-batches (4 updates per rollout batch, as verl's
   default), sampled at T = 0.6 with the loss on the tempered policy (`train.tempered_policy`),
-  lr 3e-4, 60 steps. `make run` (jax 0.12, seeds 0-2): greedy accuracy 0.375/0.305/0.379 ->
-  0.445/0.473/0.512 (+0.070/+0.168/+0.133). From a jax 0.10 warm start of seed 0, the same RL
-  took greedy 0.332 -> 0.449 and P(the stated direction) 0.53 -> 0.73, with entropy 0.05-0.15
-  and KL <= 0.08 throughout. At T = 1 the same budget gained +0.04 to +0.05; lr 1e-3
-  collapsed (entropy up, accuracy down).
+  lr 3e-4, 40 steps. `make run` (jax 0.12, seeds 0-2): greedy accuracy +0.160/+0.105/+0.105,
+  pass@1 at T = 0.6 +0.148/+0.094/+0.042; the same minutes on more SFT instead (seed 0) reach
+  greedy 0.332, RL 0.449. With 800 SFT steps and 60 RL steps: +0.070/+0.168/+0.133 greedy.
+  At T = 1 the same budget gained +0.04 to +0.05; lr 1e-3 collapsed (entropy up, accuracy
+  down).
   """
   if not steps_given:
     c.train.steps = 40

@@ -6,11 +6,11 @@ Paper defaults (HiDiffTIR §4.1, App. A.5): groups of 16 independent rollouts at
 1.0, at most 10 turns, answers in `<answer>` tags, α = 0.7, λ = 1, exact (Hungarian) matching;
 lr 1e-6, KL 0.001 (k3), entropy bonus 0.001. The tiny preset keeps the method's credit
 assignment (α, λ, matching, the answer protocol) but not its budget: T_max = 6 turns, 64 new
-tokens per turn, 8 queries x 6 rows at T = 0.6 in 4 mini-batches, 60 steps, on a warm start
+tokens per turn, 8 queries x 6 rows at T = 0.6 in 4 mini-batches, 40 steps, on a warm start
 designed to leave RL a lever (configs/base.py, `_toolworld_headroom`).
 Measured with `model=tiny` (`make run`, seeds 0-2, AMD EPYC, benchmarks/results/default_run.json):
-greedy eval accuracy 0.375/0.305/0.379 after SFT, 0.445/0.473/0.512 after 60 RL steps
-(+0.070/+0.168/+0.133); seed 0's pass@1 at T = 0.6 0.329 -> 0.415.
+greedy eval accuracy 0.289/0.234/0.160 after 600 SFT steps, 0.449/0.340/0.266 after 40 RL
+steps (+0.160/+0.105/+0.105); pass@1 at T = 0.6 0.246/0.200/0.089 -> 0.394/0.294/0.132.
 """
 
 from configs import base

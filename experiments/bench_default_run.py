@@ -1,7 +1,7 @@
 """The embedded default (`make run`) for several seeds, timed, with RL's headroom and gain.
 
-    python -m experiments.bench_default_run --seeds=0,1,2 --sampled_seeds=0 \\
-        --workdir=runs/default_bench --json=benchmarks/results/default_run.json
+    python -m experiments.bench_default_run --seeds=0,1,2 --sampled_seeds=0,1,2 \\
+        --control_seed=0 --workdir=runs/default_bench --json=benchmarks/results/default_run.json
 
 Runs `python -m experiments.train --config=configs/hidifftir.py:model=tiny` once per seed (a
 fresh process each, as `make run` does) in `<workdir>/seed<k>`, resuming any that exist, and
