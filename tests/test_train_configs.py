@@ -2,7 +2,6 @@
 
 import dataclasses
 import importlib
-import pathlib
 import re
 import warnings
 
@@ -10,12 +9,10 @@ import pytest
 
 from tirjax import advantages
 from tirjax.env.toolworld.demos import DemoOptions
+from tirjax.testing.short_runs import CONFIGS
 from tirjax.trainer import resolve, sections
 from tirjax.training.optimizer import OptimizerOptions
 from tirjax.training.sft import SFTLossOptions
-
-CONFIGS = sorted(p.stem for p in pathlib.Path("configs").glob("*.py")
-                 if p.stem not in ("__init__", "base", "ablate", "cell"))
 
 
 def load(name, arg="model=tiny"):

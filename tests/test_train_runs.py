@@ -1,50 +1,18 @@
 """The trainer end to end: a two-step smoke run of every config, and resume after SIGKILL."""
 
-import importlib
 import json
 import math
 import os
 import re
-import signal
 import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
 from experiments.train import run
-from tests.test_train_configs import CONFIGS
-
-# Short settings: no SFT, one query per step, two steps of at most 16 tokens, tiny evaluation.
-SHORT = {
-    "sft.steps": 0, "env.eval_tasks": 2, "train.queries_per_step": 1, "train.eval_every": 2,
-    "train.checkpoint_every": 1, "train.progress_bar": False, "train.dynamic_sampling_tries": 1,
-    "rollout.n": 2, "rollout.max_steps": 2, "rollout.max_new_tokens": 16,
-    "rollout.shapes.max_steps": 2, "rollout.shapes.max_tokens": 256,
-    "rollout.arpo.initial_rollouts": 2, "rollout.arpo.total_rollouts": 3,
-    "sharding.num_devices": 1,
-    # one update per step at T = 1 on the raw model (the tiny toolworld default tempers at 0.6
-    # in mini-batches of 2 queries; the hidifftir smoke run below covers that path)
-    "train.mini_batch_queries": 0, "rollout.temperature": 1.0, "train.tempered_policy": False,
-}
-
-
-def short_config(name, steps=2, **extra):
-  c = importlib.import_module(f"configs.{name}").get_config(f"model=tiny,steps={steps}")
-  for key, value in {**SHORT, **extra}.items():
-    node = c
-    *path, leaf = key.split(".")
-    for part in path:
-      node = node[part]
-    node[leaf] = value
-  return c
-
-
-def read_metrics(workdir):
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    return [json.loads(line) for line in f]
+from tirjax.testing.short_runs import (CONFIGS, SFT_THEN_RL, committed, kill_when, logged,
+                                      read_metrics, short_config, train_command)
 
 
 @pytest.mark.slow
@@ -88,43 +56,8 @@ def test_two_step_smoke_run(name, tmp_path):
     assert (tmp_path / "reference").exists()  # the KL reference, kept for restarts
 
 
-def _command(workdir, steps):
-  args = [sys.executable, "-m", "experiments.train",
-          f"--config=configs/grpo.py:model=tiny,steps={steps}", f"--workdir={workdir}"]
-  args += [f"--config.{k}={v}" for k, v in SHORT.items() if not k.startswith("rollout.arpo")]
-  return args
-
-
 def _final_params(workdir):
   return load_file(os.path.join(workdir, "hf_export", "model.safetensors"))
-
-
-def _kill_when(command, env, ready, log, what):
-  """Starts `command` (its stdout to `log`) and SIGKILLs it once `ready()` holds (an observable
-  state, not a fixed sleep)."""
-  with open(log, "w") as out:
-    proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.DEVNULL)
-  deadline = time.time() + 600
-  while not ready():
-    assert time.time() < deadline and proc.poll() is None, f"the run ended before {what}"
-    time.sleep(0.05)
-  proc.send_signal(signal.SIGKILL)
-  proc.wait()
-
-
-def _logged(workdir, phase, step):
-  """Whether `phase` step `step` is in the run's metrics (a line being written is not yet)."""
-  def ready():
-    try:
-      return any(r["phase"] == phase and r["step"] >= step for r in read_metrics(workdir))
-    except (OSError, ValueError):
-      return False
-  return ready
-
-
-def _committed(workdir, step):
-  """Whether checkpoint `step` is committed (Orbax renames it into place once written)."""
-  return lambda: (workdir / "checkpoints" / str(step)).is_dir()
 
 
 @pytest.mark.slow
@@ -132,22 +65,19 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(tmp_path):
   steps = 4
   env = {**os.environ, "PYTHONPATH": os.getcwd()}
   full, killed = tmp_path / "full", tmp_path / "killed"
-  subprocess.run(_command(full, steps), check=True, env=env, capture_output=True)
+  subprocess.run(train_command(full, steps), check=True, env=env, capture_output=True)
   # Kill at a step chosen at random (seeded), once its checkpoint exists.
   kill_after = int(np.random.default_rng(0).integers(1, steps))
-  _kill_when(_command(killed, steps), env, _logged(killed, "rl", kill_after),
-             tmp_path / "killed.log", f"RL step {kill_after}")
+  kill_when(train_command(killed, steps), env, logged(killed, "rl", kill_after),
+            tmp_path / "killed.log", f"RL step {kill_after}")
   assert json.load(open(killed / "status.json"))["state"] == "running"  # killed, not finished
-  subprocess.run(_command(killed, steps), check=True, env=env, capture_output=True)
+  subprocess.run(train_command(killed, steps), check=True, env=env, capture_output=True)
   a, b = _final_params(full), _final_params(killed)
   assert a.keys() == b.keys()
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
   rl = [r["step"] for r in read_metrics(killed) if r["phase"] == "rl"]
   assert rl == list(range(1, steps + 1))  # steps redone after the kill are logged once
-
-
-SFT_THEN_RL = {"sft.steps": 4, "sft.batch_size": 2, "sft.num_demos": 8}
 
 
 @pytest.mark.slow
@@ -160,19 +90,19 @@ def test_resume_after_sft_warm_start_kills_in_sft_and_in_rl(tmp_path):
   env = {**os.environ, "PYTHONPATH": os.getcwd()}
   extra = [f"--config.{k}={v}" for k, v in SFT_THEN_RL.items()]
   full, killed = tmp_path / "full", tmp_path / "killed"
-  subprocess.run(_command(full, steps) + extra, check=True, env=env, capture_output=True)
+  subprocess.run(train_command(full, steps) + extra, check=True, env=env, capture_output=True)
   rng = np.random.default_rng(7)
   sft_kill, rl_kill = int(rng.integers(1, SFT_THEN_RL["sft.steps"])), int(rng.integers(1, steps))
-  _kill_when(_command(killed, steps) + extra, env, _committed(killed, sft_kill),
-             tmp_path / "first.log", f"SFT checkpoint {sft_kill}")
-  _kill_when(_command(killed, steps) + extra, env, _logged(killed, "rl", rl_kill),
-             tmp_path / "second.log", f"RL step {rl_kill}")
+  kill_when(train_command(killed, steps) + extra, env, committed(killed, sft_kill),
+            tmp_path / "first.log", f"SFT checkpoint {sft_kill}")
+  kill_when(train_command(killed, steps) + extra, env, logged(killed, "rl", rl_kill),
+            tmp_path / "second.log", f"RL step {rl_kill}")
   resumed = (tmp_path / "second.log").read_text()
   at = [int(x) for x in re.findall(rf"resumed {re.escape(str(killed))} at sft step (\d+)",
                                    resumed)]
   assert len(at) == 1 and sft_kill <= at[0] < SFT_THEN_RL["sft.steps"], resumed
   assert json.load(open(killed / "status.json"))["state"] == "running"  # killed, not finished
-  subprocess.run(_command(killed, steps) + extra, check=True, env=env, capture_output=True)
+  subprocess.run(train_command(killed, steps) + extra, check=True, env=env, capture_output=True)
   a, b = _final_params(full), _final_params(killed)
   assert a.keys() == b.keys()
   for k in a:
@@ -185,7 +115,7 @@ def test_resume_after_sft_warm_start_kills_in_sft_and_in_rl(tmp_path):
   assert saved and saved[-1] == SFT_THEN_RL["sft.steps"] + steps  # RL's steps follow SFT's
   # A finished run, rerun: it evaluates again and trains nothing.
   before = read_metrics(killed)
-  out = subprocess.run(_command(killed, steps) + extra, check=True, env=env,
+  out = subprocess.run(train_command(killed, steps) + extra, check=True, env=env,
                        capture_output=True, text=True)
   assert read_metrics(killed) == before
   assert "eval accuracy" in out.stdout
@@ -200,7 +130,7 @@ def test_resume_after_sft_warm_start_kills_in_sft_and_in_rl(tmp_path):
   raw = bytearray(data.read_bytes())
   raw[len(raw) // 2] ^= 0xFF
   data.write_bytes(bytes(raw))
-  out = subprocess.run(_command(killed, steps) + extra, check=True, env=env,
+  out = subprocess.run(train_command(killed, steps) + extra, check=True, env=env,
                        capture_output=True, text=True)
   assert f"{latest}: checksum mismatch" in out.stderr
   assert (killed / "checkpoints" / f"corrupt-{saved[-1]}").is_dir()

@@ -3,7 +3,7 @@
 The run attaches to the session's toolworld server (`sampler.vllm_url`; same architecture: the
 `tiny` model over the toolworld vocabulary with vLLM's head size) and hands its own weights
 over before every sampling phase, each hand-over checked against its teacher-forced log-probs.
-Settings are the trainer tests' short ones (`test_train_runs.short_config`).
+Settings are the trainer tests' short ones (`tirjax.testing.short_runs.short_config`).
 """
 
 import json
@@ -13,8 +13,8 @@ import os
 import pytest
 
 from experiments.train import run
-from tests.test_train_runs import read_metrics, short_config
 from tirjax.models import config as model_config
+from tirjax.testing.short_runs import read_metrics, short_config
 from tirjax.testing.vllm_toolworld import TOL
 
 pytestmark = pytest.mark.xdist_group("vllm")

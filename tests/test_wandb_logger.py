@@ -12,8 +12,8 @@ import zlib
 
 import pytest
 
-from tests.test_train_runs import SFT_THEN_RL, _command, _kill_when, _logged, read_metrics
 from tirjax import rundir, wandb_logger
+from tirjax.testing.short_runs import SFT_THEN_RL, kill_when, logged, read_metrics, train_command
 from tirjax.trainer import sections
 
 pytest.importorskip("wandb")
@@ -157,10 +157,10 @@ def test_trainer_logs_to_wandb_through_kills_and_a_resume(tmp_path):
   env = {**os.environ, **OFFLINE, "PYTHONPATH": os.getcwd()}
   env.pop("WANDB_API_KEY", None)
   workdir = tmp_path / "run"
-  command = _command(workdir, steps) + [f"--config.{k}={v}" for k, v in SFT_THEN_RL.items()]
+  command = train_command(workdir, steps) + [f"--config.{k}={v}" for k, v in SFT_THEN_RL.items()]
   command += ["--config.train.loggers=('tensorboard', 'wandb')"]
-  _kill_when(command, env, _logged(workdir, "sft", 2), tmp_path / "first.log", "SFT step 2")
-  _kill_when(command, env, _logged(workdir, "rl", 3), tmp_path / "second.log", "RL step 3")
+  kill_when(command, env, logged(workdir, "sft", 2), tmp_path / "first.log", "SFT step 2")
+  kill_when(command, env, logged(workdir, "rl", 3), tmp_path / "second.log", "RL step 3")
   assert json.load(open(workdir / "status.json"))["state"] == "running"  # killed, not finished
   subprocess.run(command, check=True, env=env, capture_output=True)
   rows = assert_mirrors_metrics(workdir)
