@@ -10,8 +10,8 @@ import warnings
 
 import pytest
 
-from tests.test_checkpoint import assert_same, make_state, target_like
 from tirjax import checkpoint as ck
+from tirjax.testing.checkpoint_states import assert_same, make_state, target_like
 
 
 def _largest_data_file(step_dir):
