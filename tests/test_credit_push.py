@@ -5,12 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.test_credit_task import random_policy
 from tirjax import advantages
 from tirjax.credit import chain_rollouts
 from tirjax.credit.push import logit_push
 from tirjax.credit.task import ChainTask
 from tirjax.loss import LossOptions
+from tirjax.testing.chain_tasks import random_policy
 
 
 def reference_push(log_probs, states, tokens, mask, adv, aggregation):

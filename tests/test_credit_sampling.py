@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 from tirjax.testing.reference import credit as reference
-from tests.test_credit_task import random_policy, tasks
 from tirjax.credit import chain_rollouts, evaluate
 from tirjax.credit.task import ADVANCE, ANSWER_KIND, FATAL, ChainTask
+from tirjax.testing.chain_tasks import random_policy, tasks
 
 
 @st.composite

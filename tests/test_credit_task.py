@@ -10,25 +10,9 @@ from hypothesis import given, strategies as st
 from tirjax.testing.reference import credit as reference
 from tirjax.credit import evaluate, softmax_policy as policy
 from tirjax.credit.task import ADVANCE, ANSWER_KIND, DETOUR, FATAL, ChainTask, transition
+from tirjax.testing.chain_tasks import random_policy, tasks
 
 KIND_NAMES = {ADVANCE: "advance", DETOUR: "detour", FATAL: "fatal", ANSWER_KIND: "answer"}
-
-
-@st.composite
-def tasks(draw):
-  D = draw(st.integers(1, 3))
-  A = draw(st.integers(D + 2, D + 5))
-  M = A - 1 - D
-  fatal = tuple(draw(st.integers(0, M)) for _ in range(D + 1))
-  return ChainTask(num_stages=D, num_actions=A, fatal=fatal,
-                   max_steps=draw(st.integers(D + 1, D + 3)),
-                   early_answer=draw(st.sampled_from([0.0, -1.0])),
-                   ok_format=draw(st.sampled_from([0.25, 0.1])),
-                   fatal_format=draw(st.sampled_from([-0.25, 0.0])))
-
-
-def random_policy(rng, task, concentration=0.5):
-  return rng.dirichlet(np.full(task.num_actions, concentration), task.num_states)
 
 
 @given(tasks())
