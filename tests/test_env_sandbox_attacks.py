@@ -14,6 +14,7 @@ import pytest
 
 from tirjax.env.sandbox import Sandbox, SandboxLimits, kernel_isolation_available
 from tirjax.env.tools import ToolError
+from tirjax.testing.sandbox_probes import cpu_ticks, libseccomp_loads
 
 LIMITS = SandboxLimits(timeout_s=2.0, grace_s=1.0, memory_mb=384, max_output_chars=1000)
 
@@ -85,15 +86,6 @@ def kernel_required(sb, *keys):
     pytest.skip(f"this machine does not permit {missing} (Sandbox.enforced)")
 
 
-def _libseccomp_loads() -> bool:
-  import ctypes
-  try:
-    ctypes.CDLL("libseccomp.so.2")
-    return True
-  except OSError:
-    return False
-
-
 def test_every_layer_the_machine_permits_is_on(sandbox):
   """Where unprivileged namespaces exist (CI's machine), the namespaces and the read-only view
   are in force, and the seccomp filter wherever libseccomp loads: a layer that silently fails
@@ -103,8 +95,8 @@ def test_every_layer_the_machine_permits_is_on(sandbox):
   for key in ("network_namespace", "pid_namespace", "readonly_filesystem", "parent_death",
               "scratch_quota", "capabilities_dropped", "worker_per_namespace"):
     assert sandbox.enforced[key], key
-  assert sandbox.enforced["seccomp"] == _libseccomp_loads()
-  assert sandbox.enforced["threads_refused"] == _libseccomp_loads()
+  assert sandbox.enforced["seccomp"] == libseccomp_loads()
+  assert sandbox.enforced["threads_refused"] == libseccomp_loads()
 
 
 def test_fork_exec_is_refused_and_nothing_outlives_close(sandbox, tmp_path):
@@ -208,11 +200,6 @@ def _alive(pid):
     return False
 
 
-def _cpu_ticks(pid):
-  with open(f"/proc/{pid}/stat") as f:
-    return int(f.read().rsplit(")", 1)[1].split()[11])  # utime
-
-
 def test_a_sigkilled_owner_takes_its_workers_and_scratch_with_it(tmp_path):
   owner = subprocess.Popen([sys.executable, "-c", OWNER], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=True,
@@ -221,9 +208,9 @@ def test_a_sigkilled_owner_takes_its_workers_and_scratch_with_it(tmp_path):
   pids = _descendants(info["group"])
   workers = [p for p in pids if p != info["group"] and not _descendants(p)[1:]]
   assert len(workers) == 2, pids  # one per namespace, beside the zygote
-  ticks = {p: _cpu_ticks(p) for p in workers}
+  ticks = {p: cpu_ticks(p) for p in workers}
   deadline = time.monotonic() + 30
-  while all(_cpu_ticks(p) < ticks[p] + 10 for p in workers):  # "a" is in the tool's loop
+  while all(cpu_ticks(p) < ticks[p] + 10 for p in workers):  # "a" is in the tool's loop
     assert time.monotonic() < deadline and owner.poll() is None
     time.sleep(0.05)
   owner.send_signal(signal.SIGKILL)

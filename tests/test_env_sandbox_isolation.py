@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from tests.test_env_sandbox_attacks import _cpu_ticks, _libseccomp_loads
 from tirjax.env.executor import ToolEnvOptions, ToolEnv
 from tirjax.env.sandbox import Sandbox, SandboxLimits, SandboxTool, kernel_isolation_available
 from tirjax.env.tools import Task, Tool, ToolError
+from tirjax.testing.sandbox_probes import cpu_ticks, libseccomp_loads
 
 LIMITS = SandboxLimits(timeout_s=2.0, grace_s=1.0, memory_mb=384, max_file_mb=4,
                        scratch_mb=8, max_output_chars=100_000)
@@ -128,7 +128,7 @@ def kernel_required(seccomp: bool = False):
   `Sandbox.enforced` says, so a layer that failed to come up fails the test, not skips it."""
   if not kernel_isolation_available():
     pytest.skip("no unprivileged user, PID and mount namespaces on this machine")
-  if seccomp and not _libseccomp_loads():
+  if seccomp and not libseccomp_loads():
     pytest.skip("libseccomp is not installed on this machine")
 
 
@@ -196,12 +196,12 @@ def test_nothing_the_tool_left_behind_runs_between_calls(sandbox):
   the next call, which runs the handler, is killed at its time-out."""
   pid = _worker_pid(sandbox, "attacker")
   assert sandbox.call("attacker", "spin_after_return", {}) == "armed"
-  start = _cpu_ticks(pid)
+  start = cpu_ticks(pid)
   deadline = time.monotonic() + 30
-  while not _stopped_with_alarm_pending(pid) and _cpu_ticks(pid) < start + 50:  # or 0.5 s spun
+  while not _stopped_with_alarm_pending(pid) and cpu_ticks(pid) < start + 50:  # or 0.5 s spun
     assert time.monotonic() < deadline
     time.sleep(0.01)
-  assert _cpu_ticks(pid) < start + 50, "the handler ran after the call had returned"
+  assert cpu_ticks(pid) < start + 50, "the handler ran after the call had returned"
   assert _stopped_with_alarm_pending(pid)
   with pytest.raises(ToolError, match="timed out"):
     sandbox.call("attacker", "threads", {})
