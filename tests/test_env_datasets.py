@@ -1,13 +1,11 @@
-"""Dataset loaders on fixtures built here (ToolHop, FTRL formats), and a replay of every BFCL
-multi-turn ground truth (the installed package's data) through `ToolEnv`, compared with
-BFCL's own executor."""
+"""Dataset loaders on fixtures in ToolHop's and FTRL's formats (`tirjax.testing.dataset_rows`),
+and a replay of every BFCL multi-turn ground truth (the installed package's data) through
+`ToolEnv`, compared with BFCL's own executor."""
 
 import dataclasses
 import json
 import os
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from tirjax.env import metrics, schemas
@@ -17,6 +15,7 @@ from tirjax.env.datasets.ftrl import load_ftrl
 from tirjax.env.datasets.toolhop import load_toolhop
 from tirjax.env.executor import ToolEnvOptions, ToolEnv
 from tirjax.env.sandbox import Sandbox, SandboxLimits
+from tirjax.testing.dataset_rows import TOOLHOP_ROW, write_ftrl_table
 
 
 @pytest.fixture(scope="module")
@@ -27,38 +26,6 @@ def sandbox():
 
 def step(*calls):
   return "<think>ok</think>\n<tool_call>" + json.dumps(list(calls)) + "</tool_call>"
-
-
-def obj(**props):
-  return {"type": "object", "properties": {k: {"type": v} for k, v in props.items()},
-          "required": sorted(props)}
-
-
-TOOLHOP_ROW = {
-    "id": "toolhop-fixture", "question": "How long is the last name of X's father?",
-    "answer": "5", "hop_count": 3, "domain": "Genealogy", "answer_type": "number",
-    "sub_task": {"Who is the father of X?": "John Smith"},
-    "tools": {
-        "a": {"name": "father_of", "description": "father", "parameters": obj(person="string")},
-        "b": {"name": "extract_part", "description": "a part of a name",
-              "parameters": obj(full_name="string", part="string")},
-        "c": {"name": "extract_part", "description": "upper case",
-              "parameters": obj(text="string")},
-        "d": {"name": "length", "description": "length", "parameters": obj(s="string")},
-        "e": {"name": "broken", "description": "", "parameters": obj(x="string")},
-    },
-    "functions": [
-        "def length(s):\n    return len(s)\n\nprint('example:', length('abc'))",
-        "def father_of(person):\n    if person == 'X':\n        return {'father': 'John Smith'}\n"
-        "    return {'error': 'unknown person'}",
-        "def extract_part(text):\n    return text.upper()",
-        "def extract_part(full_name, part='last'):\n    first, last = full_name.split()\n"
-        "    return last if part == 'last' else first",
-        "def broken(x):\n    return x\nraise RuntimeError('broken at definition')",
-    ],
-    "gold_calls": ["father_of(person='X')", "extract_part('John Smith', part='last')",
-                   "length('Smith')", "extract_part(text='smith')"],
-}
 
 
 def test_toolhop_loader(tmp_path, sandbox):
@@ -90,26 +57,9 @@ def test_toolhop_loader(tmp_path, sandbox):
   assert metrics.answer_correctness("The length is 5.", task.answer) == 1.0
 
 
-def _ftrl_table(path, num_rows=2):
-  code = ("def stock_price(ticker, date):\n    import dateutil.parser\n"
-          "    day = dateutil.parser.parse(date).strftime('%Y-%m-%d')\n"
-          "    return {'ticker': ticker, 'date': day, 'price': 123.4 if ticker == 'ACME' else 1}\n")
-  tools = [{"type": "function", "function": {"name": "stock_price", "description": "price",
-                                             "parameters": obj(ticker="string", date="string")}},
-           {"type": "function", "function": {"name": "noop", "description": "nothing",
-                                             "parameters": {"type": "object", "properties": {}}}}]
-  rows = [{"messages": [{"role": "user", "content": f"Question {i}: price of ACME?"}],
-           "tools": json.dumps(tools),
-           "codes": json.dumps({"stock_price": code, "noop": "def noop():\n    return 'ok'"}),
-           "unsolved_set": json.dumps({"stock_price": ["123.4", "2024-01-02"]}),
-           "solve_rate": 0.0, "data_source": "self/single_hop", "split": "test",
-           "answer": "123.4"} for i in range(num_rows)]
-  pq.write_table(pa.Table.from_pylist(rows), path)
-
-
 def test_ftrl_loader_and_solves(tmp_path, sandbox):
   path = str(tmp_path / "ftrl.parquet")
-  _ftrl_table(path)
+  write_ftrl_table(path)
   tasks = load_ftrl(path, sandbox)
   assert len(tasks) == 2 and tasks[1].task_id == "self/single_hop/test/1"
   task = tasks[0]

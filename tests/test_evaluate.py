@@ -10,12 +10,12 @@ import pytest
 
 from configs import hidifftir
 from experiments import evaluate
-from tests.test_env_datasets import TOOLHOP_ROW, _ftrl_table
 from tirjax.env.toolworld import build_tokenizer
 from tirjax.trainer.tasks import load_tokenizer
 from tirjax.models import config as model_config
 from tirjax.models.decoder import init
 from tirjax.models.hf_io import export_hf
+from tirjax.testing.dataset_rows import TOOLHOP_ROW, write_ftrl_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Context per dataset: ToolHop's and FTRL's tool specs make long prompts for this tokenizer.
@@ -39,7 +39,7 @@ def data(tmp_path_factory):
   toolhop.write_text("".join(json.dumps(dict(TOOLHOP_ROW, id=f"toolhop-{i:03d}")) + "\n"
                              for i in range(24)))
   ftrl = str(root / "ftrl.parquet")
-  _ftrl_table(ftrl, num_rows=24)
+  write_ftrl_table(ftrl, num_rows=24)
   return {"toolhop": str(toolhop), "ftrl": ftrl}
 
 
