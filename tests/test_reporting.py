@@ -349,3 +349,24 @@ def test_plots_are_readable_at_a_glance():
   ax, = plots.figure(_study(many, 1), "c").axes
   assert [t.get_text().split("\n")[0] for t in ax.get_xticklabels()] == many
   assert plots.figure(_study(few, 3), "missing") is None
+
+
+def test_a_cell_keeps_its_colour_in_every_figure_of_a_study():
+  # The report's warm start has eval curves but no training reward: without it in a figure,
+  # the other cells must not shift to its colour.
+  from tirjax.reporting import plots
+  labels = ["sft", "grpo", "hidifftir"]
+  runs = [runs_lib.Run(label, s, "finished", final={"x": 1.0},
+                       curves={"eval": ([0, 10, 20], [0.1, 0.2, 0.3]),
+                               **({} if label == "sft" else {"reward": ([1, 2, 3], [0., 1., 0.])})})
+          for label in labels for s in range(2)]
+  study = runs_lib.Study(runs, (), ("eval", "reward"), "step", baseline="grpo")
+
+  def colours(name):
+    ax, = plots.figure(study, name).axes
+    return {ln.get_label().split(" ")[0]: ln.get_color() for ln in ax.get_lines()
+            if ln.get_label().split(" ")[0] in labels}
+
+  on_eval, on_reward = colours("eval"), colours("reward")
+  assert set(on_reward) == {"grpo", "hidifftir"}
+  assert all(on_reward[k] == on_eval[k] for k in on_reward)

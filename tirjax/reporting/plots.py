@@ -5,8 +5,9 @@ than two seeds reached the mean is drawn without an interval. Failed and running
 plotted too (their curves are data up to where they stopped); the legend counts the seeds.
 
 Made to be read at a glance:
-* every cell has its own colour (a qualitative palette without light/dark pairs), and cells
-  beyond the palette get a dashed line as well;
+* every cell has its own colour (a qualitative palette without light/dark pairs), the same in
+  every figure of a study (from the cell's place among all the study's cells, not among those
+  that have the curve), and cells beyond the palette get a dashed line as well;
 * a short series (at most `SHORT` points, e.g. one evaluation per run) is drawn with markers
   and error bars, so that a single point is visible;
 * with more than `MAX_OVERLAID` cells, the figure becomes small multiples: one panel per cell
@@ -100,18 +101,19 @@ def figure(study: Study, name: str, level: float = 0.95, baseline: Optional[str]
     runs = [r for r in study.runs if r.label == label and r.curves.get(name, ([], []))[0]]
     series[label] = (band([r.curves[name] for r in runs], level), len(runs))
   baseline = baseline or study.baseline
+  styles = {label: style(i) for i, label in enumerate(study.labels())}
   if all(len(xs) == 1 for (xs, *_), _ in series.values()):
-    return _point_ranges(series, labels, baseline, study.x_label, name, level)
+    return _point_ranges(series, labels, styles, baseline, study.x_label, name, level)
   if len(labels) > MAX_OVERLAID:
-    return _small_multiples(series, labels, baseline, study.x_label, name, level)
-  return _overlaid(series, labels, study.x_label, name, level)
+    return _small_multiples(series, labels, styles, baseline, study.x_label, name, level)
+  return _overlaid(series, labels, styles, study.x_label, name, level)
 
 
-def _overlaid(series, labels, x_label, name, level):
+def _overlaid(series, labels, styles, x_label, name, level):
   fig, ax = plt.subplots(figsize=(9, 5))
-  for i, label in enumerate(labels):
+  for label in labels:
     (xs, mean, low, high), seeds = series[label]
-    draw(ax, xs, mean, low, high, f"{label} (seeds={seeds})", **style(i))
+    draw(ax, xs, mean, low, high, f"{label} (seeds={seeds})", **styles[label])
   ax.set_xlabel(x_label)
   ax.set_ylabel(name)
   ax.set_title(f"{name}: mean over seeds, {level:.0%} CI")
@@ -121,7 +123,7 @@ def _overlaid(series, labels, x_label, name, level):
   return fig
 
 
-def _small_multiples(series, labels, baseline, x_label, name, level):
+def _small_multiples(series, labels, styles, baseline, x_label, name, level):
   panels = [lab for lab in labels if lab != baseline] if baseline in series else list(labels)
   cols = min(4, len(panels))
   rows = math.ceil(len(panels) / cols)
@@ -133,7 +135,7 @@ def _small_multiples(series, labels, baseline, x_label, name, level):
       (xs, mean, low, high), _ = series[baseline]
       draw(ax, xs, mean, low, high, baseline, BASELINE_COLOR, lw=1.2, alpha=0.25)
     (xs, mean, low, high), seeds = series[label]
-    draw(ax, xs, mean, low, high, label, **style(i))
+    draw(ax, xs, mean, low, high, label, **styles[label])
     ax.set_title(f"{label} (seeds={seeds})", fontsize=9)
     ax.grid(alpha=0.3)
     ax.tick_params(labelsize=8)
@@ -149,12 +151,12 @@ def _small_multiples(series, labels, baseline, x_label, name, level):
   return fig
 
 
-def _point_ranges(series, labels, baseline, x_label, name, level):
+def _point_ranges(series, labels, styles, baseline, x_label, name, level):
   fig, ax = plt.subplots(figsize=(max(5.0, 0.75 * len(labels) + 2.0), 4.5))
   at = sorted({xs[0] for (xs, *_), _ in series.values()})
   for i, label in enumerate(labels):
     (xs, mean, low, high), _ = series[label]
-    color = BASELINE_COLOR if label == baseline else style(i)["color"]
+    color = BASELINE_COLOR if label == baseline else styles[label]["color"]
     ax.plot([i], mean, "o", color=color, markersize=6)
     if low[0] is not None:
       ax.errorbar([i], mean, yerr=[[mean[0] - low[0]], [high[0] - mean[0]]], fmt="none",
