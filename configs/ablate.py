@@ -39,9 +39,9 @@ methods (accuracies ~0).
 
 Expected result (the papers' claims on 1.7B-7B models and SPEC §4.1; at the tiny scale
 `grid=default` sees the accuracy in the same order, within noise at 3 seeds, and PORTool's lower
-unanswerable rate, p = 0.02): PORTool above GRPO in eval accuracy, with fewer tool-call steps and a lower
-unanswerable rate (PORTool §4); PORTool's unlearning rate far below GRPO's, rising sharply
-with `shared_step_trj=own`; HiDiffTIR above GRPO, and each of its ablations
+unanswerable rate, p = 0.02): PORTool above GRPO in eval accuracy, with fewer tool-call steps
+and a lower unanswerable rate (PORTool §4); PORTool's unlearning rate far below GRPO's, rising
+sharply with `shared_step_trj=own`; HiDiffTIR above GRPO, and each of its ablations
 (`trajectory_difficulty=false`, `turn_difficulty=false`) below full HiDiffTIR (its Table 2).
 """
 
