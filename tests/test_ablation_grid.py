@@ -348,3 +348,36 @@ def test_a_run_whose_warm_start_is_not_in_the_jobs_is_not_run(tmp_path, capsys):
   assert [(r.state, r.error) for r in results] == [
       ("blocked", f"warm start {jobs[0].needs} is not in the grid")]
   assert "not run: its warm start" in capsys.readouterr().out
+
+
+def _flat(config, prefix=""):
+  out = {}
+  for key, value in config.items():
+    if hasattr(value, "items"):
+      out.update(_flat(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def test_the_default_grid_runs_every_cell_on_make_runs_design(tmp_path):
+  """grid=default compares estimators on `make run`'s config: each RL cell's config is the
+  default's (configs/hidifftir.py) except for the estimator, PORTool's tree rollouts and what a
+  start from the seed's one warm start changes."""
+  from configs import hidifftir as default_config
+  jobs = ablation.plan(ablate_config.get_config("grid=default"), str(tmp_path))
+  warm = [j for j in jobs if j.estimator == "sft"]
+  assert sorted(j.seed for j in warm) == [0, 1, 2] and len({j.label for j in warm}) == 1
+  default = _flat(default_config.get_config("model=tiny"))
+  from_warm_start = {"model.hf_checkpoint", "sft.steps", "sft.optim.decay_steps"}
+  cells = [j for j in jobs if j.estimator != "sft"]
+  assert sorted({j.label for j in cells}) == ["grpo", "hidifftir", "portool"]
+  for job in cells:
+    c = _flat(ablation.build_config(job.recipe))
+    differ = {k for k in default.keys() | c.keys() if default.get(k, None) != c.get(k, None)}
+    differ -= from_warm_start | {"seed", "train.progress_bar"}
+    differ = {k for k in differ if not k.startswith("advantage.")}
+    assert differ == ({"rollout.mode"} if job.label == "portool" else set()), job.label
+    assert c["seed"] == job.seed and c["advantage.name"] == job.label
+  c = _flat(ablation.build_config(warm[0].recipe))
+  assert (c["sft.steps"], c["train.steps"]) == (default["sft.steps"], 0)
