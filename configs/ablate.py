@@ -86,11 +86,12 @@ GRIDS = {"all": tuple(dict.fromkeys(ESTIMATORS + PORTOOL + HIDIFFTIR + BEYOND)),
 # an hour; its differences are expected to be within noise at this budget.
 SNAPSHOT = dict(train=dict(steps=SNAPSHOT_STEPS, eval_every=0, eval_at_start=False,
                            checkpoint_every=SNAPSHOT_STEPS))
-# `grid=default`: every cell on the default's protocol (configs/hidifftir.py, `make run`): answers
-# in tags, KL 0.001 (k3) and entropy 0.001 (PORTool's protocol has neither, and answers
-# without tags), so that all cells share one SFT warm start per seed.
-DEFAULT_PROTOCOL = dict(rollout=dict(answer_protocol="answer_tag"),
-                        loss=dict(kl_coef=0.001, kl_estimator="k3", entropy_coef=0.001))
+# `grid=default`: every cell on the default's protocol (configs/hidifftir.py, `make run`): its
+# answer protocol (tags) and loss (KL 0.001 k3, entropy 0.001; PORTool's protocol has neither,
+# and answers without tags), so that all cells share one SFT warm start per seed.
+DEFAULT_PROTOCOL = dict(
+    rollout=dict(answer_protocol=base.hidifftir_protocol()["rollout"]["answer_protocol"]),
+    loss=base.hidifftir_protocol()["loss"])
 # The smoke grid: every stage (SFT warm start, tree and independent rollouts, updates, eval,
 # export, report) on the smallest sizes.
 SMOKE = dict(env=dict(train_tasks=16, eval_tasks=4),
@@ -121,9 +122,8 @@ def get_config(arg=None):
   if grid == "snapshot":
     presets.setdefault("warm_start", "shared")
   extra = SMOKE if smoke else {"snapshot": SNAPSHOT, "default": DEFAULT_PROTOCOL}.get(grid, {})
-  if extra:
-    for section, values in extra.items():
-      c.overrides[section] = ml_collections.ConfigDict({**c.overrides.get(section, {}), **values})
+  for section, values in extra.items():
+    c.overrides[section] = ml_collections.ConfigDict({**c.overrides.get(section, {}), **values})
   c.cells = GRIDS[grid]
   c.seeds = tuple(range(int(seeds)))
   c.warm_start = presets.get("warm_start", "per_seed")

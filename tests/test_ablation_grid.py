@@ -350,14 +350,8 @@ def test_a_run_whose_warm_start_is_not_in_the_jobs_is_not_run(tmp_path, capsys):
   assert "not run: its warm start" in capsys.readouterr().out
 
 
-def _flat(config, prefix=""):
-  out = {}
-  for key, value in config.items():
-    if hasattr(value, "items"):
-      out.update(_flat(value, f"{prefix}{key}."))
-    else:
-      out[f"{prefix}{key}"] = value
-  return out
+def _flat(config):
+  return rundir.flatten(config.to_dict())
 
 
 def test_the_default_grid_runs_every_cell_on_make_runs_design(tmp_path):

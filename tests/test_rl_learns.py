@@ -29,6 +29,7 @@ from flax import nnx
 
 from configs import grpo
 from experiments import train
+from tirjax.config import set_key
 from tirjax.env import bandit
 from tirjax.models.logprobs import token_logprobs
 from tirjax.sampling.jax_sampler import JaxSampler
@@ -47,11 +48,7 @@ def doors_config(seed: int, extra=None):
   c = grpo.get_config(f"model=tiny,env=doors,steps={STEPS}")
   c.seed = seed
   for key, value in {**SETTINGS, **(extra or {})}.items():
-    node = c
-    *path, leaf = key.split(".")
-    for part in path:
-      node = node[part]
-    node[leaf] = value
+    set_key(c, key, value)
   return c
 
 

@@ -12,6 +12,7 @@ import sys
 import time
 
 import configs
+from tirjax.config import set_key
 
 # Resolved from the package, not the working directory, so that the list does not depend on
 # where the tests are started from.
@@ -40,11 +41,7 @@ def short_config(name, steps=2, **extra):
   """Config `name` on the tiny model for `steps` RL steps, with `SHORT` and then `extra` set."""
   c = importlib.import_module(f"configs.{name}").get_config(f"model=tiny,steps={steps}")
   for key, value in {**SHORT, **extra}.items():
-    node = c
-    *path, leaf = key.split(".")
-    for part in path:
-      node = node[part]
-    node[leaf] = value
+    set_key(c, key, value)
   return c
 
 
