@@ -217,8 +217,7 @@ def _mesh(exp: resolve.Experiment) -> tuple[jax.sharding.Mesh, resolve.Experimen
   batch_axes = sharding.batch_spec(exp.sharding.rules)[0] or ()
   shards = int(np.prod([mesh.shape[a] for a in (batch_axes if isinstance(batch_axes, tuple)
                                                  else (batch_axes,))]))
-  return mesh, resolve.fit_to_mesh(exp, shards,
-                                   exp.sft.batch_size if exp.sft.steps else shards)
+  return mesh, resolve.fit_to_mesh(exp, shards, exp.sft.batch_size if exp.sft.steps else None)
 
 
 def _data(exp: resolve.Experiment, cleanup: contextlib.ExitStack) -> Data:

@@ -357,3 +357,18 @@ def test_an_old_and_a_new_key_set_to_different_values_fail_naming_both(old, new,
   _set(c, new, old_value)  # both set to the same value: taken, with the warning
   with pytest.warns(DeprecationWarning, match=f"it is now {re.escape(new)}"):
     assert _get(resolve.resolve(c), new) == old_value
+
+
+def test_micro_batches_without_sft_need_no_sft_batch_to_divide():
+  """A run without SFT steps never builds an SFT batch, so its size is not checked against
+  the micro-batches (it was, and `step.num_microbatches > 1` with `sft.steps = 0` failed on an
+  SFT batch that does not exist); with SFT steps it still is, naming the key."""
+  from experiments import train
+  c = load("hidifftir")
+  c.sft.steps, c.sft.batch_size, c.step.num_microbatches = 0, 3, 2
+  _, exp = train._mesh(resolve.resolve(c))
+  per_pass = exp.step.num_microbatches * exp.train.num_minibatches
+  assert exp.rollout.shapes.num_rows % per_pass == 0
+  c.sft.steps = 5
+  with pytest.raises(resolve.ConfigError, match=r"sft\.batch_size: .*multiple"):
+    train._mesh(resolve.resolve(c))

@@ -208,7 +208,7 @@ def resolve(c) -> Experiment:
         f"demonstrations exist for {' and '.join(DEMO_ENVS)} only; set sft.steps=0 for "
         f"env.name={env.name!r} "
         "(warm-start from an SFT checkpoint with model.hf_checkpoint)")
-  _need(sft.batch_size % step.num_microbatches == 0, "sft.batch_size",
+  _need(sft.steps == 0 or sft.batch_size % step.num_microbatches == 0, "sft.batch_size",
         f"must be a multiple of step.num_microbatches={step.num_microbatches}")
   _need("greedy_outcome" not in estimator.needs or rollout.greedy_baseline,
         "rollout.greedy_baseline", f"advantage {estimator.name} needs each query's greedy "
@@ -220,14 +220,16 @@ def resolve(c) -> Experiment:
                     rollout=rollout, loss=loss, optim=optim, sharding=shard, distributed=dist)
 
 
-def fit_to_mesh(exp: Experiment, batch_shards: int, sft_batch_size: int) -> Experiment:
+def fit_to_mesh(exp: Experiment, batch_shards: int, sft_batch_size: int | None) -> Experiment:
   """Rounds the rollout rows up to a multiple of the devices that split the batch × the
   micro-batches × the mini-batches of an update pass (the extra rows are padding); the SFT
-  batch must divide already."""
+  batch must divide already. `sft_batch_size` is None for a run without SFT steps, whose
+  SFT batch is never built and so is not checked."""
   per_step = batch_shards * exp.step.num_microbatches
-  _need(sft_batch_size % per_step == 0, "sft.batch_size",
-        f"{sft_batch_size} must be a multiple of the batch shards ({batch_shards}) × "
-        f"step.num_microbatches ({exp.step.num_microbatches})")
+  if sft_batch_size is not None:
+    _need(sft_batch_size % per_step == 0, "sft.batch_size",
+          f"{sft_batch_size} must be a multiple of the batch shards ({batch_shards}) × "
+          f"step.num_microbatches ({exp.step.num_microbatches})")
   per_pass = per_step * exp.train.num_minibatches
   rows = exp.rollout.shapes.num_rows
   rows = -(-rows // per_pass) * per_pass
