@@ -36,10 +36,11 @@ class VLLMPolicySampler:
     last_export_s: seconds the last export took.
   """
 
-  def __init__(self, sampler_options, logprob_chunk: int, shapes, graphdef, params,
+  def __init__(self, sampler_options, logprob_chunk_size: int, shapes, graphdef, params,
                tokenizer_source: str, workdir: str):
     """`sampler_options`: the run's `SamplerOptions` (`sampler.*`); `shapes`: the rollout's
-    `Shapes`."""
+    `Shapes`; `logprob_chunk_size`: the run's `step.logprob_chunk_size`, for the
+    teacher-forced log-probs."""
     from tirjax.sampling.vllm import VLLMOptions, VLLMSampler
     from tirjax.sampling.vllm_fleet import VLLMFleet
     from tirjax.sampling.vllm_server import ServerOptions
@@ -47,7 +48,7 @@ class VLLMPolicySampler:
     self._dirs = [os.path.join(workdir, "vllm_weights", f"slot{k}") for k in (0, 1)]
     self._slot = 0
     self._tokenizer_source = tokenizer_source
-    self._teacher = DecoderTeacher(graphdef, params, logprob_chunk)
+    self._teacher = DecoderTeacher(graphdef, params, logprob_chunk_size)
     model_cfg = nnx.merge(graphdef, params).config
     tolerance = HANDOVER_TOLERANCE[model_cfg.dtype]
     first = self._export(params)
