@@ -2,7 +2,7 @@
 
     python -m experiments.ablate --config=configs/ablate.py --workdir=runs/ablate
     python -m experiments.ablate --config=configs/ablate.py:grid=portool,seeds=5 \\
-        --workdir=runs/portool --parallel=2
+        --workdir=runs/portool --parallel=4  # on >= 8 cores
     python -m experiments.ablate --config=configs/ablate.py:grid=smoke --workdir=/tmp/ablate_smoke
 
 Argument (comma-separated presets):

@@ -2,7 +2,7 @@
 
     python -m experiments.ablate --config=configs/ablate.py --workdir=runs/ablate
     python -m experiments.ablate --config=configs/ablate.py:grid=portool,seeds=5 \\
-        --workdir=runs/portool --parallel=2
+        --workdir=runs/portool --parallel=4  # on >= 8 cores
 
 Each run is an `experiments.train` run directory, `<workdir>/<label>/seed<k>`, trained by
 `python -m experiments.train --config=configs/cell.py:<run dir> --workdir=<run dir>` in its own
