@@ -6,8 +6,9 @@
 Runs `python -m experiments.train --config=configs/hidifftir.py:model=tiny` once per seed (a
 fresh process each, as `make run` does) in `<workdir>/seed<k>`, resuming any that exist, and
 writes per seed, after SFT and after RL: greedy eval accuracy, and pass@1/4/16 at the rollout
-temperature with the shares of tasks whose samples are all wrong or mixed (`--eval_samples`
-episodes per task, for the `--sampled_seeds`); the gains; the share of RL
+temperature with the shares of tasks whose samples are all wrong or mixed and the share of
+samples that failed first by each kind (`failure/<kind>`, `tirjax.env.toolworld.failures`)
+(`--eval_samples` episodes per task, for the `--sampled_seeds`); the gains; the share of RL
 steps' groups with mixed outcomes over the first and the last 5 steps; the seconds of SFT, RL
 and evaluation (the trainer's own clocks) and of the whole process. Then the gains' minimum
 over seeds, the commit and the machine (its CPU model: the same seed's SFT reaches different
@@ -62,7 +63,10 @@ def _train(workdir: str, seed: int, overrides: tuple = ()) -> launch.Launched:
 
 
 def _evals(metrics: dict) -> dict:
-  return {name: metrics[key] for name, key in EVAL_KEYS.items() if key in metrics}
+  out = {name: metrics[key] for name, key in EVAL_KEYS.items() if key in metrics}
+  failures = {k.removeprefix("eval/"): v for k, v in metrics.items()
+              if k.startswith("eval/failure/")}
+  return {**out, **failures}
 
 
 def _mean(values) -> Optional[float]:

@@ -11,7 +11,8 @@ its `model.hf_checkpoint` becomes the policy. One greedy episode per eval task
 `--config.sampler.eval_samples=16` also 16 episodes per task at `rollout.temperature`, scored
 as pass@1/4/16 and the shares of tasks whose samples are all wrong, mixed or all right; on
 toolworld, the policy's preference for the directions its questions state
-(`tirjax.trainer.direction`). Writes
+(`tirjax.trainer.direction`) and what each wrong sample got wrong first
+(`tirjax.env.toolworld.failures`: direction, a miscopied argument, format, ...). Writes
 `<out>/results.json` and `<out>/results.md` (an existing result is never overwritten) and
 prints the table. Metrics:
   * every dataset: PORTool's four axes (accuracy, average tool-call steps, unanswerable rate,
@@ -150,6 +151,8 @@ def markdown(result: dict) -> str:
   for key, value in result["metrics"].items():
     if key.startswith("eval/bfcl/"):
       lines.append(f"| BFCL {key.split('/')[-1]} accuracy | {value:.3f} |")
+    if key.startswith("eval/failure/"):
+      lines.append(f"| samples failed first by {key.split('/')[-1]} | {value:.3f} |")
   return "\n".join(lines) + "\n"
 
 

@@ -63,7 +63,11 @@ def config_for(env: str, data=None):
 def test_each_dataset_gets_its_papers_metrics(policy, data, tmp_path, env, paper_metrics):
   run_dir = os.path.dirname(policy)  # a run directory: its hf_export/ is evaluated
   out = str(tmp_path / "eval")
-  result = evaluate.evaluate_policy(config_for(env, data), run_dir, out, tasks=2)
+  config = config_for(env, data)
+  if env == "toolworld":  # also sampled: pass@k and what each wrong sample got wrong first
+    with config.unlocked():
+      config.sampler.eval_samples = 2
+  result = evaluate.evaluate_policy(config, run_dir, out, tasks=2)
   assert result["checkpoint"] == policy and result["tasks"] == 2
   axes = ("eval/accuracy", "eval/avg_steps", "eval/unanswerable_rate", "eval/format_reward")
   assert set(axes + paper_metrics) <= set(result["metrics"])
@@ -78,6 +82,10 @@ def test_each_dataset_gets_its_papers_metrics(policy, data, tmp_path, env, paper
     assert categories and "| BFCL overall accuracy |" in table
     assert result["metrics"]["eval/bfcl/overall"] == pytest.approx(
         sum(result["metrics"][k] for k in categories) / len(categories))
+  if env == "toolworld":
+    failures = {k: v for k, v in result["metrics"].items() if k.startswith("eval/failure/")}
+    assert failures and "| samples failed first by format |" in table
+    assert sum(failures.values()) + result["metrics"]["eval/sampled_accuracy"] == pytest.approx(1)
   with pytest.raises(FileExistsError, match="never overwritten"):
     evaluate.evaluate_policy(config_for(env, data), run_dir, out, tasks=2)
 

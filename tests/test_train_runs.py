@@ -11,6 +11,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from experiments.train import run
+from tirjax.env.toolworld.failures import KINDS as FAILURE_KINDS
 from tirjax.testing.short_runs import (CONFIGS, SFT_THEN_RL, committed, kill_when, logged,
                                       read_metrics, short_config, train_command)
 
@@ -53,6 +54,10 @@ def test_two_step_smoke_run(name, tmp_path):
       assert m["eval/sampled_all_wrong"] + m["eval/sampled_mixed"] + m["eval/sampled_all_right"] \
           == pytest.approx(1.0)
       assert "eval/pass@4" not in summary[stage]  # k <= the 2 samples only
+      # toolworld: every sample is right or failed first by one kind (toolworld.failures)
+      failures = {k: v for k, v in m.items() if k.startswith("eval/failure/")}
+      assert len(failures) == len(FAILURE_KINDS)
+      assert sum(failures.values()) + m["eval/sampled_accuracy"] == pytest.approx(1.0)
     assert (tmp_path / "reference").exists()  # the KL reference, kept for restarts
 
 

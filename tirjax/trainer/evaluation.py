@@ -14,6 +14,7 @@ import numpy as np
 from tirjax import distributed
 from tirjax.env import metrics
 from tirjax.env.tools import Task
+from tirjax.env.toolworld.failures import failure_kind, failure_shares
 from tirjax.episodes import RolloutOptions, rollout
 from tirjax.episodes.judging import Judge
 
@@ -107,17 +108,21 @@ def evaluate_sampled(sampler, tokenizer, tasks: Sequence[Task], options: Rollout
                      progress: Optional[Callable[[int], None]] = None) -> dict[str, float]:
   """`samples` independent episodes per task at the rollout temperature (`options`), scored
   as pass@k (`sampled_metrics`) and the sampled accuracy `eval/sampled_accuracy` (the
-  mean over every sample: pass@1's plug-in value). Batches hold as many whole tasks as the
-  configured rows allow (one task's samples if they exceed them). Each process runs its block
-  of the tasks; every batch starts the same round seeds and rows draw from streams keyed on
-  their task's index, so neither the batching nor the split over processes changes a task's
-  samples."""
+  mean over every sample: pass@1's plug-in value); on toolworld also `eval/failure/<kind>`,
+  the share of samples that failed first by each kind (`toolworld.failures`). Batches hold as
+  many whole tasks as the configured rows allow (one task's samples if they exceed them). Each
+  process runs its block of the tasks; every batch starts the same round seeds and rows draw
+  from streams keyed on their task's index, so neither the batching nor the split over
+  processes changes a task's samples."""
   opts = dataclasses.replace(options, mode="independent", n=samples)
   per_call = max(1, opts.shapes.num_rows // samples)
   if per_call * samples > opts.shapes.num_rows:
     opts = dataclasses.replace(opts, shapes=dataclasses.replace(opts.shapes, num_rows=samples))
   first, last = distributed.task_block(len(tasks))
+  toolworld = all(t.metadata.get("env") == "toolworld" for t in tasks)
+  by_id = {t.task_id: t for t in tasks}
   correct: list[list[bool]] = []
+  kinds: list = []  # toolworld: each sample's failure kind (None: right)
   for start in range(first, last, per_call):
     stop = min(start + per_call, last)
     batch = rollout(sampler, tokenizer, tasks[start:stop], opts, judge,
@@ -125,11 +130,17 @@ def evaluate_sampled(sampler, tokenizer, tasks: Sequence[Task], options: Rollout
     by_group: dict[int, list[bool]] = {}
     for e in batch.episodes:
       by_group.setdefault(e.group, []).append(e.verdict == "true")
+      if toolworld:
+        kinds.append(None if e.verdict == "true" else failure_kind(
+            by_id[e.task_id], e.results, e.status == "answered", e.answer))
     correct += [by_group.get(q, []) for q in range(stop - start)]
     if progress is not None:
       progress(len(correct))
   correct = [c for part in distributed.allgather_objects(correct) for c in part]
   out = sampled_metrics(correct)
+  if toolworld:
+    out.update(failure_shares([k for part in distributed.allgather_objects(kinds)
+                               for k in part]))
   out["eval/sampled_accuracy"] = float(np.mean([np.mean(c) for c in correct]))
   out["eval/sampled_temperature"] = float(opts.temperature)
   return out

@@ -1,0 +1,103 @@
+"""toolworld failure kinds: each failure the classifier names, built by changing one thing in a
+task's ground-truth steps and running them through the real executor (the calls it compares
+are what the parser read from the step text), plus the order- and number-insensitive cases."""
+
+import random
+import types
+
+import pytest
+
+from tirjax.env import chat
+from tirjax.env.executor import ToolEnv, ToolEnvOptions
+from tirjax.env.tools import UNABLE_TO_ANSWER
+from tirjax.env.toolworld import Difficulty, make_tasks
+from tirjax.env.toolworld.demos import corrupt, flip
+from tirjax.env.toolworld.failures import KINDS, failure_kind, failure_shares
+
+PROTOCOL = "answer_tag"
+LOOKUPS = ("person_info", "company_info")
+
+
+@pytest.fixture(scope="module")
+def tasks():
+  return [t for t in make_tasks("train", 60, seed=3, difficulty=Difficulty(p_direction=1.0,
+                                                                            p_down=0.0))]
+
+
+def run(task, step_calls, answer=None):
+  """Runs one step per entry of `step_calls` (a list of calls) and then, if `answer` is given,
+  an answering step, through the executor; returns (results, answered, answer)."""
+  env = ToolEnv(task, ToolEnvOptions(max_steps=12, answer_protocol=PROTOCOL))
+  results = [env.step(chat.format_step("thinking", calls)) for calls in step_calls]
+  if answer is not None:
+    results.append(env.step(chat.format_answer_step("done", answer, PROTOCOL)))
+  return results, env.answered, env.answer
+
+
+def gt_steps(task):
+  """The ground-truth calls of each step (the canonical schedule), as fresh lists."""
+  return [[dict(c) for c in step] for step in task.gt_calls]
+
+
+def with_direction(tasks):
+  return next(t for t in tasks if any(flip(c) != c for c in t.flat_gt_calls))
+
+
+def test_a_correct_run_without_its_answer_made_every_call(tasks):
+  for task in tasks[:20]:
+    results, answered, answer = run(task, gt_steps(task))
+    assert failure_kind(task, results, answered, answer) == "no_answer", task.task_id
+
+
+def test_each_departure_is_named(tasks):
+  task = with_direction(tasks)
+  steps = gt_steps(task)
+  s, k = next((s, k) for s, step in enumerate(steps) for k, c in enumerate(step)
+              if flip(c) != c)
+  flipped = [list(step) for step in steps]
+  flipped[s][k] = flip(steps[s][k])
+  assert failure_kind(task, *run(task, flipped, "1")) == "direction"
+  assert failure_kind(task, *run(task, steps, "surely not this")) == "wrong_answer"
+  assert failure_kind(task, *run(task, steps, "I cannot answer this.")) == "abstained"
+  assert failure_kind(task, *run(task, steps[:-1], "1")) == "early_answer"
+  assert failure_kind(task, *run(task, steps + [steps[0]], "1")) == "repeat"
+  unknown = [[{"name": "teleport", "arguments": {}}]]
+  assert failure_kind(task, *run(task, unknown, "1")) == "tool"
+  results, answered, answer = run(task, steps, "1")
+  assert failure_kind(task, [types.SimpleNamespace(checks_passed=2, calls=[])] + results,
+                      answered, answer) == "format"
+
+
+def test_a_miscopied_argument_is_an_argument_failure(tasks):
+  task = next(t for t in tasks if any(c["name"] in LOOKUPS for c in t.flat_gt_calls))
+  steps = gt_steps(task)
+  s, k = next((s, k) for s, step in enumerate(steps) for k, c in enumerate(step)
+              if c["name"] in LOOKUPS)
+  steps[s][k] = corrupt(steps[s][k], random.Random(1))
+  assert failure_kind(task, *run(task, steps[:s + 1], "1")) == "argument"
+
+
+def test_order_and_number_spelling_do_not_matter(tasks):
+  task = next(t for t in tasks if len(t.gt_calls[0]) > 1)
+  steps = gt_steps(task)
+  steps[0] = steps[0][::-1]  # parallel calls in the other order
+  assert failure_kind(task, *run(task, steps, "surely not this")) == "wrong_answer"
+  call = {"name": "f", "arguments": {"x": 1}}
+  twin = types.SimpleNamespace(answer="7", flat_gt_calls=[call])
+  step = types.SimpleNamespace(checks_passed=5, calls=[{"name": "f", "arguments": {"x": 1.0}}])
+  assert failure_kind(twin, [step], True, "8") == "wrong_answer"
+
+
+def test_a_down_task_fails_as_unanswerable():
+  task = make_tasks("train", 1, seed=0, difficulty=Difficulty(p_down=1.0))[0]
+  assert task.answer == UNABLE_TO_ANSWER
+  assert failure_kind(task, [], True, "42") == "unanswerable"
+
+
+def test_shares_sum_with_the_successes_to_one():
+  kinds = [None, "direction", "direction", "format", None]
+  shares = failure_shares(kinds)
+  assert set(shares) == {f"eval/failure/{k}" for k in KINDS}
+  assert shares["eval/failure/direction"] == pytest.approx(0.4)
+  assert sum(shares.values()) + kinds.count(None) / len(kinds) == pytest.approx(1.0)
+  assert failure_shares([]) == {}
