@@ -8,11 +8,11 @@ import os
 import pathlib
 import signal
 import subprocess
-import sys
 import time
 
 import configs
 from tirjax.config import set_key
+from tirjax.reporting import launch
 
 # Resolved from the package, not the working directory, so that the list does not depend on
 # where the tests are started from.
@@ -53,10 +53,9 @@ def read_metrics(workdir):
 
 def train_command(workdir, steps):
   """The trainer's command line for grpo on the tiny model with `SHORT` (run from the repo)."""
-  args = [sys.executable, "-m", "experiments.train",
-          f"--config=configs/grpo.py:model=tiny,steps={steps}", f"--workdir={workdir}"]
-  args += [f"--config.{k}={v}" for k, v in SHORT.items() if not k.startswith("rollout.arpo")]
-  return args
+  return launch.train_command(
+      f"configs/grpo.py:model=tiny,steps={steps}", str(workdir),
+      [f"--config.{k}={v}" for k, v in SHORT.items() if not k.startswith("rollout.arpo")])
 
 
 def kill_when(command, env, ready, log, what):
