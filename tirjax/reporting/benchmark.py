@@ -32,14 +32,45 @@ def cpu_model() -> str:
   return platform.processor() or "unknown"
 
 
+# Instruction sets that change the code XLA's CPU backend emits (and so its float rounding).
+_ISA = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile")
+
+
+def cpu_id(cpuinfo: Optional[str] = None) -> dict:
+  """The CPU beyond its model name, from /proc/cpuinfo's first processor (`cpuinfo`: that
+  file's text): vendor, family, model and stepping numbers, and which of `_ISA` it has. A
+  model name such as "AMD EPYC" covers several generations, and the same seed's SFT reaches
+  different accuracies on them; {} where there is no /proc/cpuinfo."""
+  if cpuinfo is None:
+    try:
+      with open("/proc/cpuinfo") as f:
+        cpuinfo = f.read()
+    except OSError:
+      return {}
+  fields: dict[str, str] = {}
+  for line in cpuinfo.splitlines():
+    if not line.strip():
+      if fields:
+        break  # the first processor only
+      continue
+    key, _, value = line.partition(":")
+    fields.setdefault(key.strip(), value.strip())
+  flags = set(fields.get("flags", "").split())
+  out = {name: fields[key] for name, key in (("vendor", "vendor_id"), ("family", "cpu family"),
+                                             ("model", "model"), ("stepping", "stepping"))
+         if key in fields}
+  out["isa"] = [f for f in _ISA if f in flags]
+  return out
+
+
 def host_memory_gib() -> float:
   return round(psutil.virtual_memory().total / 2**30, 1)
 
 
 def machine(jax_info: bool = True) -> dict:
   """The machine, its software and its current load (`load_average_start`)."""
-  info = {"cpu": cpu_model(), "cpus": os.cpu_count(), "cpus_usable": len(os.sched_getaffinity(0)),
-          "host_memory_gib": host_memory_gib(), "platform": platform.platform(),
+  info = {"cpu": cpu_model(), "cpu_id": cpu_id(), "cpus": os.cpu_count(),
+          "cpus_usable": len(os.sched_getaffinity(0)), "host_memory_gib": host_memory_gib(), "platform": platform.platform(),
           "python": platform.python_version()}
   if jax_info:
     import jax  # pylint: disable=import-outside-toplevel  (the vLLM benchmark runs without it)
