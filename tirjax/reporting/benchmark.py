@@ -70,8 +70,8 @@ def host_memory_gib() -> float:
 def machine(jax_info: bool = True) -> dict:
   """The machine, its software and its current load (`load_average_start`)."""
   info = {"cpu": cpu_model(), "cpu_id": cpu_id(), "cpus": os.cpu_count(),
-          "cpus_usable": len(os.sched_getaffinity(0)), "host_memory_gib": host_memory_gib(), "platform": platform.platform(),
-          "python": platform.python_version()}
+          "cpus_usable": len(os.sched_getaffinity(0)), "host_memory_gib": host_memory_gib(),
+          "platform": platform.platform(), "python": platform.python_version()}
   if jax_info:
     import jax  # pylint: disable=import-outside-toplevel  (the vLLM benchmark runs without it)
     info.update(jax=jax.__version__, backend=jax.default_backend(),
