@@ -106,6 +106,9 @@ def control(seed: int, run: dict) -> dict:
 def main(argv):
   del argv
   info = benchmark.machine(jax_info=False)
+  # The code the runs use: read before them, since the tree may move on while they train.
+  commit, dirty = _git("rev-parse", "HEAD"), bool(_git("status", "--porcelain",
+                                                       "--untracked-files=no"))
   seeds = [int(s) for s in FLAGS.seeds.split(",") if s.strip()]
   records = []
   sampled = seeds if FLAGS.sampled_seeds is None else [
@@ -118,9 +121,7 @@ def main(argv):
     print(json.dumps(records[-1]), flush=True)
   out = dict(
       command="python -m experiments.bench_default_run " + " ".join(sys.argv[1:]),
-      config=FLAGS.config, commit=_git("rev-parse", "HEAD"),
-      dirty=bool(_git("status", "--porcelain", "--untracked-files=no")),
-      machine=info, runs=records)
+      config=FLAGS.config, commit=commit, dirty=dirty, machine=info, runs=records)
   for key in ("gain_greedy", "gain_pass@1", "headroom"):
     values = [r[key] for r in records if r.get(key) is not None]
     if values:
