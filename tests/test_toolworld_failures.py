@@ -13,6 +13,7 @@ from tirjax.env.tools import UNABLE_TO_ANSWER
 from tirjax.env.toolworld import Difficulty, make_tasks
 from tirjax.env.toolworld.demos import corrupt, flip
 from tirjax.env.toolworld.failures import KINDS, failure_kind, failure_shares
+from tirjax.env.toolworld.world import COMPANY_FIELDS, PERSON_FIELDS
 
 PROTOCOL = "answer_tag"
 LOOKUPS = ("person_info", "company_info")
@@ -64,17 +65,25 @@ def test_each_departure_is_named(tasks):
   unknown = [[{"name": "teleport", "arguments": {}}]]
   assert failure_kind(task, *run(task, unknown, "1")) == "tool"
   results, answered, answer = run(task, steps, "1")
-  assert failure_kind(task, [types.SimpleNamespace(checks_passed=2, calls=[])] + results,
+  assert failure_kind(task, [types.SimpleNamespace(checks_passed=2, calls=[], call_results=[])] + results,
                       answered, answer) == "format"
 
 
-def test_a_miscopied_argument_is_an_argument_failure(tasks):
+def test_a_refused_miscopy_and_a_wrong_argument_that_ran_differ(tasks):
   task = next(t for t in tasks if any(c["name"] in LOOKUPS for c in t.flat_gt_calls))
   steps = gt_steps(task)
   s, k = next((s, k) for s, step in enumerate(steps) for k, c in enumerate(step)
               if c["name"] in LOOKUPS)
-  steps[s][k] = corrupt(steps[s][k], random.Random(1))
-  assert failure_kind(task, *run(task, steps[:s + 1], "1")) == "argument"
+  miscopied = [list(step) for step in steps]
+  miscopied[s][k] = corrupt(steps[s][k], random.Random(1))  # a misspelled name: refused
+  assert failure_kind(task, *run(task, miscopied[:s + 1], "1")) == "miscopy"
+  call = steps[s][k]
+  fields = PERSON_FIELDS if call["name"] == "person_info" else COMPANY_FIELDS
+  other = next(f for f in fields if f != call["arguments"]["field"])
+  steps[s][k] = {"name": call["name"], "arguments": {**call["arguments"], "field": other}}
+  results, answered, answer = run(task, steps[:s + 1], "1")
+  assert "result" in results[s].call_results[k]  # the tool ran it
+  assert failure_kind(task, results, answered, answer) == "argument"
 
 
 def test_order_and_number_spelling_do_not_matter(tasks):
@@ -84,7 +93,8 @@ def test_order_and_number_spelling_do_not_matter(tasks):
   assert failure_kind(task, *run(task, steps, "surely not this")) == "wrong_answer"
   call = {"name": "f", "arguments": {"x": 1}}
   twin = types.SimpleNamespace(answer="7", flat_gt_calls=[call])
-  step = types.SimpleNamespace(checks_passed=5, calls=[{"name": "f", "arguments": {"x": 1.0}}])
+  step = types.SimpleNamespace(checks_passed=5, calls=[{"name": "f", "arguments": {"x": 1.0}}],
+                               call_results=[{"name": "f", "result": 2}])
   assert failure_kind(twin, [step], True, "8") == "wrong_answer"
 
 

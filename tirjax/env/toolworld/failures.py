@@ -7,8 +7,10 @@ say which of them bounds the sampled accuracy:
 
   format        a step whose calls did not parse (checks 1-3 of SPEC §6's format reward)
   direction     a call that is a ground-truth call with its direction flipped (`demos.flip`)
-  argument      a call of a ground-truth tool with another argument wrong (a miscopied name or
-                number, a wrong reference)
+  miscopy       a call of a ground-truth tool that the tool refused (a name or value it does
+                not know, a schema the arguments break: mostly a name copied wrong)
+  argument      a call of a ground-truth tool that ran, with another argument than the plan's
+                (another entity, field or value, a wrong reference)
   tool          a call of a tool the plan does not call (or of no tool: a misspelled name)
   repeat        a ground-truth call made again after all its copies were made
   no_answer     every call right, but no answer before the step cap (or the token budget)
@@ -29,8 +31,8 @@ from tirjax.env.judge import says_unable
 from tirjax.env.tools import UNABLE_TO_ANSWER, Task
 from tirjax.env.toolworld.demos import flip
 
-KINDS = ("format", "direction", "argument", "tool", "repeat", "no_answer", "abstained",
-         "early_answer", "wrong_answer", "unanswerable")
+KINDS = ("format", "direction", "miscopy", "argument", "tool", "repeat", "no_answer",
+         "abstained", "early_answer", "wrong_answer", "unanswerable")
 # checks_passed from which a step's calls were read (checks 1-3); a call that then names no
 # tool, breaks its schema or errors is judged by the calls' comparison, not as format.
 PARSED = 3
@@ -51,7 +53,8 @@ def failure_kind(task: Task, results: Sequence, answered: bool, answer) -> str:
 
   Args:
     task: a toolworld task (its `gt_calls` are the plan's calls, resolved).
-    results: the episode's `StepResult`s in order (`EpisodeRecord.results`).
+    results: the episode's `StepResult`s in order (`EpisodeRecord.results`): their parsed
+      `calls` and, one per call, `call_results` (`{"result"}` or `{"error"}`).
     answered: whether the episode gave a final answer.
     answer: that answer (None if it gave none).
   """
@@ -64,7 +67,7 @@ def failure_kind(task: Task, results: Sequence, answered: bool, answer) -> str:
   for step in results:
     if step.checks_passed < PARSED:
       return "format"
-    for call in step.calls:
+    for call, result in zip(step.calls, step.call_results):
       if _take(expected, call):
         made.append(call)
       elif call in made:
@@ -72,7 +75,7 @@ def failure_kind(task: Task, results: Sequence, answered: bool, answer) -> str:
       elif call in flipped:
         return "direction"
       elif call["name"] in names:
-        return "argument"
+        return "miscopy" if "error" in result else "argument"
       else:
         return "tool"
   if not answered or answer is None:
