@@ -167,7 +167,7 @@ def _toolworld_headroom(c: ml_collections.ConfigDict, steps_given: bool) -> None
   """Toolworld with the tiny model (`make run`), designed so that RL has headroom and a lever
   on a 2-core CPU (issue 26; benchmarks/results/default_run.json).
 
-  The warm start: 600 SFT steps at lr 1e-2 on demonstrations that never show which way a
+  The warm start: 1200 SFT steps at lr 1e-2 on demonstrations that never show which way a
   direction-taking tool must be called (`sft.demos.p_confuse=1`: both directions
   demonstrated), on queries that all need a direction (`env.p_direction=1`) with 1-3 hops
   (`hop_weights`). SFT then teaches the format and the plan but leaves the direction a coin
@@ -190,7 +190,7 @@ def _toolworld_headroom(c: ml_collections.ConfigDict, steps_given: bool) -> None
   """
   if not steps_given:
     c.train.steps = 40
-  c.sft.steps = 600
+  c.sft.steps = 1200
   c.step.logprob_chunk_size = 2048  # the whole row: fewer, larger matmuls on the CPU
   c.env.p_direction = 1.0
   c.env.hop_weights = (0.35, 0.45, 0.2, 0.0)
