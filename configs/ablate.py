@@ -20,7 +20,7 @@ each seed that the RL cells start from (one per answer protocol: two for `grid=a
 `<workdir>/report/` (report.md: eval accuracy, steps, unanswerable rate, formatting reward,
 training reward and unlearning rates as mean ± 95% CI over seeds, paired by seed against `grpo`;
 learning curves). `grid=all` is 34 cells × 3 seeds + 6 warm starts. Measured on the 2-core CPU
-with the tiny model (before the default's redesign; now a warm start of 600 steps takes about 4
+with the tiny model (before the default's redesign; now a warm start of 1200 steps takes about 7
 min and an RL cell of 40 steps about 6 min): a warm start (800 SFT steps at ~0.4 s) about 5-6
 min, an RL step (3 queries, ~64 rows) about 9 s, an evaluation of 256 tasks about 30 s: an RL
 cell of 40 steps with its evaluations about 7 min, so `grid=all` about 12-13 CPU-hours (the 23
@@ -31,8 +31,9 @@ GiGPO on trees and with prefix anchors and CISPO's loss on grpo; `grid=beyond_sm
 benchmarks/results/ablation_toolworld/; the 12 estimators × 3 seeds from one shared warm start
 per answer protocol, `SNAPSHOT_STEPS` RL steps, one final evaluation) about 1.5 CPU-hours.
 `grid=default` (results: benchmarks/results/ablation_default/): grpo, hidifftir and portool on
-the default's protocol (`make run`: 600 SFT steps, 40 RL steps), one warm start per seed, 3
-seeds: 12 runs in 70 min at `--parallel=1` (2 at a time on 2 cores is slower); every cell gains
+the default's protocol (`make run`: 1200 SFT steps, 40 RL steps), one warm start per seed, 3
+seeds; measured with the earlier 600-step warm start on the earlier EPYC: 12 runs in 70 min at
+`--parallel=1` (2 at a time on 2 cores is slower); every cell gains
 +0.10 to +0.12 and none separates from grpo (the design detects 0.094). `grid=smoke` (grpo and
 portool, 2 seeds, 2 steps each, 4 eval tasks) takes 2-3 minutes and checks the pipeline, not the
 methods (accuracies ~0).

@@ -170,23 +170,23 @@ def _toolworld_headroom(c: ml_collections.ConfigDict, steps_given: bool) -> None
   The warm start: 1200 SFT steps at lr 1e-2 on demonstrations that never show which way a
   direction-taking tool must be called (`sft.demos.p_confuse=1`: both directions
   demonstrated), on queries that all need a direction (`env.p_direction=1`) with 1-3 hops
-  (`hop_weights`). SFT then teaches the format and the plan but leaves the direction a coin
-  flip (P(the stated direction) 0.50-0.52; RL takes it to 0.71-0.74), which only outcomes
-  can teach. Measured on AMD EPYC, seeds 0-2: greedy 0.289/0.234/0.160, pass@16 at T = 0.6
-  0.559/0.449/0.383 (headroom 0.27/0.21/0.22), 52/42/38% of tasks with mixed outcomes. The
-  old warm start (no confusion, 4 hops) left pass@16 - greedy = 0.09; 800 SFT steps left 0.24
-  for seed 0 but a run took 20-25 min.
+  (`hop_weights`). SFT then teaches the format, the plan and the copying of names and values
+  but leaves the direction a coin flip (P(the stated direction) 0.50-0.55; RL takes it to
+  0.71-0.74), which only outcomes can teach. Measured on a Zen 5 AMD EPYC, seeds 0-2: greedy
+  0.344/0.301/0.289, pass@16 at T = 0.6 0.562/0.555/0.574 (headroom 0.22/0.25/0.29), 46/47/50%
+  of tasks with mixed outcomes.
 
   RL: 8 queries x 6 rows per step in 4 mini-batches (4 updates per rollout batch, as verl's
   default), sampled at T = 0.6 with the loss on the tempered policy (`train.tempered_policy`),
-  lr 3e-4, 40 steps. `make run` (jax 0.12, seeds 0-2): greedy accuracy +0.160/+0.105/+0.105,
-  pass@1 at T = 0.6 +0.148/+0.094/+0.042; the same minutes on more SFT instead (seed 0) reach
-  greedy 0.332, RL 0.449. With 800 SFT steps and 60 RL steps: +0.070/+0.168/+0.133 greedy.
+  lr 3e-4, 40 steps. `make run` (jax 0.12, seeds 0-2): greedy accuracy +0.141/+0.172/+0.164,
+  pass@1 at T = 0.6 +0.125/+0.161/+0.141, mostly by removing direction failures.
+
+  Why 1200 steps: with 600, the same seeds' warm starts reached greedy 0.062-0.289 depending on
+  the CPU (the same seed's SFT differs by CPU), and where they miscopied names and values
+  (seed 2 on the Zen 5: 81% of samples) RL had nothing to take (-0.016 greedy); on the earlier
+  EPYC 600 steps gained +0.160/+0.105/+0.105 (benchmarks/results/default_run_sft600*.json).
   At T = 1 the same budget gained +0.04 to +0.05; lr 1e-3 collapsed (entropy up, accuracy
-  down). On a Zen 5 EPYC (benchmarks/results/default_run_zen5.json) the same seeds' warm
-  starts reach greedy 0.258/0.062/0.078 and RL gains +0.223/+0.043/-0.016: RL removes the
-  direction failures, so it gains only where the warm start copies names and values well
-  enough for the direction to be what fails (seed 2 there: 81% of samples miscopy first).
+  down).
   """
   if not steps_given:
     c.train.steps = 40

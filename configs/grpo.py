@@ -7,7 +7,7 @@ Measured with `model=tiny` (ablation snapshot, benchmarks/results/ablation_toolw
 eval accuracy 0.133 ± 0.019 (3 seeds, 8 RL steps) from its warm start's 0.125.
 On the default's protocol (`configs/ablate.py:grid=default`, benchmarks/results/ablation_default/,
 256 tasks): greedy accuracy gains +0.137/+0.102/+0.059 over 40 RL steps (seeds 0-2) from warm starts
-0.289/0.234/0.160.
+0.289/0.234/0.160 (the earlier 600-step warm start, on the earlier EPYC; not rerun with 1200).
 """
 
 from configs import base

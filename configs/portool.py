@@ -9,7 +9,7 @@ Measured with `model=tiny` (ablation snapshot, benchmarks/results/ablation_toolw
 eval accuracy 0.135 ± 0.030 (3 seeds, 8 RL steps) from its warm start's 0.125.
 On the default's protocol (`configs/ablate.py:grid=default`, benchmarks/results/ablation_default/,
 256 tasks): greedy accuracy gains +0.148/+0.074/+0.105 over 40 RL steps (seeds 0-2) from warm starts
-0.289/0.234/0.160.
+0.289/0.234/0.160 (the earlier 600-step warm start, on the earlier EPYC; not rerun with 1200).
 """
 
 from configs import base
