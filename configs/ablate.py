@@ -32,15 +32,15 @@ benchmarks/results/ablation_toolworld/; the 12 estimators × 3 seeds from one sh
 per answer protocol, `SNAPSHOT_STEPS` RL steps, one final evaluation) about 1.5 CPU-hours.
 `grid=default` (results: benchmarks/results/ablation_default/): grpo, hidifftir and portool on
 the default's protocol (`make run`: 1200 SFT steps, 40 RL steps), one warm start per seed, 3
-seeds; measured with the earlier 600-step warm start on the earlier EPYC: 12 runs in 70 min at
-`--parallel=1` (2 at a time on 2 cores is slower); every cell gains
-+0.10 to +0.12 and none separates from grpo (the design detects 0.094). `grid=smoke` (grpo and
+seeds: 12 runs in 52 min at `--parallel=1` on a Zen 5 (2 at a time on 2 cores is slower);
+every cell gains on every seed (means +0.09 to +0.16) and none separates from grpo (the design
+detects 0.189). `grid=smoke` (grpo and
 portool, 2 seeds, 2 steps each, 4 eval tasks) takes 2-3 minutes and checks the pipeline, not the
 methods (accuracies ~0).
 
 Expected result (the papers' claims on 1.7B-7B models and SPEC §4.1; at the tiny scale
-`grid=default` sees the accuracy in the same order, within noise at 3 seeds, and PORTool's lower
-unanswerable rate, p = 0.02): PORTool above GRPO in eval accuracy, with fewer tool-call steps
+`grid=default` sees no cell separate from GRPO at 3 seeds; PORTool's lower unanswerable
+rate, p = 0.02 with the 600-step warm start, was 0.03 lower and p = 0.12 with 1200 steps): PORTool above GRPO in eval accuracy, with fewer tool-call steps
 and a lower unanswerable rate (PORTool §4); PORTool's unlearning rate far below GRPO's, rising
 sharply with `shared_step_trj=own`; HiDiffTIR above GRPO, and each of its ablations
 (`trajectory_difficulty=false`, `turn_difficulty=false`) below full HiDiffTIR (its Table 2).

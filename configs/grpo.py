@@ -6,8 +6,8 @@ Defaults: PORTool's protocol for its baselines (`base.portool_protocol`).
 Measured with `model=tiny` (ablation snapshot, benchmarks/results/ablation_toolworld/, 128 tasks):
 eval accuracy 0.133 ± 0.019 (3 seeds, 8 RL steps) from its warm start's 0.125.
 On the default's protocol (`configs/ablate.py:grid=default`, benchmarks/results/ablation_default/,
-256 tasks): greedy accuracy gains +0.137/+0.102/+0.059 over 40 RL steps (seeds 0-2) from warm starts
-0.289/0.234/0.160 (the earlier 600-step warm start, on the earlier EPYC; not rerun with 1200).
+256 tasks): greedy accuracy gains +0.078/+0.184/+0.188 over 40 RL steps (seeds 0-2) from warm starts
+0.344/0.301/0.289 (1200 SFT steps, a Zen 5 EPYC).
 """
 
 from configs import base

@@ -8,8 +8,8 @@ Paper defaults (PORTool §4): tree rollouts with n = 8 rows, branching f = 2, T_
 Measured with `model=tiny` (ablation snapshot, benchmarks/results/ablation_toolworld/, 128 tasks):
 eval accuracy 0.135 ± 0.030 (3 seeds, 8 RL steps) from its warm start's 0.125.
 On the default's protocol (`configs/ablate.py:grid=default`, benchmarks/results/ablation_default/,
-256 tasks): greedy accuracy gains +0.148/+0.074/+0.105 over 40 RL steps (seeds 0-2) from warm starts
-0.289/0.234/0.160 (the earlier 600-step warm start, on the earlier EPYC; not rerun with 1200).
+256 tasks): greedy accuracy gains +0.070/+0.160/+0.047 over 40 RL steps (seeds 0-2) from warm starts
+0.344/0.301/0.289 (1200 SFT steps, a Zen 5 EPYC).
 """
 
 from configs import base
