@@ -20,8 +20,8 @@ each seed that the RL cells start from (one per answer protocol: two for `grid=a
 `<workdir>/report/` (report.md: eval accuracy, steps, unanswerable rate, formatting reward,
 training reward and unlearning rates as mean ± 95% CI over seeds, paired by seed against `grpo`;
 learning curves). `grid=all` is 34 cells × 3 seeds + 6 warm starts. Measured on the 2-core CPU
-with the tiny model (before the default's redesign; now a warm start of 1200 steps takes about 7
-min and an RL cell of 40 steps about 6 min): a warm start (800 SFT steps at ~0.4 s) about 5-6
+with the tiny model (before the default's redesign; now a warm start of 1200 steps takes about 6
+min and an RL cell of 40 steps about 4 min): a warm start (800 SFT steps at ~0.4 s) about 5-6
 min, an RL step (3 queries, ~64 rows) about 9 s, an evaluation of 256 tasks about 30 s: an RL
 cell of 40 steps with its evaluations about 7 min, so `grid=all` about 12-13 CPU-hours (the 23
 cells before SPEC §4.4's estimators: 8-9). `grid=estimators` is every registered estimator (20);
@@ -34,14 +34,13 @@ per answer protocol, `SNAPSHOT_STEPS` RL steps, one final evaluation) about 1.5 
 the default's protocol (`make run`: 1200 SFT steps, 40 RL steps), one warm start per seed, 3
 seeds: 12 runs in 52 min at `--parallel=1` on a Zen 5 (2 at a time on 2 cores is slower);
 every cell gains on every seed (means +0.09 to +0.16) and none separates from grpo (the design
-detects 0.189). `grid=smoke` (grpo and
-portool, 2 seeds, 2 steps each, 4 eval tasks) takes 2-3 minutes and checks the pipeline, not the
-methods (accuracies ~0).
+detects 0.189). `grid=smoke` (grpo and portool, 2 seeds, 2 steps each, 4 eval tasks) takes 2-3
+minutes and checks the pipeline, not the methods (accuracies ~0).
 
 Expected result (the papers' claims on 1.7B-7B models and SPEC §4.1; at the tiny scale
 `grid=default` sees no cell separate from GRPO at 3 seeds; PORTool's lower unanswerable
-rate, p = 0.02 with the 600-step warm start, was 0.03 lower and p = 0.12 with 1200 steps): PORTool above GRPO in eval accuracy, with fewer tool-call steps
-and a lower unanswerable rate (PORTool §4); PORTool's unlearning rate far below GRPO's, rising
+rate, p = 0.02 with the 600-step warm start, was 0.03 lower and p = 0.12 with 1200 steps):
+PORTool above GRPO in eval accuracy, with fewer tool-call steps and a lower unanswerable rate (PORTool §4); PORTool's unlearning rate far below GRPO's, rising
 sharply with `shared_step_trj=own`; HiDiffTIR above GRPO, and each of its ablations
 (`trajectory_difficulty=false`, `turn_difficulty=false`) below full HiDiffTIR (its Table 2).
 """
