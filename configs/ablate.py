@@ -40,8 +40,9 @@ minutes and checks the pipeline, not the methods (accuracies ~0).
 Expected result (the papers' claims on 1.7B-7B models and SPEC §4.1; at the tiny scale
 `grid=default` sees no cell separate from GRPO at 3 seeds; PORTool's lower unanswerable
 rate, p = 0.02 with the 600-step warm start, was 0.03 lower and p = 0.12 with 1200 steps):
-PORTool above GRPO in eval accuracy, with fewer tool-call steps and a lower unanswerable rate (PORTool §4); PORTool's unlearning rate far below GRPO's, rising
-sharply with `shared_step_trj=own`; HiDiffTIR above GRPO, and each of its ablations
+PORTool above GRPO in eval accuracy, with fewer tool-call steps and a lower unanswerable rate
+(PORTool §4); PORTool's unlearning rate far below GRPO's, rising sharply with
+`shared_step_trj=own`; HiDiffTIR above GRPO, and each of its ablations
 (`trajectory_difficulty=false`, `turn_difficulty=false`) below full HiDiffTIR (its Table 2).
 """
 
