@@ -7,12 +7,19 @@ paper's defaults. The config argument is a comma-separated list of presets:
   env=toolworld|toolhop|ftrl|bfcl|doors  sampler=jax|vllm
   mesh=DxFxT (data x fsdp x tensor; -1 = the remaining devices, e.g. mesh=-1x2x1)
   rollout=independent|tree|arpo          (overrides the estimator's rollout mode)
-  steps=N                                (RL steps; e.g. steps=2 for a smoke run)
+  steps=N                                (RL steps)
+  smoke=1                                (a smoke run: every stage, a few steps on a few tasks)
 
 e.g. `--config=configs/portool.py:model=tiny,env=toolworld`. Every key can then be set on the
 command line (`--config.advantage.options.alpha=0.5`); the config is locked, so a mistyped key
 fails, and `experiments.train` checks every value (`tirjax.trainer.resolve`) before any
 compute.
+
+The rollout shapes L, C, P and T (`rollout.shapes.max_tokens`, `max_gt_calls`, `max_params`,
+`max_steps`) are "auto" unless a preset pins them: sized from the tasks the run will use
+(`tirjax.trainer.shape_needs`), so that `model=<preset>` fits any `env=`. The tiny model on the
+built-in environments (toolworld, doors) and `env=bfcl` pin theirs; a pinned shape too small
+for the data fails before any compute, naming every shape and the least it must be.
 
 Each section holds one options dataclass's fields under their own names: `step` is the train
 step's `StepOptions`, `sft.optim`, `sft.loss` and `sft.demos` the warm start's optimizer, loss
@@ -28,8 +35,8 @@ import ml_collections
 from tirjax import advantages, distributed, sharding
 from tirjax.config import (RenamedKey, config_from_dataclass, dataclass_from_config, get_key,
                            parse_preset_arg, set_key)
-from tirjax.trainer import sections
-from tirjax.trainer.sections import ENVS, SAMPLERS
+from tirjax.trainer import sections, shape_needs
+from tirjax.trainer.sections import DEMO_ENVS, ENVS, SAMPLERS
 from tirjax.loss import LossOptions
 from tirjax.models.config import PRESETS as MODEL_PRESETS
 from tirjax.episodes.options import MODES, RolloutOptions
@@ -38,7 +45,7 @@ from tirjax.training.optimizer import OptimizerOptions
 DATA = {"toolhop": "../shared/data/toolhop/toolhop100.jsonl",
         "ftrl": "../shared/data/ftrl/ftrl_test.parquet", "bfcl": "", "toolworld": "", "doors": ""}
 PRESET_KEYS = {"model": tuple(MODEL_PRESETS), "env": ENVS, "sampler": SAMPLERS, "mesh": None,
-               "rollout": MODES, "steps": None}
+               "rollout": MODES, "steps": None, "smoke": ("1",)}
 
 
 def hidifftir_protocol() -> dict:
@@ -86,6 +93,7 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   c.train.steps = _parse_steps(presets.get("steps", "100"))
 
   c.rollout = config_from_dataclass(dataclass_from_config(RolloutOptions, rollout, "rollout"))
+  _sized_shapes(c, (rollout or {}).get("shapes", {}))
   if "rollout" in presets:
     c.rollout.mode = presets["rollout"]
 
@@ -108,16 +116,28 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
     c.sharding.mesh = _parse_mesh(presets["mesh"])
 
   if c.model.preset == "tiny":
-    _cpu_scale(c, steps_given="steps" in presets)
+    _cpu_scale(c, env, steps_given="steps" in presets)
     if env == "toolworld":
       _toolworld_headroom(c, steps_given="steps" in presets)
   if env == "bfcl":
     _bfcl(c)
   if env == "doors":
     _doors(c, steps_given="steps" in presets)
+  if "smoke" in presets:
+    _smoke(c, env, steps_given="steps" in presets)
   _renamed_keys(c)
   c.lock()
   return c
+
+
+def _sized_shapes(c: ml_collections.ConfigDict, given: dict) -> None:
+  """The shapes that may be sized from the data (`shape_needs.SIZED`): "auto" unless the
+  estimator's protocol gives them; each key takes a number or "auto" (on the command line too:
+  `--config.rollout.shapes.max_tokens=8192`)."""
+  for key in shape_needs.SIZED:
+    value = given.get(key, shape_needs.AUTO)
+    del c.rollout.shapes[key]  # an int field would refuse "auto"
+    c.rollout.shapes[key] = ml_collections.FieldReference(value, field_type=object)
 
 
 def _renamed_keys(c: ml_collections.ConfigDict) -> None:
@@ -135,9 +155,11 @@ TINY_SIZES = dict(hidden_size=128, intermediate_size=256, num_layers=2, num_head
                   num_kv_heads=2, head_dim=32)
 
 
-def _cpu_scale(c: ml_collections.ConfigDict, steps_given: bool) -> None:
+def _cpu_scale(c: ml_collections.ConfigDict, env: str, steps_given: bool) -> None:
   """The tiny model on short episodes: sizes, steps and learning rates that fit a 2-core CPU
-  (toolworld's RL design is `_toolworld_headroom`'s)."""
+  (toolworld's RL design is `_toolworld_headroom`'s). On the built-in environments, shapes
+  made for toolworld's tasks (prompts of at most 146 tokens, 5 ground-truth calls of at most
+  3 arguments, 4 tool steps and the answer); on the datasets, shapes sized from their tasks."""
   if not steps_given:
     c.train.steps = 40
   c.model.tiny = ml_collections.ConfigDict(TINY_SIZES)
@@ -159,8 +181,8 @@ def _cpu_scale(c: ml_collections.ConfigDict, steps_given: bool) -> None:
   c.rollout.max_steps = 6  # toolworld needs at most 4 tool steps and the answer
   c.rollout.shapes.max_steps = c.rollout.get_ref("max_steps") + 0
   c.rollout.max_new_tokens = 64
-  c.rollout.shapes.max_tokens = 512
-  c.rollout.shapes.max_params = 4
+  if env in DEMO_ENVS:
+    c.rollout.shapes.update(max_tokens=512, max_gt_calls=8, max_params=4)
 
 
 def _toolworld_headroom(c: ml_collections.ConfigDict, steps_given: bool) -> None:
@@ -228,6 +250,22 @@ def _doors(c: ml_collections.ConfigDict, steps_given: bool) -> None:
   c.train.update(queries_per_step=4, eval_every=10, checkpoint_every=10)
   if not steps_given:
     c.train.steps = 30
+
+
+def _smoke(c: ml_collections.ConfigDict, env: str, steps_given: bool) -> None:
+  """`smoke=1`: every stage of the run (SFT if it has one, RL, evaluation, export) for a few
+  steps on a few tasks, episodes of at most 2 short steps, to check that a command runs, not
+  what it learns. On a dataset the context is sized from those few tasks ("auto")."""
+  if not steps_given:
+    c.train.steps = 2
+  if c.sft.steps:
+    c.sft.update(steps=2, batch_size=2, num_demos=8)
+  c.env.update(train_tasks=8, eval_tasks=2)
+  c.train.update(queries_per_step=2, mini_batch_queries=1, eval_every=0, checkpoint_every=1)
+  c.rollout.update(n=2, max_steps=min(c.rollout.max_steps, 2), max_new_tokens=16)
+  c.rollout.arpo.update(initial_rollouts=2, total_rollouts=3)
+  if env not in DEMO_ENVS:
+    c.rollout.shapes.max_tokens = shape_needs.AUTO
 
 
 def _parse_steps(text: str) -> int:

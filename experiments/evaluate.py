@@ -35,10 +35,13 @@ import time
 import types
 from typing import Optional
 
+from absl import app, flags
 from flax import nnx
+from ml_collections import config_flags
 
+from tirjax import cli
 from tirjax.episodes import judging
-from tirjax.trainer import resolve, samplers
+from tirjax.trainer import prepare, resolve, samplers
 from tirjax.trainer.direction import direction_preference
 from tirjax.trainer.evaluation import evaluate
 from tirjax.trainer.progress import Progress
@@ -64,28 +67,32 @@ _LABELS = (("accuracy", "eval/accuracy"), ("average tool-call steps", "eval/avg_
 def policy_directory(policy: str) -> str:
   """The HF checkpoint directory of `policy` (itself, or a run directory's `hf_export/`)."""
   if not os.path.isdir(policy):
-    raise ValueError(f"policy: {policy!r} is not a directory")
+    raise resolve.ConfigError(f"policy: {policy!r} is not a directory")
   if os.path.exists(os.path.join(policy, "config.json")) and any(
       f.endswith(".safetensors") for f in os.listdir(policy)):
     return policy
   export = os.path.join(policy, "hf_export")
   if os.path.isdir(export):
     return export
-  raise ValueError(f"policy: {policy!r} is neither a Hugging Face checkpoint directory "
+  raise resolve.ConfigError(f"policy: {policy!r} is neither a Hugging Face checkpoint directory "
                    "(config.json and *.safetensors) nor a run directory with hf_export/ (a run "
                    "exports when it finishes, with train.export_final=True)")
 
 
-def evaluate_policy(config, policy: str, out: str, tasks: Optional[int] = None,
-                    command: str = "", split: str = "eval") -> dict:
-  """Evaluates `policy` as `config` says on the first `tasks` (default `env.eval_tasks`) of
-  `split`; writes and returns the results."""
+def evaluation(config, policy: str, out: str, tasks: Optional[int] = None,
+               split: str = "eval") -> tuple[resolve.Experiment, str]:
+  """The checked options of the evaluation of `policy` on the first `tasks` (default
+  `env.eval_tasks`) of `split`, its shapes fitted to those tasks (`prepare.experiment`), and
+  the policy's checkpoint directory: everything `evaluate_policy` checks before any compute.
+  Sets `config`'s policy (`model.hf_checkpoint`), `sft.steps` (0) and `env.eval_tasks`."""
   if config.env.name in UNSUPPORTED_ENVS:
-    raise ValueError(f"env.name={config.env.name}: {UNSUPPORTED_ENVS[config.env.name]}")
+    raise resolve.ConfigError(
+        f"env.name={config.env.name}: {UNSUPPORTED_ENVS[config.env.name]}")
   if split not in SPLITS:
-    raise ValueError(f"split: must be one of {SPLITS}, got {split!r}")
+    raise resolve.ConfigError(f"split: must be one of {SPLITS}, got {split!r}")
   if split == "all" and config.env.name == "toolworld":
-    raise ValueError("split=all: toolworld draws its tasks; evaluate its eval or train split")
+    raise resolve.ConfigError("split=all: toolworld draws its tasks; evaluate its eval or "
+                              "train split")
   path = os.path.join(out, "results.json")
   if os.path.exists(path):
     raise FileExistsError(f"out: {path} exists; choose another --out (results are never "
@@ -96,7 +103,15 @@ def evaluate_policy(config, policy: str, out: str, tasks: Optional[int] = None,
     config.sft.steps = 0  # nothing is trained: the trainer's sections are only checked
     if tasks is not None:
       config.env.eval_tasks = tasks
-  exp = resolve.resolve(config)
+  return prepare.experiment(config, {split: config.env.eval_tasks}), checkpoint
+
+
+def evaluate_policy(config, policy: str, out: str, tasks: Optional[int] = None,
+                    command: str = "", split: str = "eval") -> dict:
+  """Evaluates `policy` as `config` says on the first `tasks` (default `env.eval_tasks`) of
+  `split`; writes and returns the results."""
+  exp, checkpoint = evaluation(config, policy, out, tasks, split)
+  path = os.path.join(out, "results.json")
   info = benchmark.machine()
   start = time.perf_counter()
   tokenizer = load_tokenizer(checkpoint)
@@ -156,36 +171,45 @@ def markdown(result: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
-def _main() -> None:
-  from absl import app, flags  # pylint: disable=import-outside-toplevel
-  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
-
-  # Defined only when run as a command: the tests import this module beside experiments.train,
-  # whose --config flag has the same name.
+def define_flags() -> None:
+  """The command's flags. Defined when it runs (`_main`), not on import: the tests import this
+  module beside experiments.train, whose --config flag has the same name."""
   config_flags.DEFINE_config_file("config", None, "the experiment config the evaluation "
                                   "follows, e.g. configs/hidifftir.py:env=toolhop",
                                   lock_config=True)
-  policy = flags.DEFINE_string("policy", None, "an HF checkpoint directory or a run directory")
-  out = flags.DEFINE_string("out", None, "where results.json and results.md go")
-  tasks = flags.DEFINE_integer("tasks", None, "eval tasks (default: the config's "
-                               "env.eval_tasks)", lower_bound=1)
-  split = flags.DEFINE_enum("split", "eval", SPLITS, "which tasks of a real dataset: its eval "
-                            "split (as the trainer's evaluation), train, or all (a benchmark "
-                            "evaluated whole)")
+  flags.DEFINE_string("policy", None, "an HF checkpoint directory or a run directory")
+  flags.DEFINE_string("out", None, "where results.json and results.md go")
+  flags.DEFINE_integer("tasks", None, "eval tasks (default: the config's env.eval_tasks)",
+                       lower_bound=1)
+  flags.DEFINE_enum("split", "eval", SPLITS, "which tasks of a real dataset: its eval split (as "
+                    "the trainer's evaluation), train, or all (a benchmark evaluated whole)")
   flags.mark_flags_as_required(["config", "policy", "out"])
 
-  def main(argv):
-    if len(argv) > 1:
-      raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    try:
-      result = evaluate_policy(flags.FLAGS.config, policy.value, out.value, tasks.value,
-                               command="python -m experiments.evaluate " + " ".join(sys.argv[1:]),
-                               split=split.value)
-    except (ValueError, FileExistsError) as e:
-      raise app.UsageError(str(e)) from e
-    print(markdown(result))
 
-  app.run(main)
+def check(argv) -> resolve.Experiment:
+  """What `main` checks before any compute (`evaluation`), for the parsed flags."""
+  _no_arguments(argv)
+  f = flags.FLAGS
+  return evaluation(f.config, f.policy, f.out, f.tasks, f.split)[0]
+
+
+def main(argv) -> None:
+  _no_arguments(argv)
+  f = flags.FLAGS
+  result = evaluate_policy(f.config, f.policy, f.out, f.tasks,
+                           command="python -m experiments.evaluate " + " ".join(sys.argv[1:]),
+                           split=f.split)
+  print(markdown(result))
+
+
+def _no_arguments(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+
+
+def _main() -> None:
+  define_flags()
+  cli.run(main)
 
 
 if __name__ == "__main__":

@@ -23,23 +23,23 @@ from typing import Any, Callable, Optional
 import jax
 import numpy as np
 import optax
-from absl import app, flags, logging
+from absl import flags, logging
 from flax import nnx
 from ml_collections import config_flags
 
-from tirjax import distributed, rundir, sharding
+from tirjax import cli, distributed, rundir, sharding
 from tirjax.checkpoint import CheckpointOptions, Checkpointer, TrainState
 from tirjax.episodes import judging, rollout
 from tirjax.models.hf_io import export_hf
 from tirjax.rollouts import Rollouts
-from tirjax.trainer import processes, refill, resolve, samplers, weights
+from tirjax.trainer import prepare, processes, refill, resolve, samplers, weights
 from tirjax.trainer import tasks as tasks_lib
 from tirjax.trainer.direction import direction_preference
 from tirjax.trainer.evaluation import evaluate as evaluate_policy
 from tirjax.trainer.progress import Progress, summary_table
 from tirjax.trainer.rl_metrics import PhaseClock, rl_metrics
 from tirjax.trainer.sft_data import SFTData
-from tirjax.trainer.tasks import TaskSource, load_tokenizer, tokenizer_dir
+from tirjax.trainer.tasks import TaskSource, load_tokenizer
 from tirjax.training.batches import SFTBatch, longest_row, policy_batch, trim_tokens
 from tirjax.training.minibatches import combine_updates, update_passes
 from tirjax.training.optimizer import make_optimizer
@@ -64,11 +64,18 @@ def main(argv):
   run(config, workdir)
 
 
+def check(argv) -> resolve.Experiment:
+  """What `run` checks before any compute, for the parsed flags: the config's options, its
+  shapes fitted to its data (`prepare.experiment`)."""
+  del argv
+  return prepare.experiment(FLAGS.config)
+
+
 def run(config, workdir: str) -> dict:
   """The whole run; returns the final summary (also printed and written to summary.json)."""
   # -- Set-up and logging: the raw config's only use is checked options and the run's record --
   distributed.initialize(resolve.distributed_options(config))  # before anything touches JAX
-  exp = resolve.resolve(config)  # every value checked before any compute
+  exp = prepare.experiment(config)  # every value checked, shapes fitted to the data
   record = resolve.config_record(config)  # config.json, the run's id, the loggers' config
   run_id = rundir.run_id(record)
   resuming = processes.claim_workdir(workdir, record)
@@ -221,13 +228,7 @@ def _mesh(exp: resolve.Experiment) -> tuple[jax.sharding.Mesh, resolve.Experimen
 
 
 def _data(exp: resolve.Experiment, cleanup: contextlib.ExitStack) -> Data:
-  def build_tokenizer():
-    return tokenizer_dir(exp.model, exp.env.name, tasks_lib.cache_dir(exp.env.cache_dir),
-                         seed=exp.seed)
-  if distributed.is_primary():  # built once (a shared cache), then found by the others
-    build_tokenizer()
-  distributed.barrier("tokenizer")
-  tok_dir = build_tokenizer()
+  tok_dir = tasks_lib.shared_tokenizer_dir(exp.model, exp.env, seed=exp.seed)
   tokenizer = load_tokenizer(tok_dir)
   source = cleanup.enter_context(contextlib.closing(TaskSource(exp.env, seed=exp.seed)))
   train_tasks = source.tasks("train", exp.env.train_tasks)
@@ -429,4 +430,4 @@ def _final(trainer: Trainer, state: TrainState, last_eval: Optional[dict]) -> di
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -7,6 +7,11 @@ judge, sampler, train, step, sft) and the options of the components that use the
 sections (`sections.DERIVED`), the keys renamed in issue 29 (`sections.RENAMED`, moved to
 their new keys with a deprecation warning) and the rules that check one section against
 another. Every error names the config key: `ConfigError("rollout.shapes.num_rows: ...")`.
+
+The rollout shapes set to "auto" (`shape_needs.AUTO`) are sized from the data the run will use:
+`resolve` gives them their value for no task (`Experiment.auto_shapes` names them) and
+`fit_to_data` sizes them from the tasks' needs, checking the shapes set to numbers against the
+same needs; `tirjax.trainer.prepare.experiment` does both, reading the data.
 """
 
 from __future__ import annotations
@@ -29,11 +34,13 @@ from tirjax.sampling.vllm import TINY_HEAD_DIM
 from tirjax.training.optimizer import OptimizerOptions
 from tirjax.training.step import StepOptions
 
+from tirjax.trainer import shape_needs
 from tirjax.trainer.sections import (DEMO_ENVS, ENVS, JUDGES, MAX_TASKS, RENAMED, SAMPLERS,
                                      SECTIONS, EnvOptions, JudgeOptions, ModelOptions,
                                      SamplerOptions, SFTOptions, TrainOptions)
 
-__all__ = ["ConfigError", "Experiment", "resolve", "config_record", "fit_to_mesh", "ENVS",
+__all__ = ["ConfigError", "Experiment", "resolve", "config_record", "fit_to_mesh", "fit_to_data",
+           "ENVS",
            "SAMPLERS", "JUDGES", "DEMO_ENVS", "MAX_TASKS"]
 
 
@@ -60,6 +67,9 @@ class Experiment:
   optim: OptimizerOptions
   sharding: sharding.ShardingOptions
   distributed: distributed.DistributedOptions
+  # rollout.shapes keys set to "auto" and not yet sized from the data (`fit_to_data`): until
+  # then they hold their value for no task (`shape_needs.floors`)
+  auto_shapes: tuple[str, ...] = ()
 
   @property
   def advantage_filters_groups(self) -> bool:
@@ -136,6 +146,7 @@ def resolve(c) -> Experiment:
         f"must be an integer >= 0, got {seed!r}")
   model, env, judge, sampler, train = (_own_section(name, d[name])
                                        for name in ("model", "env", "judge", "sampler", "train"))
+  auto = _auto_shapes(d["rollout"])
   rollout = _section(RolloutOptions, d["rollout"], "rollout")
   try:
     estimator = advantages.get(d["advantage"]["name"])
@@ -217,7 +228,36 @@ def resolve(c) -> Experiment:
     _need(loss.norm_constant is not None, "loss.norm_constant", "required by this aggregation")
   return Experiment(seed=seed, model=model, env=env, judge=judge, sampler=sampler, train=train,
                     step=step, sft=sft, estimator=estimator, advantage=advantage,
-                    rollout=rollout, loss=loss, optim=optim, sharding=shard, distributed=dist)
+                    rollout=rollout, loss=loss, optim=optim, sharding=shard, distributed=dist,
+                    auto_shapes=auto)
+
+
+def _auto_shapes(rollout: dict) -> tuple[str, ...]:
+  """The rollout shapes set to "auto" in the raw section `rollout`, which this replaces by their
+  value for no task (`shape_needs.floors`); a string other than "auto" names its key."""
+  shapes = rollout["shapes"]
+  for key, value in shapes.items():
+    _need(not isinstance(value, str) or (value == shape_needs.AUTO and key in shape_needs.SIZED),
+          f"rollout.shapes.{key}", f"must be an integer >= 1"
+          + (f" or {shape_needs.AUTO!r} (sized from the data)" if key in shape_needs.SIZED
+             else "") + f", got {value!r}")
+  auto = tuple(k for k in shape_needs.SIZED if shapes.get(k) == shape_needs.AUTO)
+  rollout["shapes"] = {**shapes, **shape_needs.floors(auto, rollout.get("max_new_tokens"),
+                                                      rollout.get("max_steps"))}
+  return auto
+
+
+def fit_to_data(exp: Experiment, needs: shape_needs.Needs, split: str = "the split"
+                ) -> Experiment:
+  """`exp` with its "auto" shapes sized for `needs` (the tasks of `split`) and its other shapes
+  checked against them (`shape_needs.fit`: one error naming every shape that is too small)."""
+  try:
+    shapes = shape_needs.fit(exp.rollout.shapes, exp.auto_shapes, needs,
+                             exp.rollout.max_new_tokens, exp.rollout.max_steps, split)
+  except ValueError as e:
+    raise ConfigError(f"rollout.shapes.{e}") from None
+  return dataclasses.replace(exp, rollout=dataclasses.replace(exp.rollout, shapes=shapes),
+                             auto_shapes=())
 
 
 def fit_to_mesh(exp: Experiment, batch_shards: int, sft_batch_size: int | None) -> Experiment:
@@ -225,6 +265,8 @@ def fit_to_mesh(exp: Experiment, batch_shards: int, sft_batch_size: int | None) 
   micro-batches × the mini-batches of an update pass (the extra rows are padding); the SFT
   batch must divide already. `sft_batch_size` is None for a run without SFT steps, whose
   SFT batch is never built and so is not checked."""
+  _need(not exp.auto_shapes, "rollout.shapes", f"{', '.join(exp.auto_shapes)} still "
+        f"{shape_needs.AUTO!r}: size them from the data first (`prepare.experiment`)")
   per_step = batch_shards * exp.step.num_microbatches
   if sft_batch_size is not None:
     _need(sft_batch_size % per_step == 0, "sft.batch_size",

@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from tirjax import distributed
 from tirjax.env import bandit
 from tirjax.env.tools import Task
 from tirjax.env.toolworld import Difficulty, build_tokenizer, make_tasks
@@ -27,12 +28,17 @@ def _split_of(task_id: str) -> str:
 
 
 class TaskSource:
-  """Train and eval tasks of one environment, loaded once (real datasets) or drawn (toolworld)."""
+  """Train and eval tasks of one environment, loaded once (real datasets) or drawn (toolworld).
 
-  def __init__(self, env_cfg, seed: int):
+  With `run_tools=False` a real dataset's tool code is not defined (no sandbox starts): the
+  tasks hold their text, tool schemas and ground truth, enough to size shapes, but their tools
+  cannot run."""
+
+  def __init__(self, env_cfg, seed: int, run_tools: bool = True):
     self.name = env_cfg.name
     self._cfg = env_cfg
     self._seed = seed
+    self._run_tools = run_tools
     self._sandbox = None
     self._cache: dict[str, list[Task]] = {}
 
@@ -60,7 +66,7 @@ class TaskSource:
   def _load_all(self) -> list[Task]:
     from tirjax.env.datasets import load_bfcl, load_ftrl, load_toolhop
     from tirjax.env.sandbox import Sandbox
-    self._sandbox = Sandbox()
+    self._sandbox = Sandbox() if self._run_tools else None
     path = self._cfg.data_path
     if self.name in ("toolhop", "ftrl") and not os.path.exists(path):
       raise FileNotFoundError(f"env.data_path: {path!r} does not exist (env={self.name})")
@@ -93,6 +99,17 @@ def cache_dir(configured: str = "") -> str:
   reused only when equal."""
   return configured or os.environ.get("TIRJAX_CACHE") or os.path.join(
       os.path.expanduser("~"), ".cache", "tirjax")
+
+
+def shared_tokenizer_dir(model_cfg, env_cfg, seed: int = 0) -> str:
+  """`tokenizer_dir` for a run's processes: built once by process 0 in the cache they share
+  (`env_cfg.cache_dir`), then found by the others."""
+  def find() -> str:
+    return tokenizer_dir(model_cfg, env_cfg.name, cache_dir(env_cfg.cache_dir), seed=seed)
+  if distributed.is_primary():
+    find()
+  distributed.barrier("tokenizer")
+  return find()
 
 
 def load_tokenizer(directory: str):

@@ -214,7 +214,9 @@ def _tool(doc: Mapping[str, Any]) -> Tool:
 
 
 def bfcl_task(entry: dict, ground_truth: Sequence[Sequence[str]], category: str,
-              sandbox: Sandbox, backend: _Backend) -> Task:
+              sandbox: Optional[Sandbox], backend: _Backend) -> Task:
+  """One entry as a `Task` whose episodes run and are scored in `sandbox` (None: the task's
+  text, schemas and ground truth only, for sizing shapes: it cannot run)."""
   classes = list(entry["involved_classes"])
   owner, docs = {}, {}
   for cls in classes:
@@ -251,19 +253,21 @@ def bfcl_task(entry: dict, ground_truth: Sequence[Sequence[str]], category: str,
                 "missed_function": missed,
                 "excluded_function": sorted(entry.get("excluded_function") or ()),
                 "involved_classes": classes, "initial_config": spec["config"]},
-      session=_make_session(sandbox, spec), dialogue=dialogue)
+      session=None if sandbox is None else _make_session(sandbox, spec), dialogue=dialogue)
 
 
-def load_bfcl(sandbox: Sandbox, data_dir: Optional[str] = None,
+def load_bfcl(sandbox: Optional[Sandbox], data_dir: Optional[str] = None,
               categories: Sequence[str] = MULTI_TURN_CATEGORIES,
               limit: Optional[int] = None) -> list[Task]:
-  """Tasks of BFCL multi-turn categories from `data_dir` (default: the installed package's)."""
+  """Tasks of BFCL multi-turn categories from `data_dir` (default: the installed package's);
+  without a `sandbox`, tasks that cannot run (`bfcl_task`)."""
   data_dir = data_dir or os.path.join(package_dir(), "data")
   backend = _Backend(data_dir)
   # Each episode's back-end is a fresh worker: it starts with the classes' modules (and the
   # checker's) already imported, by the sandbox's zygote. Those that fail to import (missing
   # optional dependencies) fail in the episodes that need them, as before.
-  sandbox.preload(sorted(set(backend.modules.values())) + list(_CHECKER_MODULES))
+  if sandbox is not None:
+    sandbox.preload(sorted(set(backend.modules.values())) + list(_CHECKER_MODULES))
   tasks = []
   for category in categories:
     entries = _read_jsonl(os.path.join(data_dir, f"BFCL_v4_{category}.json"))

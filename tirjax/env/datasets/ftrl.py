@@ -16,8 +16,9 @@ from tirjax.env.sandbox import Sandbox, SandboxTool
 from tirjax.env.tools import Task, Tool, ToolError
 
 
-def ftrl_task(row: dict, index: int, sandbox: Sandbox) -> Task:
-  """One FTRL row as a `Task`; its tool code is defined in `sandbox` now."""
+def ftrl_task(row: dict, index: int, sandbox: Optional[Sandbox]) -> Task:
+  """One FTRL row as a `Task`; its tool code is defined in `sandbox` now (None: not at all,
+  the tasks' text, schemas and ground truth only, for sizing shapes: its tools cannot run)."""
   source = str(row.get("data_source") or "ftrl")
   task_id = f"{source}/{row.get('split', 'test')}/{index}"
   specs = json.loads(row["tools"])
@@ -30,7 +31,7 @@ def ftrl_task(row: dict, index: int, sandbox: Sandbox) -> Task:
     fn = None
     if name not in codes:
       errors[name] = "no code for this tool"
-    else:
+    elif sandbox is not None:
       ns = f"ftrl/{task_id}/{name}"
       try:
         stdout[name] = sandbox.define(ns, codes[name])
@@ -49,8 +50,9 @@ def ftrl_task(row: dict, index: int, sandbox: Sandbox) -> Task:
                 "load_errors": errors})
 
 
-def load_ftrl(path: str, sandbox: Sandbox, limit: Optional[int] = None) -> list[Task]:
-  """Tasks of an FTRL parquet file (the first `limit` rows if given)."""
+def load_ftrl(path: str, sandbox: Optional[Sandbox], limit: Optional[int] = None) -> list[Task]:
+  """Tasks of an FTRL parquet file (the first `limit` rows if given); without a `sandbox`,
+  tasks whose tools cannot run (`ftrl_task`)."""
   import pyarrow.parquet as pq  # only this loader needs it
   rows = pq.read_table(path).to_pylist()
   if limit is not None:

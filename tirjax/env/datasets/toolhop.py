@@ -58,8 +58,9 @@ def _base(text: str) -> str:
   return text.strip().split("(", 1)[0].strip()
 
 
-def toolhop_task(row: dict, sandbox: Sandbox) -> Task:
-  """One ToolHop row as a `Task`; its tool code is defined in `sandbox` now."""
+def toolhop_task(row: dict, sandbox: Optional[Sandbox]) -> Task:
+  """One ToolHop row as a `Task`; its tool code is defined in `sandbox` now (None: not at all,
+  the tasks' text, schemas and ground truth only, for sizing shapes: its tools cannot run)."""
   task_id = str(row["id"])
   sources = []
   for src in row["functions"]:
@@ -78,6 +79,7 @@ def toolhop_task(row: dict, sandbox: Sandbox) -> Task:
       errors[name] = f"no function source defines {base!r}"
     else:
       used.add(i)
+    if i is not None and sandbox is not None:
       ns = f"toolhop/{task_id}/{name}"
       try:
         stdout[name] = sandbox.define(ns, sources[i][1])
@@ -105,8 +107,10 @@ def toolhop_task(row: dict, sandbox: Sandbox) -> Task:
                 "load_errors": errors})
 
 
-def load_toolhop(path: str, sandbox: Sandbox, limit: Optional[int] = None) -> list[Task]:
-  """Tasks of a ToolHop JSON-lines file (the first `limit` rows if given)."""
+def load_toolhop(path: str, sandbox: Optional[Sandbox], limit: Optional[int] = None
+                 ) -> list[Task]:
+  """Tasks of a ToolHop JSON-lines file (the first `limit` rows if given); without a
+  `sandbox`, tasks whose tools cannot run (`toolhop_task`)."""
   tasks = []
   with open(path, encoding="utf-8") as f:
     for line in f:
