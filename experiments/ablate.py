@@ -18,11 +18,11 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 import configs
-from tirjax import ablation
+from tirjax import ablation, cli
 from tirjax.reporting import launch
 
 FLAGS = flags.FLAGS
@@ -40,11 +40,16 @@ def cell_command(job: ablation.Job) -> list[str]:
   return launch.train_command(f"{CELL_CONFIG}:{job.workdir}", job.workdir)
 
 
-def main(argv) -> None:
+def check(argv) -> list[ablation.Job]:
+  """What `main` checks before any run: every run of the grid, every config resolved."""
   del argv
+  return ablation.plan(FLAGS.config, FLAGS.workdir)
+
+
+def main(argv) -> None:
   grid, workdir = FLAGS.config, FLAGS.workdir
   try:
-    jobs = ablation.plan(grid, workdir)
+    jobs = check(argv)
     results = ablation.run_grid(jobs, workdir, cell_command, parallel=FLAGS.parallel,
                                 compilation_cache=grid.compilation_cache)
   except ablation.GridError as e:
@@ -61,4 +66,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -18,8 +18,9 @@ import json
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
+from tirjax import cli
 from tirjax.reporting import benchmark, launch
 
 flags.DEFINE_string("warm_start", None, "An HF export of the SFT warm start.")
@@ -70,4 +71,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

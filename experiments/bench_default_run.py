@@ -3,7 +3,7 @@
     python -m experiments.bench_default_run --seeds=0,1,2 --sampled_seeds=0,1,2 \\
         --control_seed=0 --workdir=runs/default_bench --json=benchmarks/results/default_run.json
 
-Runs `python -m experiments.train --config=configs/hidifftir.py:model=tiny` once per seed (a
+Runs the trainer on `make run`'s config, configs/hidifftir.py:model=tiny, once per seed (a
 fresh process each, as `make run` does) in `<workdir>/seed<k>`, resuming any that exist, and
 writes per seed, after SFT and after RL: greedy eval accuracy, and pass@1/4/16 at the rollout
 temperature with the shares of tasks whose samples are all wrong or mixed and the share of
@@ -27,8 +27,9 @@ import subprocess
 import sys
 from typing import Optional
 
-from absl import app, flags
+from absl import flags
 
+from tirjax import cli
 from tirjax.reporting import benchmark, launch
 
 flags.DEFINE_string("seeds", "0,1,2", "Comma-separated seeds.")
@@ -135,4 +136,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

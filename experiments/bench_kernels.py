@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from tirjax import advantages
+from tirjax import advantages, cli
 from tirjax.testing import synthetic
 from tirjax.matching.greedy import greedy_matching
 from tirjax.matching.hungarian import masked_weights, max_weight_matching
@@ -159,4 +159,4 @@ def markdown(out: dict) -> str:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -21,8 +21,9 @@ import time
 
 import jax
 import jax.numpy as jnp
-from absl import app, flags
+from absl import flags
 
+from tirjax import cli
 from tirjax.models.logprobs import logprobs_from_hidden
 from tirjax.reporting import benchmark
 
@@ -119,4 +120,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

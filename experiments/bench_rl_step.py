@@ -23,6 +23,7 @@ import time
 import numpy as np
 from absl import app, flags
 
+from tirjax import cli
 from tirjax.reporting import benchmark, launch, rl_step
 from tirjax.reporting.runs import RunDir
 
@@ -128,4 +129,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -35,6 +35,7 @@ import numpy as np
 import transformers
 from absl import app, flags
 
+from tirjax import cli
 from tirjax.env import chat
 from tirjax.env.toolworld import build_tokenizer, make_tasks
 from tirjax.models import config, decoder
@@ -196,4 +197,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -34,9 +34,9 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
-from tirjax import loss, sharding, training  # noqa: E402
+from tirjax import cli, loss, sharding, training  # noqa: E402
 from tirjax.reporting import benchmark  # noqa: E402
 from tirjax.models import config, decoder  # noqa: E402
 from tirjax.training import flops  # noqa: E402
@@ -273,4 +273,4 @@ def write_report(presets, rows, length, microbatches, peak, results, kind, devic
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

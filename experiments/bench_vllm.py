@@ -21,6 +21,7 @@ import time
 import psutil
 from absl import app, flags
 
+from tirjax import cli
 from tirjax.testing import tiny_hf
 from tirjax.sampling.interface import SamplingParams
 from tirjax.sampling.vllm import VLLMOptions, VLLMSampler
@@ -137,4 +138,4 @@ def main(argv) -> dict:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -17,8 +17,9 @@ import collections
 import time
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
+from tirjax import cli
 from tirjax.env.datasets.bfcl import MULTI_TURN_CATEGORIES, load_bfcl
 from tirjax.env.sandbox import Sandbox
 from tirjax.reporting import benchmark
@@ -99,10 +100,14 @@ def main(argv):
         f"{len(result['disagreements'])} disagreements; {result['seconds']} s")
 
 
-if __name__ == "__main__":
-  # Defined only when run as a command: the tests import this module beside other entry
-  # points that define flags of the same names.
+def define_flags() -> None:
+  """The command's flags. Defined only when it runs: the tests import this module beside other
+  entry points that define flags of the same names."""
   flags.DEFINE_string("json", "benchmarks/results/bfcl_agreement.json", "Results file.")
   flags.DEFINE_integer("limit", None, "Entries per category (default: all).")
   flags.DEFINE_integer("seed", 0, "Seed of the perturbations.")
-  app.run(main)
+
+
+if __name__ == "__main__":
+  define_flags()
+  cli.run(main)

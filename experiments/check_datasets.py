@@ -16,6 +16,7 @@ import time
 
 from absl import app, flags
 
+from tirjax import cli
 from tirjax.env import verify
 from tirjax.env.datasets.bfcl import load_bfcl
 from tirjax.env.datasets.ftrl import load_ftrl
@@ -130,4 +131,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -25,8 +25,9 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 
-from absl import app, flags
+from absl import flags
 
+from tirjax import cli
 from tirjax.reporting import benchmark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -157,4 +158,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -17,7 +17,6 @@ directory and sft.steps=0 (the same values).
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import itertools
@@ -27,6 +26,8 @@ import subprocess
 import sys
 import tempfile
 from typing import Any
+
+from absl import app, flags
 
 # Fields of the base tree's `Experiment` (or of its sections) and where they are now.
 RENAMED_FIELDS = {
@@ -157,7 +158,7 @@ def _run_worker(tree: str, only: str) -> dict:
   # -P: the tree's packages, not those of the directory this file is in; run in the tree so
   # that its relative paths (data files, the grids' config files) are its own.
   subprocess.run([sys.executable, "-P", os.path.abspath(__file__), f"--worker={out}",
-                  f"--data-root={os.getcwd()}", f"--only={only}"], cwd=tree, env=env,
+                  f"--data_root={os.getcwd()}", f"--only={only}"], cwd=tree, env=env,
                  check=True)
   with open(out) as f:
     results = json.load(f)
@@ -202,13 +203,16 @@ def compare(base: dict, head: dict) -> list[str]:
   return problems
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--base", help="a checkout of the commit before the change")
-  parser.add_argument("--worker", help=argparse.SUPPRESS)
-  parser.add_argument("--data-root", help=argparse.SUPPRESS)
-  parser.add_argument("--only", default="", help="only the cases whose id contains this")
-  args = parser.parse_args()
+flags.DEFINE_string("base", None, "a checkout of the commit before the change")
+flags.DEFINE_string("worker", None, "(internal) resolve this tree's cases into this JSON file")
+flags.DEFINE_string("data_root", None, "(internal) where relative data paths are read from")
+flags.DEFINE_string("only", "", "only the cases whose id contains this")
+
+
+def main(argv) -> None:
+  if len(argv) > 1:  # (app.run, not tirjax.cli: the worker also runs in older trees)
+    sys.exit(f"config_compat: unexpected arguments: {argv[1:]}")
+  args = flags.FLAGS
   if args.worker:
     worker(args.worker, args.data_root, args.only)
     return
@@ -228,4 +232,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

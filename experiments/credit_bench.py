@@ -34,7 +34,7 @@ import traceback
 
 from absl import app, flags
 
-from tirjax import reporting
+from tirjax import cli, reporting
 from tirjax.credit.cells import split_labels
 from tirjax.reporting import benchmark
 from tirjax.credit import cells, evaluate
@@ -209,4 +209,4 @@ def _machine(m: dict) -> str:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from tirjax import advantages
+from tirjax import advantages, cli
 from tirjax.credit import cells, chain_rollouts
 from tirjax.credit.cells import split_labels
 from tirjax.credit.softmax_policy import PolicyOptions, init_policy, log_policy, prior_logits, state_features
@@ -124,4 +124,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -10,8 +10,9 @@ only RL raises it. Prints one JSON line.
 
 import json
 
-from absl import app, flags
+from absl import flags
 
+from tirjax import cli
 from tirjax.env.toolworld import Difficulty, make_tasks
 from tirjax.trainer.direction import direction_preference
 from tirjax.trainer.tasks import load_tokenizer
@@ -35,4 +36,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
-from tirjax import reporting
+from tirjax import cli, reporting
 
 _OUT = flags.DEFINE_string("out", None, "output folder (required)")
 _BASELINE = flags.DEFINE_string("baseline", "grpo", "cell label compared against")
@@ -22,17 +22,25 @@ _LAST_RL = flags.DEFINE_integer("last_rl", 5, "final reward = mean over this man
 _TITLE = flags.DEFINE_string("title", "tirjax report", "the report's title")
 
 
-def main(argv) -> None:
+def check(argv) -> reporting.Study:
+  """What `main` reads before writing: the runs (or credit-bench result) of the paths given."""
   paths = argv[1:]  # run directories (or folders of them), or one credit-bench JSON file
   if not paths:
     raise app.UsageError("give at least one run directory or credit-bench JSON file")
   if not _OUT.value:
     raise app.UsageError("--out: the output folder is required")
-  study = reporting.load(paths, last_rl=_LAST_RL.value, baseline=_BASELINE.value)
+  try:
+    return reporting.load(paths, last_rl=_LAST_RL.value, baseline=_BASELINE.value)
+  except (OSError, ValueError) as e:
+    raise app.UsageError(str(e)) from None
+
+
+def main(argv) -> None:
+  study = check(argv)
   paths = reporting.write_report(study, _OUT.value, _TITLE.value)
   with open(paths["report.md"]) as f:
     print(f.read())
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

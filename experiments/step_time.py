@@ -148,10 +148,10 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv) -> None:
-  from absl import flags  # pylint: disable=import-outside-toplevel
+  from absl import app, flags  # pylint: disable=import-outside-toplevel
   f = flags.FLAGS
   if len(argv) > 1:
-    raise ValueError(f"unexpected arguments: {argv[1:]}")
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if f.model:
     rows = [estimate(Workload(model=f.model, queries=f.queries, rows=f.rows, context=f.context),
                      CHIPS[f.chip], f.chips)]
@@ -167,13 +167,18 @@ def main(argv) -> None:
         f"{HANDOVER_BYTES_PER_S / 1e9:.0f} GB/s (assumed local NVMe).")
 
 
-if __name__ == "__main__":
-  from absl import app, flags
-
+def define_flags() -> None:
+  """The command's flags, defined when it runs (the module is also a library)."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
   flags.DEFINE_string("model", None, "a preset (qwen3_1p7b, qwen3_8b, ...); none: the table")
   flags.DEFINE_integer("queries", 256, "queries per step")
   flags.DEFINE_integer("rows", 16, "rows per query")
   flags.DEFINE_integer("context", 8192, "tokens per row")
   flags.DEFINE_integer("chips", 8, "chips")
   flags.DEFINE_enum("chip", "h200", sorted(CHIPS), "chip kind")
-  app.run(main)
+
+
+if __name__ == "__main__":
+  from tirjax import cli
+  define_flags()
+  cli.run(main)
