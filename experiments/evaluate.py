@@ -127,7 +127,7 @@ def evaluate_policy(config, policy: str, out: str, tasks: Optional[int] = None,
                                      out, checkpoint, exp.rollout)
     metrics = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
                        exp.sampler.eval_temperature, seed=exp.seed,
-                       progress=Progress(enabled=sys.stderr.isatty()).evaluation(len(eval_tasks)),
+                       progress=Progress().evaluation(len(eval_tasks)),
                        answer_in_tool_message=exp.env.answer_in_tool_message,
                        samples=exp.sampler.eval_samples)
     if exp.env.name == "toolworld":

@@ -1,9 +1,10 @@
 """What the trainer shows a person: progress, and the final before/after table.
 
-With bars on (a person at a terminal), a tqdm bar per phase and one for each evaluation. With
-bars off (a run under `experiments.ablate`, a benchmark), compact lines instead, at most one
-every `LINE_EVERY_S` seconds and at each phase's end, so that a log shows a long SFT warm start
-advancing.
+On a terminal, a tqdm bar per phase and one for each evaluation, redrawn in place. Where the
+output goes to a file or a pipe (`make run > log`), or bars are off (a run under
+`experiments.ablate`, a benchmark), compact lines instead: one every `1/LINES_PER_PHASE` of a
+phase's steps and at its end (a 1,200-step SFT prints 20 lines, not a redraw per step), and
+one at the end of each evaluation.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Callable, Mapping, Optional, TextIO
 
 from tqdm import tqdm
 
-LINE_EVERY_S = 60.0
+LINES_PER_PHASE = 20
 
 TABLE_ROWS = (("eval accuracy", "eval/accuracy"), ("average tool-call steps", "eval/avg_steps"),
               ("unanswerable rate", "eval/unanswerable_rate"),
@@ -30,30 +31,35 @@ class Progress:
   """A tqdm bar per phase with the current step, reward and accuracy, or compact lines."""
 
   def __init__(self, enabled: bool = True, out: Optional[TextIO] = None,
-               line_every_s: float = LINE_EVERY_S, quiet: bool = False):
-    """`quiet`: no bar and no lines (the processes other than 0 of a multi-process run)."""
-    self.enabled = enabled and not quiet
+               lines_per_phase: int = LINES_PER_PHASE, quiet: bool = False,
+               bar_file: Optional[TextIO] = None):
+    """Bars when `enabled` and `bar_file` (default stderr, where tqdm draws) is a terminal;
+    lines to `out` (default stdout) otherwise. `quiet`: neither (the processes other than 0
+    of a multi-process run)."""
+    self._bar_file = bar_file or sys.stderr
+    self.enabled = enabled and not quiet and self._bar_file.isatty()
     self.quiet = quiet
     self.step = 0
     self._bar = None
     self._out = out
-    self._line_every_s = line_every_s
-    self._phase, self._total, self._last_line = "", 0, 0.0
+    self._lines = lines_per_phase
+    self._phase, self._total, self._every = "", 0, 1
 
   def start(self, phase: str, total: int, done: int) -> None:
     self.close()
     self.step = done
-    self._phase, self._total, self._last_line = phase, total, time.monotonic()
+    self._phase, self._total = phase, total
+    self._every = max(1, -(-total // self._lines))  # ceil: at most `lines_per_phase` lines
     if self.enabled and total > 0:
-      self._bar = tqdm(total=total, initial=done, desc=phase, dynamic_ncols=True)
+      self._bar = tqdm(total=total, initial=done, desc=phase, dynamic_ncols=True,
+                       file=self._bar_file)
 
   def update(self, step: int, **values: Optional[float]) -> None:
     shown = {k: f"{v:.3f}" for k, v in values.items() if v is not None}
     if self._bar is not None:
       self._bar.update(step - self.step)
       self._bar.set_postfix(shown)
-    elif (step == self._total or time.monotonic() - self._last_line >= self._line_every_s):
-      self._last_line = time.monotonic()
+    elif step == self._total or step % self._every == 0:
       extra = "".join(f" {k} {v}" for k, v in shown.items())
       self._line(f"{self._phase} step {step}/{self._total}{extra}")
     self.step = step
@@ -63,7 +69,7 @@ class Progress:
     end)."""
     start = time.monotonic()
     if self.enabled:
-      bar = tqdm(total=total, desc="eval", leave=False, dynamic_ncols=True)
+      bar = tqdm(total=total, desc="eval", leave=False, dynamic_ncols=True, file=self._bar_file)
 
       def advance(done: int) -> None:
         bar.update(done - bar.n)
