@@ -11,12 +11,19 @@ from absl import flags
 from ml_collections import config_flags
 
 from configs import grpo, hidifftir
+from tirjax.env.datasets.bfcl import load_bfcl
+from tirjax.env.datasets.ftrl import load_ftrl
+from tirjax.env.datasets.toolhop import load_toolhop
+from tirjax.env.sandbox import Sandbox
 from tirjax.env.tools import Dialogue, Task
 from tirjax.episodes.options import RolloutOptions, Shapes
-from tirjax.testing.dataset_rows import TOOLHOP_ROW
+from tirjax.testing.dataset_rows import TOOLHOP_ROW, write_ftrl_table
 from tirjax.testing.short_runs import CONFIGS
 from tirjax.trainer import prepare, resolve, shape_needs
+from tirjax.trainer.samplers import attention_budget, prefill_rows
+from tirjax.trainer.sections import EnvOptions
 from tirjax.trainer.shape_needs import AUTO, Need, Needs
+from tirjax.trainer.tasks import TaskSource
 
 
 # -- References, written from the module docstring: plain loops ------------------------------
@@ -285,11 +292,6 @@ def _schema(task):
 
 
 def test_tasks_read_without_a_sandbox_are_the_tasks_a_run_gets_less_their_tools(tmp_path):
-  from tirjax.env.datasets.bfcl import load_bfcl  # pylint: disable=import-outside-toplevel
-  from tirjax.env.datasets.ftrl import load_ftrl  # pylint: disable=import-outside-toplevel
-  from tirjax.env.datasets.toolhop import load_toolhop  # pylint: disable=import-outside-toplevel
-  from tirjax.env.sandbox import Sandbox  # pylint: disable=import-outside-toplevel
-  from tirjax.testing.dataset_rows import write_ftrl_table  # pylint: disable=import-outside-toplevel
   toolhop = tmp_path / "toolhop.jsonl"
   # a second tool named `length` and no second source for it: it stays unbound either way
   extra = {"g": {"name": "length", "description": "again", "parameters": {"type": "object"}}}
@@ -308,7 +310,6 @@ def test_tasks_read_without_a_sandbox_are_the_tasks_a_run_gets_less_their_tools(
 
 
 def test_rows_per_prefill_call_hold_its_attention_scores_in_the_budget():
-  from tirjax.trainer.samplers import attention_budget, prefill_rows  # pylint: disable=import-outside-toplevel
   gib = 1 << 30
   for heads in (1, 4, 16):
     for prompt in (64, 512, 4096, 8192, 16384, 32768):
@@ -320,3 +321,30 @@ def test_rows_per_prefill_call_hold_its_attention_scores_in_the_budget():
   assert prefill_rows(4, 512, 3 * gib) >= 256  # `make run`'s: its 256 rows a call unchanged
   assert prefill_rows(4, 8192, 3 * gib) == 2
   assert attention_budget() > 0
+
+
+def test_a_source_defines_the_tool_code_of_the_tasks_asked_for_each_once(tmp_path, monkeypatch):
+  path = str(tmp_path / "ftrl.parquet")
+  write_ftrl_table(path, num_rows=24)  # two tools a row, both with code
+  defined = []
+  real = Sandbox.define
+
+  def define(self, ns, *args, **kwargs):
+    defined.append(ns)
+    return real(self, ns, *args, **kwargs)
+  monkeypatch.setattr(Sandbox, "define", define)
+  env = EnvOptions(name="ftrl", data_path=path)
+  source = TaskSource(env, seed=0)
+  try:
+    one = source.tasks("eval", 1)
+    assert len(defined) == 2 and all(t.fn is not None for t in one[0].tools)
+    three = source.tasks("eval", 3)
+    assert three[0] is one[0] and len(defined) == 2 * 3 and len(set(defined)) == len(defined)
+    train = source.tasks("train", 2)
+    assert len(defined) == 2 * 5 and {t.task_id for t in train}.isdisjoint(
+        t.task_id for t in three)
+  finally:
+    source.close()
+  schema = TaskSource(env, seed=0, run_tools=False)
+  assert [_schema(t) for t in schema.tasks("eval", 3)] == [_schema(t) for t in three]
+  assert len(defined) == 2 * 5  # nothing defined without tools

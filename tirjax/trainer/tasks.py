@@ -30,9 +30,11 @@ def _split_of(task_id: str) -> str:
 class TaskSource:
   """Train and eval tasks of one environment, loaded once (real datasets) or drawn (toolworld).
 
-  With `run_tools=False` a real dataset's tool code is not defined (no sandbox starts): the
-  tasks hold their text, tool schemas and ground truth, enough to size shapes, but their tools
-  cannot run."""
+  A real dataset is read whole once, without its tool code, to split it; the tool code of the
+  tasks asked for is then defined in the source's sandbox, each task's once (an evaluation of
+  a few tasks does not define the whole dataset's). With `run_tools=False` none is defined (no
+  sandbox starts): the tasks hold their text, tool schemas and ground truth, enough to size
+  shapes, but their tools cannot run."""
 
   def __init__(self, env_cfg, seed: int, run_tools: bool = True):
     self.name = env_cfg.name
@@ -40,7 +42,8 @@ class TaskSource:
     self._seed = seed
     self._run_tools = run_tools
     self._sandbox = None
-    self._cache: dict[str, list[Task]] = {}
+    self._splits: dict[str, list[Task]] = {}  # the dataset's tasks by split, tools undefined
+    self._defined: dict[str, Task] = {}  # tasks whose tools are defined, by id
 
   def tasks(self, split: str, n: int, hop_weights: Sequence[float] = ()) -> list[Task]:
     """The first `n` tasks of `split` ("train", "eval", or "all" of a real dataset: a benchmark
@@ -55,27 +58,38 @@ class TaskSource:
                               p_parallel=cfg.p_parallel, p_down=cfg.p_down,
                               p_direction=cfg.p_direction)
       return make_tasks(split, n, seed=self._seed, difficulty=difficulty)
-    if split not in self._cache:
-      every = self._load_all()
-      self._cache = {s: [t for t in every if _split_of(t.task_id) == s] for s in ("train", "eval")}
-    tasks = self._cache["train"] + self._cache["eval"] if split == "all" else self._cache[split]
+    if not self._splits:
+      every = self._load(None)
+      self._splits = {s: [t for t in every if _split_of(t.task_id) == s]
+                      for s in ("train", "eval")}
+    tasks = (self._splits["train"] + self._splits["eval"] if split == "all"
+             else self._splits[split])[:n]
     if not tasks:
       raise ValueError(f"env {self.name}: the {split} split is empty")
-    return tasks[:n]
+    return self._with_tools(tasks) if self._run_tools else tasks
 
-  def _load_all(self) -> list[Task]:
+  def _with_tools(self, tasks: Sequence[Task]) -> list[Task]:
+    """`tasks` with their tool code defined in the source's sandbox (each task once)."""
+    missing = {t.task_id for t in tasks} - set(self._defined)
+    if missing:
+      from tirjax.env.sandbox import Sandbox  # pylint: disable=import-outside-toplevel
+      self._sandbox = self._sandbox or Sandbox()
+      self._defined.update((t.task_id, t) for t in self._load(self._sandbox, missing))
+    return [self._defined[t.task_id] for t in tasks]
+
+  def _load(self, sandbox, only=None) -> list[Task]:
+    """The dataset's tasks (of ids `only`, if given), their code defined in `sandbox` (None:
+    not defined)."""
     from tirjax.env.datasets import load_bfcl, load_ftrl, load_toolhop
-    from tirjax.env.sandbox import Sandbox
-    self._sandbox = Sandbox() if self._run_tools else None
     path = self._cfg.data_path
     if self.name in ("toolhop", "ftrl") and not os.path.exists(path):
       raise FileNotFoundError(f"env.data_path: {path!r} does not exist (env={self.name})")
     if self.name == "toolhop":
-      return load_toolhop(path, self._sandbox)
+      return load_toolhop(path, sandbox, only=only)
     if self.name == "ftrl":
-      return load_ftrl(path, self._sandbox)
+      return load_ftrl(path, sandbox, only=only)
     if self.name == "bfcl":
-      return load_bfcl(self._sandbox, data_dir=path or None)
+      return load_bfcl(sandbox, data_dir=path or None, only=only)
     raise ValueError(f"env.name: unknown environment {self.name!r}")
 
   def demonstrations(self, tasks: Sequence[Task], tokenizer, options: DemoOptions, num: int

@@ -37,7 +37,7 @@ import os
 import threading
 import weakref
 from importlib import util
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Collection, Mapping, Optional, Sequence
 
 from tirjax.env.datasets.pycalls import function_params, parse_call
 from tirjax.env.sandbox import Sandbox
@@ -258,9 +258,10 @@ def bfcl_task(entry: dict, ground_truth: Sequence[Sequence[str]], category: str,
 
 def load_bfcl(sandbox: Optional[Sandbox], data_dir: Optional[str] = None,
               categories: Sequence[str] = MULTI_TURN_CATEGORIES,
-              limit: Optional[int] = None) -> list[Task]:
-  """Tasks of BFCL multi-turn categories from `data_dir` (default: the installed package's);
-  without a `sandbox`, tasks that cannot run (`bfcl_task`)."""
+              limit: Optional[int] = None, only: Optional[Collection[str]] = None) -> list[Task]:
+  """Tasks of BFCL multi-turn categories from `data_dir` (default: the installed package's;
+  the first `limit` entries of each category, if given; those whose id is in `only`, if
+  given); without a `sandbox`, tasks that cannot run (`bfcl_task`)."""
   data_dir = data_dir or os.path.join(package_dir(), "data")
   backend = _Backend(data_dir)
   # Each episode's back-end is a fresh worker: it starts with the classes' modules (and the
@@ -274,5 +275,6 @@ def load_bfcl(sandbox: Optional[Sandbox], data_dir: Optional[str] = None,
     answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(
         os.path.join(data_dir, "possible_answer", f"BFCL_v4_{category}.json"))}
     for entry in entries[:limit]:
-      tasks.append(bfcl_task(entry, answers[entry["id"]], category, sandbox, backend))
+      if only is None or entry["id"] in only:
+        tasks.append(bfcl_task(entry, answers[entry["id"]], category, sandbox, backend))
   return tasks

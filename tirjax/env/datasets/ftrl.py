@@ -10,17 +10,22 @@ own sandbox namespace when the row loads (FTRL executes each tool's code separat
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Collection, Optional
 
 from tirjax.env.sandbox import Sandbox, SandboxTool
 from tirjax.env.tools import Task, Tool, ToolError
+
+
+def ftrl_task_id(row: dict, index: int) -> str:
+  """The id of row `index` of the table: `<data_source>/<split>/<index>`."""
+  return f"{row.get('data_source') or 'ftrl'}/{row.get('split', 'test')}/{index}"
 
 
 def ftrl_task(row: dict, index: int, sandbox: Optional[Sandbox]) -> Task:
   """One FTRL row as a `Task`; its tool code is defined in `sandbox` now (None: not at all,
   the tasks' text, schemas and ground truth only, for sizing shapes: its tools cannot run)."""
   source = str(row.get("data_source") or "ftrl")
-  task_id = f"{source}/{row.get('split', 'test')}/{index}"
+  task_id = ftrl_task_id(row, index)
   specs = json.loads(row["tools"])
   codes = json.loads(row["codes"])
   expected = {k: [str(x) for x in v] for k, v in json.loads(row["unsolved_set"]).items()}
@@ -50,11 +55,13 @@ def ftrl_task(row: dict, index: int, sandbox: Optional[Sandbox]) -> Task:
                 "load_errors": errors})
 
 
-def load_ftrl(path: str, sandbox: Optional[Sandbox], limit: Optional[int] = None) -> list[Task]:
-  """Tasks of an FTRL parquet file (the first `limit` rows if given); without a `sandbox`,
-  tasks whose tools cannot run (`ftrl_task`)."""
+def load_ftrl(path: str, sandbox: Optional[Sandbox], limit: Optional[int] = None,
+              only: Optional[Collection[str]] = None) -> list[Task]:
+  """Tasks of an FTRL parquet file (the first `limit` rows if given; those whose id is in
+  `only`, if given); without a `sandbox`, tasks whose tools cannot run (`ftrl_task`)."""
   import pyarrow.parquet as pq  # only this loader needs it
   rows = pq.read_table(path).to_pylist()
   if limit is not None:
     rows = rows[:limit]
-  return [ftrl_task(row, i, sandbox) for i, row in enumerate(rows)]
+  return [ftrl_task(row, i, sandbox) for i, row in enumerate(rows)
+          if only is None or ftrl_task_id(row, i) in only]

@@ -14,7 +14,7 @@ calls are routed to the variant whose parameters fit their arguments.
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Collection, Optional
 
 from tirjax.env.datasets.pycalls import function_params, parse_call
 from tirjax.env.sandbox import Sandbox, SandboxTool
@@ -107,15 +107,17 @@ def toolhop_task(row: dict, sandbox: Optional[Sandbox]) -> Task:
                 "load_errors": errors})
 
 
-def load_toolhop(path: str, sandbox: Optional[Sandbox], limit: Optional[int] = None
-                 ) -> list[Task]:
-  """Tasks of a ToolHop JSON-lines file (the first `limit` rows if given); without a
-  `sandbox`, tasks whose tools cannot run (`toolhop_task`)."""
+def load_toolhop(path: str, sandbox: Optional[Sandbox], limit: Optional[int] = None,
+                 only: Optional[Collection[str]] = None) -> list[Task]:
+  """Tasks of a ToolHop JSON-lines file (the first `limit` rows if given; those whose id is in
+  `only`, if given); without a `sandbox`, tasks whose tools cannot run (`toolhop_task`)."""
   tasks = []
   with open(path, encoding="utf-8") as f:
     for line in f:
       if limit is not None and len(tasks) >= limit:
         break
       if line.strip():
-        tasks.append(toolhop_task(json.loads(line), sandbox))
+        row = json.loads(line)
+        if only is None or str(row["id"]) in only:
+          tasks.append(toolhop_task(row, sandbox))
   return tasks
