@@ -114,6 +114,23 @@ def test_a_rerun_skips_finished_runs_and_resumes_failed_and_killed_ones(grid):
       assert (status["time"], os.path.getsize(os.path.join(d, "train.log"))) == before[name]
 
 
+def test_the_documented_ablate_and_report_commands_run_as_written(grid, tmp_path):
+  """Issue 41: the grid above is the documented smoke command (README.md, configs/ablate.py),
+  and the documented report command runs on it end to end."""
+  from tirjax.testing.doc_commands import collect  # pylint: disable=import-outside-toplevel
+  workdir, _ = grid
+  documented = {(c.module, c.text) for c in collect(ROOT)}
+  assert ("experiments.ablate", "--config=configs/ablate.py:grid=smoke --workdir=/tmp/smoke") \
+      in documented  # as ablate() runs it, in another directory
+  assert ("experiments.report", "runs/ablate --out=report/") in documented
+  out = tmp_path / "report"
+  proc = subprocess.run([sys.executable, "-m", "experiments.report", workdir, f"--out={out}"],
+                        capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert re.search(r"^\| grpo \| 2 \| ok \|", proc.stdout, re.M) and (out / "report.md").is_file()
+  assert (out / "summary.csv").is_file() and (out / "paired.csv").is_file()
+
+
 def test_a_bad_grid_fails_before_any_compute(tmp_path):
   workdir = str(tmp_path / "grid")
   proc = ablate(workdir, "--config.cells=('grpo','portool/no_such_option=1')")
