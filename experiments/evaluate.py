@@ -3,6 +3,8 @@
     python -m experiments.evaluate --config=configs/hidifftir.py:env=toolhop \\
         --policy=runs/default --out=runs/default/eval_toolhop
 
+With `env=ftrl` or `env=bfcl` in place of `env=toolhop` the example evaluates those; the rollout
+shapes are sized from the tasks evaluated, with the policy's tokenizer (`prepare.experiment`).
 `--policy`: a Hugging Face checkpoint directory (config.json and safetensors), or a trainer run
 directory, whose `hf_export/` is then evaluated. `--config`: the experiment config whose
 environment, rollout protocol, judge and sampler (`sampler=jax|vllm`) the evaluation follows;

@@ -27,7 +27,9 @@ MARKDOWN = textwrap.dedent('''\
     A shell string: --command="
       cd x && python -m experiments.train \\
         --workdir=/w"
-    Not a command: python3 -m experiments.train, nor `experiments.train --x`.
+    Not a command: python3 -m experiments.train, nor `experiments.train --x`. A wrapped one:
+    `python -m
+    experiments.report z --out=w`.
     ''')
 
 PYTHON = textwrap.dedent('''\
@@ -59,6 +61,7 @@ def test_commands_in_markdown_and_docstrings_with_their_lines(tmp_path):
       ("README.md:11", "experiments.bench_vllm", "--json=v.json"),
       ("README.md:12", "experiments.step_time", ""),
       ("README.md:15", "experiments.train", "--workdir=/w"),
+      ("README.md:18", "experiments.report", "z --out=w"),
       ("docs/guide.md:1", "experiments.report", "x --out=y"),
       ("experiments/tool.py:3", "experiments.ablate",
        "--config=configs/ablate.py:grid=portool --workdir=runs/p"),

@@ -2,8 +2,8 @@
 written: README.md, docs/*.md, and the docstrings of configs/*.py and experiments/*.py (module,
 class and function docstrings; commands in code are not documentation).
 
-A command starts at `python -m experiments.<name>` and ends with its line, or, where a line
-ends in a backslash, with the line that does not; one inside a backtick span (`...`) of prose
+A command starts at `python -m experiments.<name>` (a line may wrap inside it) and ends with its
+line, or, where a line ends in a backslash, with the line that does not; one inside a backtick span (`...`) of prose
 ends at the closing backtick, on whichever line. A shell comment (` # ...`) and the quote that
 closes an enclosing shell string (`--command="... python -m ..."`) are not part of it.
 `tests/test_docs.py` checks every command collected here.
@@ -20,7 +20,7 @@ import shlex
 from typing import Iterator, Sequence
 
 SOURCES = ("README.md", "docs/*.md", "configs/*.py", "experiments/*.py")
-_START = re.compile(r"python -m (experiments\.\w+)")
+_START = re.compile(r"python\s+-m\s+(experiments\.\w+)")  # (a line may wrap inside it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,10 +62,16 @@ def collect(root: str) -> list[DocCommand]:
 def commands_in(text: str) -> Iterator[tuple[int, str, str]]:
   """(0-based line, module, arguments as written) of each command in `text`."""
   lines = text.split("\n")
-  for i, line in enumerate(lines):
-    for match in _START.finditer(line):
-      yield i, match.group(1), _arguments(lines, i, match.end(), _in_backticks(lines, i,
-                                                                               match.start()))
+  for match in _START.finditer(text):
+    first, column = _place(text, match.start())
+    last, end = _place(text, match.end())
+    yield first, match.group(1), _arguments(lines, last, end, _in_backticks(lines, first, column))
+
+
+def _place(text: str, offset: int) -> tuple[int, int]:
+  """(line, column) of `offset` in `text`."""
+  line = text.count("\n", 0, offset)
+  return line, offset - (text.rfind("\n", 0, offset) + 1)
 
 
 def _in_backticks(lines: Sequence[str], i: int, column: int) -> bool:
