@@ -60,10 +60,10 @@ def prefill_rows(num_heads: int, prompt_len: int, budget_bytes: int) -> int:
 
 
 def attention_budget() -> int:
-  """An eighth of the memory of the first device (on the CPU, of the host): what one prefill
-  call's attention scores may take. On a 24 GB host 3 GB: 256 rows of 512 tokens, 2 rows of
-  8,192 (toolworld's, ToolHop's contexts on the tiny model)."""
-  stats = jax.devices()[0].memory_stats() or {}
+  """An eighth of the memory of this process's first device (on the CPU, of the host): what
+  one prefill call's attention scores may take. On a 24 GB host 3 GB: 256 rows of 512 tokens,
+  2 rows of 8,192 (toolworld's, ToolHop's contexts on the tiny model)."""
+  stats = jax.local_devices()[0].memory_stats() or {}
   total = stats.get("bytes_limit") or os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
   return int(total) // 8
 
