@@ -179,7 +179,7 @@ def resolve(c) -> Experiment:
     for key, weights in (("env", env.hop_weights), ("sft", sft.hop_weights or env.hop_weights)):
       try:
         Difficulty(hop_weights=tuple(weights), p_parallel=env.p_parallel, p_down=env.p_down,
-                   p_direction=env.p_direction)
+                   p_direction=env.p_direction, chain_directions=env.chain_directions)
       except (TypeError, ValueError) as e:
         field = str(e).split(":")[0]
         raise ConfigError(f"{key if field == 'hop_weights' else 'env'}.{e}") from None

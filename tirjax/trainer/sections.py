@@ -72,6 +72,7 @@ class EnvOptions:
   p_parallel: float = 0.5
   p_down: float = 0.1
   p_direction: float = 0.0  # share of queries that hinge on a direction (see `Difficulty`)
+  chain_directions: int = 0  # the credit testbed's chains of directions (see `Difficulty`)
 
   def __post_init__(self):
     checks.one_of("name", self.name, ENVS)
