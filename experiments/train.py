@@ -29,6 +29,7 @@ from ml_collections import config_flags
 
 from tirjax import distributed, rundir, sharding
 from tirjax.checkpoint import CheckpointOptions, Checkpointer, TrainState
+from tirjax.credit.fidelity import episode_labels
 from tirjax.episodes import judging, rollout
 from tirjax.models.hf_io import export_hf
 from tirjax.rollouts import Rollouts
@@ -37,7 +38,7 @@ from tirjax.trainer import tasks as tasks_lib
 from tirjax.trainer.direction import direction_preference
 from tirjax.trainer.evaluation import evaluate as evaluate_policy
 from tirjax.trainer.progress import Progress, summary_table
-from tirjax.trainer.rl_metrics import PhaseClock, rl_metrics
+from tirjax.trainer.rl_metrics import PhaseClock, credit_metrics, rl_metrics
 from tirjax.trainer.sft_data import SFTData
 from tirjax.trainer.tasks import TaskSource, load_tokenizer, tokenizer_dir
 from tirjax.training.batches import SFTBatch, longest_row, policy_batch, trim_tokens
@@ -163,6 +164,7 @@ class StepBatch:
   episodes: list
   stats: dict  # the sampler's
   extra_rounds: int  # DAPO's refill rounds
+  labels: Optional[list] = None  # per local row, its turns' labels (toolworld: credit/...)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,9 +363,11 @@ def _sample(trainer: Trainer, i: int) -> StepBatch:
   judged (groups refilled by DAPO's dynamic sampling), then the step's global batch."""
   exp, data, share = trainer.exp, trainer.data, trainer.share
   rng = np.random.default_rng([exp.seed, i])
+  sampled = {}  # task_id -> task, to label the turns of its rows
 
   def sample(queries):
     tasks = share.tasks([data.train_tasks[q] for q in queries])
+    sampled.update((t.task_id, t) for t in tasks)
     return rollout(trainer.sampler, data.tokenizer, tasks, share.rollout, data.judge, rng,
                    first_query=share.first_query)
   batch = sample(data.queries.step(i))
@@ -375,7 +379,10 @@ def _sample(trainer: Trainer, i: int) -> StepBatch:
         exp.train.dynamic_sampling_tries)
   # The rows' longest length (every process's), not the context bound.
   local = trim_tokens(rollouts, longest=distributed.global_max(longest_row(rollouts)))
-  return StepBatch(share.global_rollouts(local), local, episodes, batch.stats, extra_rounds)
+  labels = (episode_labels(episodes, sampled.get, local.num_rows)
+            if exp.env.name == "toolworld" else None)  # turns labelled from the plan
+  return StepBatch(share.global_rollouts(local), local, episodes, batch.stats, extra_rounds,
+                   labels)
 
 
 def _with_reference_and_old_logprobs(rollouts: Rollouts, reference, own_logprobs, state,
@@ -399,7 +406,11 @@ def _step_metrics(exp: resolve.Experiment, batch: StepBatch, adv, updates: list,
   stats.update(update_stats)
   stats.update(clock.metrics(batch.stats))
   stats["dapo/extra_rounds"] = batch.extra_rounds
-  return distributed.reduce_stats(stats)  # every process's rows
+  stats = distributed.reduce_stats(stats)  # every process's rows
+  if batch.labels is not None:  # already over every process's turns
+    stats.update(credit_metrics(batch.local, processes.StepShare.local_advantages(adv),
+                                batch.labels))
+  return stats
 
 
 def _final(trainer: Trainer, state: TrainState, last_eval: Optional[dict]) -> dict:

@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 from tirjax.credit import fidelity as fid
 from tirjax.env.toolworld.failures import RIGHT
 from tirjax.testing.reference import fidelity as ref
+from tirjax.trainer.rl_metrics import credit_metrics
 
 # Two queries of two rows each. Query 0 has a success (row 0) and a failure (row 1); query 1
 # fails twice (an all-fail group). Steps per row: 2, 3, 1, 2.
@@ -162,3 +163,11 @@ def test_the_bootstrap_resamples_whole_queries():
   m, ci = fid.fidelity(turns), fid.bootstrap_ci(turns, n=50, seed=0)
   for k in ("auc", "wrong_negative", "collateral_blame", "no_signal"):
     assert ci[k] == pytest.approx((m[k], m[k])), k
+
+
+def test_the_training_metrics_are_the_measures_of_the_steps_turns():
+  batch, adv = hand_batch()
+  got = credit_metrics(batch, types.SimpleNamespace(tokens=adv), LABELS)
+  want = fid.fidelity(fid.turn_table(batch, adv, LABELS))
+  assert got == {f"credit/{k}": v for k, v in want.items() if v is not None}
+  assert "credit/free_credit" not in got and got["credit/auc"] == pytest.approx(0.75)

@@ -46,6 +46,7 @@ def test_two_step_smoke_run(name, tmp_path):
   assert all(("sampler/logprob_gap_max" in r)
              == (name != "hidifftir" and r["loss/metrics/ratio/count"] > 0) for r in rl)
   assert 0 <= rl[0]["groups/mixed_share"] <= 1
+  assert all(0 <= r["credit/no_signal"] <= 1 for r in rl)  # toolworld: turns labelled
   if name == "hidifftir":
     assert [r["step"] for r in records if r["phase"] == "sft"] == [1, 2]
     for stage in ("after_sft", "after_rl"):

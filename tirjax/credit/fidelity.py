@@ -24,12 +24,12 @@ queries with replacement (a query's rows stay together) and take the 2.5 and 97.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 from scipy import stats
 
-from tirjax.env.toolworld.failures import RIGHT
+from tirjax.env.toolworld.failures import RIGHT, turn_labels
 
 MEASURES = ("auc", "wrong_negative", "collateral_blame", "free_credit", "no_signal",
             "no_signal_all_fail")
@@ -54,6 +54,12 @@ class TurnTable:
     return TurnTable(*(getattr(self, f.name)[index] for f in dataclasses.fields(self)))
 
 
+def concat(tables: Sequence[TurnTable]) -> TurnTable:
+  """The turns of several tables as one (their query ids kept as they are)."""
+  return TurnTable(*(np.concatenate([getattr(t, f.name) for t in tables])
+                     for f in dataclasses.fields(TurnTable)))
+
+
 def turn_advantages(token_advantages: np.ndarray, token_step: np.ndarray,
                     loss_mask: np.ndarray, max_steps: int) -> np.ndarray:
   """`[B, T]`: the mean advantage of each step's loss tokens (0 for a step without any)."""
@@ -65,6 +71,19 @@ def turn_advantages(token_advantages: np.ndarray, token_step: np.ndarray,
   np.add.at(total, (rows[in_loss], token_step[in_loss]), token_advantages[in_loss])
   np.add.at(count, (rows[in_loss], token_step[in_loss]), 1)
   return np.divide(total, count, out=np.zeros_like(total), where=count > 0)
+
+
+def episode_labels(records: Sequence, task_of: Callable[[str], Optional[object]],
+                   num_rows: int) -> list[Optional[list[str]]]:
+  """Per row of a batch, its turns' labels (`turn_labels`) from its episode record (`.row`,
+  `.task_id`, `.results`, `.status`, `.verdict`); None for padding rows and for rows whose
+  task `task_of(task_id)` does not know."""
+  labels: list[Optional[list[str]]] = [None] * num_rows
+  for rec in records:
+    task = task_of(rec.task_id)
+    if task is not None:
+      labels[rec.row] = turn_labels(task, rec.results, rec.status == "answered", rec.verdict)
+  return labels
 
 
 def turn_table(rollouts, token_advantages, labels: Sequence[Optional[Sequence[str]]]
