@@ -184,29 +184,36 @@ class Trainer:
   # this process's seconds in SFT, RL and evaluation (summary.json)
   clock: PhaseClock = dataclasses.field(default_factory=PhaseClock)
 
-  def evaluate(self, state: TrainState) -> dict:
+  def evaluate(self, state: TrainState, subset: bool = False) -> dict:
     """Hands `state`'s weights to the sampler and evaluates them (greedy by default), each
     process its block of the tasks (all get every metric); on toolworld also the policy's
-    preference for the directions its questions state."""
+    preference for the directions its questions state. `subset`: only the first
+    `train.eval_subset` tasks, every metric named `eval/subset/...` (a curve's point)."""
     exp, data = self.exp, self.data
-    start, stop = distributed.task_block(len(data.eval_tasks))
+    n = exp.train.eval_subset
+    tasks = data.eval_tasks[:n] if subset else data.eval_tasks
+    start, stop = distributed.task_block(len(tasks))
     with self.clock("eval"):
       params = weights.sampler_params(state)
       self.sampler.update(params, state.policy_version)
-      result = evaluate_policy(self.sampler, data.tokenizer, data.eval_tasks, exp.rollout,
+      result = evaluate_policy(self.sampler, data.tokenizer, tasks, exp.rollout,
                                data.judge, exp.sampler.eval_temperature, seed=exp.seed,
                                progress=self.progress.evaluation(stop - start),
                                answer_in_tool_message=exp.env.answer_in_tool_message,
-                               samples=exp.sampler.eval_samples)
+                               samples=0 if subset else exp.sampler.eval_samples,
+                               subset=0 if subset else n)
       if exp.env.name == "toolworld":
         result.update(direction_preference(nnx.merge(self.graphdef, params), data.tokenizer,
-                                           data.eval_tasks, exp.rollout.answer_protocol))
+                                           tasks, exp.rollout.answer_protocol))
+      if subset:
+        result = {k.replace("eval/", "eval/subset/", 1): v for k, v in result.items()}
       return result
 
-  def evaluate_and_log(self, state: TrainState, step: int, stage: Optional[str] = None) -> dict:
+  def evaluate_and_log(self, state: TrainState, step: int, stage: Optional[str] = None,
+                       subset: bool = False) -> dict:
     """`evaluate`, written as the metrics' eval row `step`; with `stage` ("sft": after the warm
     start, "start": before RL without one) also the run's first evaluation (AFTER_SFT)."""
-    result = self.evaluate(state)
+    result = self.evaluate(state, subset)
     if stage is not None:
       processes.write_json(os.path.join(self.workdir, AFTER_SFT), result)
     self.writer.write("eval", step, {**result, "eval/stage": stage} if stage else result)
@@ -343,8 +350,10 @@ def _rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]
     stats = _step_metrics(exp, batch, adv, updates, clock, old_recomputed=own_logprobs is not None)
     done, last = i + 1, i + 1 == exp.train.steps
     if (exp.train.eval_every and done % exp.train.eval_every == 0) or last:
+      subset = exp.train.eval_subset > 0 and not last  # the last is the run's result
       with clock("eval"):
-        last_eval = trainer.evaluate_and_log(state, done)
+        result = trainer.evaluate_and_log(state, done, subset=subset)
+      last_eval = last_eval if subset else result
       stats["time/eval_s"] = clock.seconds["eval"]
     if done % exp.train.log_every == 0:
       trainer.writer.write("rl", done, stats)

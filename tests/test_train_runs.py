@@ -24,7 +24,8 @@ def test_two_step_smoke_run(name, tmp_path):
   # trainer.
   extra = {"sft.steps": 2, "sft.batch_size": 2, "train.queries_per_step": 2,
            "train.mini_batch_queries": 1, "train.ppo_epochs": 2, "sampler.eval_samples": 2,
-           "rollout.temperature": 0.8, "train.tempered_policy": True} if name == "hidifftir" else {}
+           "rollout.temperature": 0.8, "train.tempered_policy": True, "train.eval_every": 1,
+           "train.eval_subset": 1} if name == "hidifftir" else {}
   summary = run(short_config(name, **extra), str(tmp_path))
   status = json.load(open(tmp_path / "status.json"))
   assert status["state"] == "finished"
@@ -49,6 +50,11 @@ def test_two_step_smoke_run(name, tmp_path):
   assert all(0 <= r["credit/no_signal"] <= 1 for r in rl)  # toolworld: turns labelled
   if name == "hidifftir":
     assert [r["step"] for r in records if r["phase"] == "sft"] == [1, 2]
+    # eval_subset: the evaluation between the first and the last is on the subset only
+    evals = {r["step"]: r for r in records if r["phase"] == "eval"}
+    assert sorted(evals) == [0, 1, 2] and "eval/accuracy" not in evals[1]
+    assert all("eval/subset/accuracy" in evals[s] for s in evals)
+    assert "eval/accuracy" in evals[0] and "eval/accuracy" in evals[2]
     for stage in ("after_sft", "after_rl"):
       m = summary[stage]
       assert 0 <= m["eval/pass@1"] <= m["eval/pass@2"] <= 1

@@ -148,6 +148,8 @@ def resolve(c) -> Experiment:
   dist = distributed_options(c)
 
   # -- Values derived from other sections (`sections.DERIVED`) --------------------------------
+  _need(train.eval_subset <= env.eval_tasks, "train.eval_subset",
+        f"{train.eval_subset} exceeds env.eval_tasks={env.eval_tasks} (it is a subset of them)")
   if train.tempered_policy:
     _need(rollout.temperature > 0, "train.tempered_policy",
           "needs a sampling temperature > 0 (rollout.temperature = 0 is greedy)")
