@@ -68,6 +68,22 @@ def test_two_step_smoke_run(name, tmp_path):
     assert (tmp_path / "reference").exists()  # the KL reference, kept for restarts
 
 
+@pytest.mark.slow
+def test_tempered_policy_first_update_has_ratio_one(tmp_path):
+  """Issue 42: on the tempered policy (`train.tempered_policy`) the trainer recomputes π_old
+  at the step's temperature (the samplers report the raw model's log-probs), so a step's
+  one update starts at π_old = π: ρ = 1 on every token. π_old left as the sampler's is the
+  untempered policy, and ρ spreads (std 0.06 at T = 0.8)."""
+  run(short_config("hidifftir", steps=1, **{
+      "rollout.temperature": 0.8, "train.tempered_policy": True, "env.eval_tasks": 1,
+      "train.export_final": False}), str(tmp_path))
+  [rl] = [r for r in read_metrics(tmp_path) if r["phase"] == "rl"]
+  assert rl["updates/count"] == 1 and rl["loss/metrics/ratio/count"] > 0
+  for key in ("min", "max", "mean"):
+    assert rl[f"loss/metrics/ratio/{key}"] == pytest.approx(1.0, abs=1e-6), key
+  assert rl["loss/metrics/ratio/std"] <= 1e-6
+
+
 def _final_params(workdir):
   return load_file(os.path.join(workdir, "hf_export", "model.safetensors"))
 
