@@ -1,6 +1,7 @@
 """Credit fidelity (SPEC §4.5): the measures on a hand-built batch whose figures are known,
 against plain loops on random ragged batches, under shuffled labels, and under a flipped sign."""
 
+import os
 import types
 
 import numpy as np
@@ -171,3 +172,40 @@ def test_the_training_metrics_are_the_measures_of_the_steps_turns():
   want = fid.fidelity(fid.turn_table(batch, adv, LABELS))
   assert got == {f"credit/{k}": v for k, v in want.items() if v is not None}
   assert "credit/free_credit" not in got and got["credit/auc"] == pytest.approx(0.75)
+
+
+@pytest.mark.slow
+def test_the_entry_point_measures_every_estimator_on_both_rollout_kinds(tmp_path):
+  """`experiments.credit_fidelity` end to end on a tiny random policy (its turns are mostly
+  format failures: the pipeline, not the figures, is under test here)."""
+  from configs import hidifftir
+  from experiments import credit_fidelity
+  from tirjax import advantages
+  from tirjax.env.toolworld import build_tokenizer
+  from tirjax.models import config as model_config
+  from tirjax.models.decoder import init
+  from tirjax.models.hf_io import export_hf
+  from tirjax.trainer.tasks import load_tokenizer
+
+  tok_dir = build_tokenizer(str(tmp_path / "tokenizer"), seed=0)
+  model = init(model_config.tiny(vocab_size=len(load_tokenizer(str(tok_dir)))), seed=0)
+  policy = export_hf(model, str(tmp_path / "policy"), source_dir=str(tok_dir))
+  config = hidifftir.get_config("model=tiny")
+  with config.unlocked():
+    config.train.queries_per_step = 2
+    config.rollout.n = 2
+    config.rollout.max_new_tokens = 24
+  out = str(tmp_path / "fidelity")
+  result = credit_fidelity.measure(config, policy, 4, out, resamples=20)
+  for ext in (".json", ".md", ".png"):
+    assert os.path.exists(out + ext)
+  assert result["queries"] == 4 and set(result["rollouts"]) == {"independent", "tree"}
+  for kind in ("independent", "tree"):
+    assert set(result["estimators"][kind]) == set(advantages.names())
+    assert result["rollouts"][kind]["turns"] > 0
+    for e in result["estimators"][kind].values():
+      for k, v in e["measures"].items():
+        assert v is None or 0 <= v <= 1, (k, v)
+  assert result["own"]["portool"] == "tree" and result["own"]["grpo"] == "independent"
+  with pytest.raises(FileExistsError, match="never overwritten"):
+    credit_fidelity.measure(config, policy, 4, out, resamples=20)
