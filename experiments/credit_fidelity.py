@@ -161,22 +161,26 @@ def _fmt(measures: dict, ci: dict, key: str) -> str:
 
 
 def markdown(result: dict) -> str:
+  cpu = result["machine"].get("cpu_id", {})
   lines = ["# Credit fidelity on real rollouts (SPEC §4.5)\n",
            f"Policy `{result['checkpoint']}`; {result['queries']} train queries in batches of "
            f"{result['queries_per_batch']}, {result['rows_per_query']} rows each at T = "
            f"{result['temperature']} (trees: branching {result['tree_branching']}); 95% CIs "
            f"from {result['bootstrap_resamples']} bootstrap resamples of queries. Machine: "
-           f"{result['machine'].get('cpu', '')}. {result['seconds']} s.\n"]
+           f"{result['machine'].get('cpu', '')} (family {cpu.get('family')}, model "
+           f"{cpu.get('model')}), {result['machine'].get('cpus')} cores. "
+           f"{result['seconds']} s.\n"]
   for kind, s in result["rollouts"].items():
     labels = ", ".join(f"{k} {v:.3f}" for k, v in s["turn_labels"].items() if v)
     lines.append(f"- {kind}: {s['rows']} rows, success {s['success_rate']:.3f}, mixed groups "
                  f"{s['mixed_groups']:.3f}, all-fail groups {s['all_fail_groups']:.3f}; "
                  f"{s['turns']} turns: {labels}")
-  header = ("| estimator | rollouts | AUC | wrong → A<0 | collateral blame | free credit | "
-            "no signal | no signal, all-fail groups |")
+  header = ("| estimator | rollouts | AUC | AUC within queries | AUC within all-fail queries "
+            "| wrong → A<0 | collateral blame | free credit | no signal | no signal, all-fail "
+            "groups |")
   for title, pick in (("On its own rollouts", lambda n: [result["own"][n]]),
                       ("On both rollout kinds", lambda n: list(KINDS))):
-    lines += ["", f"## {title}\n", header, "|" + " --- |" * 8]
+    lines += ["", f"## {title}\n", header, "|" + " --- |" * (len(fid.MEASURES) + 2)]
     for name in sorted(result["own"]):
       for kind in pick(name):
         e = result["estimators"][kind][name]
@@ -198,10 +202,11 @@ def figure(result: dict, path: str) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   names = sorted(result["own"], key=lambda n: -(result["estimators"][result["own"][n]][n]
-                                                ["measures"]["auc"] or 0))
-  fig, axes = plt.subplots(1, 2, figsize=(11, 0.32 * len(names) + 1.5), sharey=True)
-  for ax, key, title in ((axes[0], "auc", "AUC (right vs wrong turns)"),
-                         (axes[1], "collateral_blame", "collateral blame")):
+                                                ["measures"]["auc_query"] or 0))
+  fig, axes = plt.subplots(1, 3, figsize=(15, 0.32 * len(names) + 1.5), sharey=True)
+  for ax, key, title in ((axes[0], "auc_query", "AUC of right vs wrong turns, within queries"),
+                         (axes[1], "collateral_blame", "collateral blame"),
+                         (axes[2], "no_signal_all_fail", "no signal in all-fail groups")):
     for y, name in enumerate(names):
       e = result["estimators"][result["own"][name]][name]
       v, ci = e["measures"][key], e["ci95"][key]
@@ -213,7 +218,7 @@ def figure(result: dict, path: str) -> None:
     ax.set_title(title)
     ax.grid(axis="x", alpha=0.3)
   axes[0].axvline(0.5, color="#9a9a9a", lw=1)
-  axes[0].set_yticks(range(len(names)), [f"{n} ({result['own'][n][:4]})" for n in names])
+  axes[0].set_yticks(range(len(names)), [f"{n} ({result['own'][n]})" for n in names])
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)

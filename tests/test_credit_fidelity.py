@@ -48,6 +48,10 @@ def test_a_hand_built_batch_gives_its_known_figures():
   # right turns: 0.8, 0.8, -0.5, 0.0; wrong: -0.5, -0.5, 0.0, 0.0. Pairs right > wrong: the
   # two 0.8s beat all 4 (8); -0.5 ties two (1); 0.0 beats two and ties two (3): 12 of 16.
   assert m["auc"] == pytest.approx(12 / 16)
+  # within queries: query 0's right (0.8, 0.8, -0.5) over its wrong (-0.5, -0.5): 5 of 6;
+  # query 1 (all-fail) right 0.0 over wrong (0.0, 0.0): two ties, 1 of 2
+  assert m["auc_query"] == pytest.approx(6 / 8)
+  assert m["auc_all_fail"] == pytest.approx(1 / 2)
   assert m["wrong_negative"] == pytest.approx(2 / 4)
   assert m["collateral_blame"] == pytest.approx(1 / 2)  # right turns of failed rows: -0.5, 0.0
   assert m["free_credit"] is None  # no wrong turn in a successful episode
@@ -129,12 +133,14 @@ def test_shuffled_labels_give_an_auc_whose_interval_holds_one_half():
 
 def test_a_flipped_sign_moves_every_measure():
   """A = −A mirrors each measure: AUC → 1 − AUC, and the shares < 0 become shares > 0."""
-  batch, adv = hand_batch([[0.8, 0.4], [-0.5, -0.2, -0.7], [0.3], [0.1, 0.6]])
+  batch, adv = hand_batch([[0.8, 0.4], [-0.5, -0.2, -0.7], [0.3], [0.45, 0.6]])
   labels = [[RIGHT, "tool"], [RIGHT, RIGHT, "answer"], ["format"], [RIGHT, "argument"]]
   turns = fid.turn_table(batch, adv, labels)
   flipped = fid.turn_table(batch, -adv, labels)
   m, f = fid.fidelity(turns), fid.fidelity(flipped)
   assert f["auc"] == pytest.approx(1 - m["auc"]) and m["auc"] != pytest.approx(0.5)
+  assert f["auc_query"] == pytest.approx(1 - m["auc_query"])
+  assert m["auc_query"] != pytest.approx(0.5)
   wrong = ~turns.right
   assert m["wrong_negative"] == pytest.approx((turns.advantage[wrong] < 0).mean())
   assert f["wrong_negative"] == pytest.approx((turns.advantage[wrong] > 0).mean())
@@ -149,6 +155,7 @@ def test_empty_denominators_give_none_and_never_nan():
                         np.array([1.0, 1.0]), np.array([False, False]))
   m = fid.fidelity(turns)
   assert m["auc"] is None and m["wrong_negative"] is None and m["no_signal_all_fail"] is None
+  assert m["auc_query"] is None and m["auc_all_fail"] is None
   assert m["no_signal"] == 1.0
   ci = fid.bootstrap_ci(turns, n=20)
   assert ci["auc"] is None and ci["no_signal"] == (1.0, 1.0)
@@ -162,7 +169,7 @@ def test_the_bootstrap_resamples_whole_queries():
   turns = fid.turn_table(batch, adv, [[RIGHT, "tool"], [RIGHT, RIGHT, "answer"], ["format"],
                                       [RIGHT, "argument"]])
   m, ci = fid.fidelity(turns), fid.bootstrap_ci(turns, n=50, seed=0)
-  for k in ("auc", "wrong_negative", "collateral_blame", "no_signal"):
+  for k in ("auc", "auc_query", "wrong_negative", "collateral_blame", "no_signal"):
     assert ci[k] == pytest.approx((m[k], m[k])), k
 
 
@@ -209,3 +216,14 @@ def test_the_entry_point_measures_every_estimator_on_both_rollout_kinds(tmp_path
   assert result["own"]["portool"] == "tree" and result["own"]["grpo"] == "independent"
   with pytest.raises(FileExistsError, match="never overwritten"):
     credit_fidelity.measure(config, policy, 4, out, resamples=20)
+
+
+def test_a_query_drawn_twice_is_two_queries_of_the_resample():
+  batch, adv = hand_batch()
+  turns = fid.turn_table(batch, adv, LABELS)
+  twice = fid.resample(turns, [0, 0])
+  assert twice.query.tolist() == [0] * 5 + [1] * 5
+  assert twice.advantage.tolist() == turns.advantage[:5].tolist() * 2
+  # query 0's 3 right and 2 wrong turns twice: 2·6 within-query pairs, not (2·3)·(2·2)
+  m = fid.fidelity(twice)
+  assert m["auc_query"] == pytest.approx(5 / 6)

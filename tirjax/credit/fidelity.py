@@ -11,6 +11,10 @@ with a kind. Over the turns of one batch:
 
   AUC               P(A of a random right turn > A of a random wrong turn), ties ½
                     (the Mann-Whitney U statistic over |right|·|wrong|)
+  auc_query         the same over the pairs of a right and a wrong turn of one query only:
+                    the contrasts a policy gradient acts on (a query-dependent baseline moves
+                    a whole query's advantages, which the pooled AUC counts and the gradient
+                    does not); `auc_all_fail`: over such pairs in all-fail groups only
   wrong_negative    share of wrong turns with A < 0
   collateral_blame  share of right turns in failed episodes (R_out < 0) with A < 0
   free_credit       share of wrong turns in successful episodes (R_out > 0) with A > 0
@@ -31,8 +35,8 @@ from scipy import stats
 
 from tirjax.env.toolworld.failures import RIGHT, turn_labels
 
-MEASURES = ("auc", "wrong_negative", "collateral_blame", "free_credit", "no_signal",
-            "no_signal_all_fail")
+MEASURES = ("auc", "auc_query", "auc_all_fail", "wrong_negative", "collateral_blame",
+            "free_credit", "no_signal", "no_signal_all_fail")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +131,25 @@ def auc(positive: np.ndarray, negative: np.ndarray) -> Optional[float]:
   return float(u / (n_pos * n_neg))
 
 
+def query_auc(query: np.ndarray, adv: np.ndarray, right: np.ndarray) -> Optional[float]:
+  """`auc` over the pairs of a right and a wrong turn of the same query: Σ_q U_q / Σ_q
+  n_q⁺·n_q⁻, each U_q from the ranks within query q (ties ½); None without any such pair."""
+  if not query.size:
+    return None
+  _, q = np.unique(query, return_inverse=True)
+  # ranks within each query: rank (query, A) pairs jointly, then subtract the earlier queries'
+  # counts; the global rank of A keeps its order and ties, so equal (query, A) share a rank
+  key = q * (query.size + 1.0) + stats.rankdata(adv)
+  count = np.bincount(q)
+  within = stats.rankdata(key) - np.concatenate([[0], np.cumsum(count)[:-1]])[q]
+  n_pos = np.bincount(q, weights=right, minlength=len(count))
+  n_neg = count - n_pos
+  u = np.bincount(q, weights=np.where(right, within, 0.0), minlength=len(count))
+  u -= n_pos * (n_pos + 1) / 2
+  pairs = float(np.sum(n_pos * n_neg))
+  return float(np.sum(u[(n_pos > 0) & (n_neg > 0)]) / pairs) if pairs else None
+
+
 def _share(hit: np.ndarray, among: np.ndarray) -> Optional[float]:
   return float(hit[among].mean()) if among.any() else None
 
@@ -135,7 +158,10 @@ def fidelity(turns: TurnTable) -> dict[str, Optional[float]]:
   """The measures of the module docstring over `turns` (None where undefined)."""
   right, adv = turns.right, turns.advantage
   wrong = ~right
+  fail = turns.all_fail
   return {"auc": auc(adv[right], adv[wrong]),
+          "auc_query": query_auc(turns.query, adv, right),
+          "auc_all_fail": query_auc(turns.query[fail], adv[fail], right[fail]),
           "wrong_negative": _share(adv < 0, wrong),
           "collateral_blame": _share(adv < 0, right & (turns.outcome < 0)),
           "free_credit": _share(adv > 0, wrong & (turns.outcome > 0)),
@@ -143,17 +169,24 @@ def fidelity(turns: TurnTable) -> dict[str, Optional[float]]:
           "no_signal_all_fail": _share(adv == 0, turns.all_fail)}
 
 
+def resample(turns: TurnTable, queries: Sequence[int]) -> TurnTable:
+  """The turns of `queries` (ids, repeats allowed), the k-th drawn renamed query k: a query
+  drawn twice is two queries of the resample, whose pairs are not crossed."""
+  parts = [np.flatnonzero(turns.query == q) for q in queries]
+  index = np.concatenate(parts) if parts else np.zeros(0, int)
+  ids = np.repeat(np.arange(len(parts)), [len(p) for p in parts])
+  return dataclasses.replace(turns.take(index), query=ids)
+
+
 def bootstrap_ci(turns: TurnTable, n: int = 1000, seed: int = 0, level: float = 0.95
                  ) -> dict[str, Optional[tuple[float, float]]]:
   """Percentile intervals of each measure over `n` resamples of whole queries."""
   queries = np.unique(turns.query)
-  by_query = [np.flatnonzero(turns.query == q) for q in queries]
   rng = np.random.default_rng(seed)
   draws = {m: [] for m in MEASURES}
-  for _ in range(n):
-    pick = rng.integers(len(queries), size=len(queries))
-    index = np.concatenate([by_query[k] for k in pick]) if len(queries) else np.zeros(0, int)
-    for m, v in fidelity(turns.take(index)).items():
+  for _ in range(n if len(queries) else 0):
+    pick = queries[rng.integers(len(queries), size=len(queries))]
+    for m, v in fidelity(resample(turns, pick)).items():
       if v is not None:
         draws[m].append(v)
   tail = (1 - level) / 2 * 100

@@ -4,6 +4,7 @@ unlearning statistics (SPEC §4.1), loss diagnostics, sampler-vs-trainer log-pro
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from typing import Mapping, Optional, Sequence
@@ -83,7 +84,10 @@ def credit_metrics(r: Rollouts, adv: Advantages, labels: Sequence[Optional[list]
   gathered, so all get the same figures. Undefined measures (an empty denominator) are left
   out."""
   local = fidelity.turn_table(r, np.asarray(adv.tokens), labels)
-  turns = fidelity.concat(distributed.allgather_objects(local))
+  parts = distributed.allgather_objects(local)
+  offsets = np.cumsum([0] + [r.num_rows] * (len(parts) - 1))  # local group ids -> global
+  turns = fidelity.concat([dataclasses.replace(t, query=t.query + o)
+                           for t, o in zip(parts, offsets)])
   return {f"credit/{k}": v for k, v in fidelity.fidelity(turns).items() if v is not None}
 
 

@@ -21,23 +21,33 @@ def turn_advantages(token_adv, token_step, loss_mask, max_steps: int) -> list[li
 
 def measures(query: Sequence[int], adv: Sequence[float], right: Sequence[bool],
              outcome: Sequence[float]) -> dict[str, Optional[float]]:
-  """AUC (every right-wrong pair, ties ½), wrong turns with A < 0, right turns of failed
+  """AUC (every right-wrong pair, ties ½; also over pairs of one query, and of one all-fail
+  query), wrong turns with A < 0, right turns of failed
   episodes with A < 0, wrong turns of successful episodes with A > 0, turns with A = 0, and
   turns with A = 0 among the queries none of whose turns is in a successful episode."""
   n = len(adv)
-  pairs = wins = 0.0
-  for i in range(n):
-    for j in range(n):
-      if right[i] and not right[j]:
+  succeeded = {query[i] for i in range(n) if outcome[i] > 0}
+
+  def pair_auc(same_query: bool, only_all_fail: bool):
+    pairs = wins = 0.0
+    for i in range(n):
+      for j in range(n):
+        if not (right[i] and not right[j]):
+          continue
+        if same_query and query[i] != query[j]:
+          continue
+        if only_all_fail and (query[i] in succeeded or query[j] in succeeded):
+          continue
         pairs += 1
         wins += 1.0 if adv[i] > adv[j] else 0.5 if adv[i] == adv[j] else 0.0
+    return wins / pairs if pairs else None
 
   def share(hit, among):
     picked = [hit(i) for i in range(n) if among(i)]
     return sum(picked) / len(picked) if picked else None
 
-  succeeded = {query[i] for i in range(n) if outcome[i] > 0}
-  return {"auc": wins / pairs if pairs else None,
+  return {"auc": pair_auc(False, False), "auc_query": pair_auc(True, False),
+          "auc_all_fail": pair_auc(True, True),
           "wrong_negative": share(lambda i: adv[i] < 0, lambda i: not right[i]),
           "collateral_blame": share(lambda i: adv[i] < 0,
                                     lambda i: right[i] and outcome[i] < 0),
