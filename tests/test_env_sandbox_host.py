@@ -4,8 +4,10 @@ layer that stops its attack; most first switch the audit hook off, so that the k
 owner's layer is what holds. The verdict attacks (class 9) are in test_bfcl_multi_turn.py and
 test_env_parser.py."""
 
+import dataclasses
 import os
 import pathlib
+import signal
 import tempfile
 import threading
 
@@ -219,9 +221,10 @@ def fresh(sandbox, ns):
   return ns
 
 
-def returns(fn, *args):
+def returns(unblock, fn, *args):
   """fn(*args) run in a thread: its outcome, or "blocked" if it has not returned after a
-  minute (the owner must return by the call's deadline, 1.5 s here)."""
+  minute (the owner must return by the call's deadline, 1.5 s here); then `unblock()` is
+  called, so that a failing test does not hang the session too."""
   out = []
 
   def run():
@@ -233,7 +236,11 @@ def returns(fn, *args):
   thread = threading.Thread(target=run, daemon=True)
   thread.start()
   thread.join(60)
-  return "blocked" if thread.is_alive() else out[0]
+  if thread.is_alive():
+    unblock()
+    thread.join()
+    return "blocked"
+  return out[0]
 
 
 def test_1_workers_never_run_as_root(sandbox):
@@ -289,8 +296,8 @@ def test_3_names_the_owner_makes_cannot_be_squatted(sandbox, monkeypatch):
 
 
 def test_4_a_deep_tree_breaks_no_later_sandbox(sandbox, monkeypatch, tmp_path):
-  """Layers: the worker's tmpfs goes with its mount namespace (no walk at all); a host tree
-  (no namespaces, or a dead owner's) is removed without recursion."""
+  """Layers: the worker's tmpfs goes with its mount namespace (no walk at all); a tree on the
+  host's disk (without namespaces, or a dead owner's) is removed without recursion."""
   ns = fresh(sandbox, "deep")
   assert sandbox.call(ns, "deep_tree", {"depth": 3000}) == 3000
   sandbox.drop(ns)  # raised RecursionError before
@@ -300,18 +307,24 @@ def test_4_a_deep_tree_breaks_no_later_sandbox(sandbox, monkeypatch, tmp_path):
   base = tempfile.mkdtemp(dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else tmp_path)
   monkeypatch.setattr(tempfile, "tempdir", base)
   orphan = pathlib.Path(base, f"{files.SCRATCH_PREFIX}{dead}-x")
-  orphan.mkdir()
-  fd = os.open(orphan, os.O_RDONLY)
-  for _ in range(1500):  # beyond the recursion limit (1000) of a recursive walk
-    os.mkdir("d", dir_fd=fd)
-    fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
-    os.close(old)
-  os.symlink("/etc/passwd", "link", dir_fd=fd)
-  os.close(fd)
-  with Sandbox(LIMITS) as later:  # its clean-up of dead owners' folders walks that tree
-    later.define("t", "x = 1")
-  assert not orphan.exists() and os.path.exists("/etc/passwd")
-  os.rmdir(base)
+  try:
+    with Sandbox(dataclasses.replace(LIMITS, isolate_network=False)) as flat:
+      flat.define("t", ATTACKER)  # its scratch folder lies on the host's disk
+      assert flat.call("t", "deep_tree", {"depth": 1500}) == 1500  # beyond recursion's 1000
+      flat.drop("t")
+    orphan.mkdir()
+    fd = os.open(orphan, os.O_RDONLY)
+    for _ in range(1500):
+      os.mkdir("d", dir_fd=fd)
+      fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+      os.close(old)
+    os.symlink("/etc/passwd", "link", dir_fd=fd)
+    os.close(fd)
+    with Sandbox(LIMITS) as later:  # its clean-up of dead owners' folders walks that tree
+      later.define("t", "x = 1")
+    assert os.listdir(base) == [] and os.path.exists("/etc/passwd")  # and no link followed
+  finally:
+    files.remove_tree(base)
 
 
 def test_5_a_worker_cannot_reopen_its_request_pipe(sandbox):
@@ -328,7 +341,8 @@ def test_5_the_owner_never_blocks_on_a_worker_that_stops_reading(sandbox):
   ns = fresh(sandbox, "stall")
   pid = worker_pid(sandbox, ns)
   assert sandbox.call(ns, "stall_on_resume", {}) == "armed"
-  outcome = returns(sandbox.call, ns, "echo", {"x": "q" * 200_000})
+  outcome = returns(lambda: os.kill(pid, signal.SIGKILL), sandbox.call, ns, "echo",
+                    {"x": "q" * 200_000})
   assert isinstance(outcome, ToolError), outcome
   assert "stopped reading its requests" in str(outcome) and not alive(pid)
   assert sandbox.call("a", "echo", {"x": 7}) == 7  # the lock was released
@@ -394,3 +408,7 @@ def test_10_tool_code_sees_none_of_the_owners_environment(sandbox):
   seen = sandbox.call("a", "environment", {})
   assert set(seen["env"]) == {"HOME", "TMPDIR", "PATH"}
   assert not any("sk-do-not-leak" in text for text in seen["proc"])
+  # The environment the process started with stays in its memory, where native tool code
+  # could read it: the owner reads it here.
+  with open(f"/proc/{worker_pid(sandbox, 'a')}/environ", "rb") as f:
+    assert b"sk-do-not-leak" not in f.read()
