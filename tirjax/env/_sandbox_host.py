@@ -142,12 +142,11 @@ class WorkerProcess:
     data = memoryview(json.dumps(request).encode() + b"\n")
     _signal(self.pidfd, signal.SIGCONT)
     while data:
-      if not _wait(self._requests, deadline, write=True):
-        return "timeout"
       try:
         data = data[os.write(self._requests, data):]
-      except BlockingIOError:
-        continue
+      except BlockingIOError:  # the pipe is full: wait until the worker reads, or give up
+        if not _wait(self._requests, deadline, write=True):
+          return "timeout"
       except OSError:
         return "eof"
     return None

@@ -46,8 +46,17 @@ def nesting_depth(data: bytes) -> int:
   return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
 
 
+def deeper_than(data: bytes, depth: int) -> bool:
+  """Whether JSON text `data` nests deeper than `depth`. Most lines open few brackets, and
+  the count of opening ones bounds the depth: only lines with more are measured."""
+  return data.count(b"[") + data.count(b"{") > depth and nesting_depth(data) > depth
+
+
 def _refuse_constant(name):
   raise ReplyError(f"{name} is not JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)  # NaN and Infinity are no JSON
 
 
 def check_reply(line: bytes, request_id, max_bytes: int) -> dict:
@@ -56,11 +65,11 @@ def check_reply(line: bytes, request_id, max_bytes: int) -> dict:
   ReplyError otherwise."""
   if len(line) > max_bytes:
     raise ReplyError(f"a reply of more than {max_bytes} bytes")
-  if nesting_depth(line) > MAX_DEPTH + 1:
+  if deeper_than(line, MAX_DEPTH + 1):
     raise ReplyError(f"a reply nested more than {MAX_DEPTH + 1} deep")
   try:
-    reply = json.loads(line, parse_constant=_refuse_constant)
-  except (ValueError, UnicodeDecodeError, RecursionError) as e:
+    reply = _DECODER.decode(line.decode("utf-8"))
+  except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
     raise ReplyError(f"a reply that is not JSON ({type(e).__name__})") from None
   if not isinstance(reply, dict):
     raise ReplyError("a reply that is not a JSON object")

@@ -148,7 +148,7 @@ def _jsonable(value, max_chars: int):
     text = json.dumps(value, ensure_ascii=False)
   if len(text) > max_chars:
     raise ValueError(f"tool output too large: {len(text)} characters (limit {max_chars})")
-  if wire.nesting_depth(text.encode("utf-8", "surrogatepass")) > wire.MAX_DEPTH:
+  if wire.deeper_than(text.encode("utf-8", "surrogatepass"), wire.MAX_DEPTH):
     raise ValueError(f"tool output nests deeper than {wire.MAX_DEPTH} lists and objects")
   return value
 
