@@ -38,7 +38,12 @@ def _open_dir(name: str, dir_fd: int) -> int:
 
 
 def _empty_of_files(fd: int) -> list[str]:
-  """Unlinks every entry of folder `fd` but its sub-folders; returns their names."""
+  """Unlinks every entry of folder `fd` but its sub-folders; returns their names. A folder
+  tool code made read-only is made writable first (we own it, or are root)."""
+  try:
+    os.fchmod(fd, stat.S_IRWXU)
+  except OSError:
+    pass  # not ours: an unlink below says so
   folders = []
   with os.scandir(fd) as entries:
     for entry in entries:

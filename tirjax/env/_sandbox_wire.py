@@ -43,7 +43,7 @@ def nesting_depth(data: bytes) -> int:
   """How deep the brackets of JSON text `data` nest (those inside strings not counted), in
   linear time and without recursion: the check that comes before `json.loads`."""
   brackets = _STRINGS.sub(b"", data).translate(None, _NOT_BRACKETS)
-  return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
+  return max(itertools.accumulate(map(_STEP.__getitem__, brackets), initial=0))
 
 
 def deeper_than(data: bytes, depth: int) -> bool:
