@@ -39,7 +39,9 @@ def test_nesting_depth_is_the_values_nesting(value, ascii_only):
 
 @pytest.mark.parametrize("text, expected", [
     (b"", 0), (b'"', 0), (b'"\\', 0), (b'"[[[', 0), (b'["a\\"[", [[]]]', 3), (b"]]]", 0),
-    (b"[" * 5000, 5000), (b'"\\"' * 1000 + b"[", 0)])
+    (b"[" * 5000, 5000), (b'"\\"' * 1000 + b"[", 0)], ids=[
+        "empty", "quote", "quote_backslash", "unclosed_string", "escaped_quote", "closing",
+        "unclosed_5000", "escaped_quotes_unclosed"])
 def test_nesting_depth_of_broken_lines(text, expected):
   """Unclosed strings and brackets (a hostile line): a count, never an exception."""
   assert wire.nesting_depth(text) == expected
