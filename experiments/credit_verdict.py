@@ -89,16 +89,17 @@ def markdown(result: dict) -> str:
     lo, hi = c["ci95"]
     ci = f"[{lo:+.3f}, {hi:+.3f}]" if lo is not None else "n/a"
     lines.append(f"| {label} | {len(c['seeds'])} | {c['gain']:+.3f} | {ci} |")
-  lines += ["", "| claim | predicted | measured (paired) | p | detectable at 80% power | held |",
-            "| --- | ---: | --- | ---: | ---: | --- |"]
+  lines += ["", "| claim | at least | predicted to hold | measured (paired) | p | detectable at "
+                "80% power | held |", "| --- | ---: | --- | --- | ---: | ---: | --- |"]
   for c in result["claims"]:
     d = "n/a" if c["difference"] is None else (
         f"{c['difference']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]"
         if c["ci95"][0] is not None else f"{c['difference']:+.3f}")
     p = "n/a" if c["p_value"] is None else f"{c['p_value']:.3f}"
     det = "n/a" if c["detectable"] is None else f"{c['detectable']:.3f}"
-    lines.append(f"| {c['cell']} − {c['vs']} | ≥ {c['at_least']:+.3f} | {d} | {p} | {det} | "
-                 f"{'yes' if c['held'] else 'no'} |")
+    predicted = {True: "yes", False: "no"}.get(c.get("predicted_to_hold"), "–")
+    lines.append(f"| {c['cell']} − {c['vs']} | {c['at_least']:+.3f} | {predicted} | {d} | {p} | "
+                 f"{det} | {'yes' if c['held'] else 'no'} |")
   s, o = result["spearman_fidelity_gain"], result["spearman_predicted_order_gain"]
   fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
   lines += ["", f"Spearman ρ between the cells' fidelity ({result['fidelity_measure']}, own "
