@@ -1,7 +1,6 @@
 """Credit fidelity on real rollouts (SPEC §4.5): where each estimator puts credit.
 
-    python -m experiments.credit_fidelity --policy=runs/default \\
-        --out=benchmarks/results/credit_fidelity
+    python -m experiments.credit_fidelity --policy=runs/default --out=runs/credit_fidelity
 
 From a policy (an HF checkpoint directory, or a run directory's `hf_export/`, e.g. the default's
 warm start), samples the first `--queries` train queries of `--config`'s environment (toolworld)
@@ -35,7 +34,8 @@ from tirjax.env.toolworld.failures import RIGHT, TURN_KINDS
 from tirjax.episodes import judging, rollout
 from tirjax.models.hf_io import load_hf
 from tirjax.reporting import benchmark
-from tirjax.trainer import resolve, samplers
+from tirjax import cli
+from tirjax.trainer import prepare, resolve, samplers
 from tirjax.trainer.tasks import TaskSource, load_tokenizer
 
 DEFAULT_CONFIG = "configs/hidifftir.py:model=tiny"
@@ -91,9 +91,11 @@ def batch_stats(rollouts_list, labels_list) -> dict:
           "turn_labels": {k: float((labels == k).mean()) for k in (RIGHT,) + TURN_KINDS}}
 
 
-def measure(config, policy: str, queries: int, out: str, resamples: int = 1000,
-            command: str = "") -> dict:
-  """Samples, labels and measures as the module docstring says; writes and returns it."""
+def checked_experiment(config, policy: str, queries: int, out: str
+                       ) -> tuple[resolve.Experiment, str]:
+  """What `measure` checks before any compute: the output is new, the policy a checkpoint, the
+  config resolves on toolworld, its shapes fitted to the `queries` train tasks sampled.
+  Returns the experiment and the checkpoint."""
   for ext in (".json", ".md", ".png"):
     if os.path.exists(out + ext):
       raise FileExistsError(f"out: {out + ext} exists; choose another --out (results are "
@@ -103,10 +105,17 @@ def measure(config, policy: str, queries: int, out: str, resamples: int = 1000,
   with config.unlocked():
     config.model.hf_checkpoint = checkpoint
     config.sft.steps = 0
-  exp = resolve.resolve(config)
+  exp = prepare.experiment(config, {"train": queries})
   if exp.env.name != "toolworld":
-    raise ValueError(f"env.name={exp.env.name}: turn labels need toolworld's ground-truth plans "
-                     "and failure kinds")
+    raise resolve.ConfigError(f"env.name={exp.env.name}: turn labels need toolworld's "
+                              "ground-truth plans and failure kinds")
+  return exp, checkpoint
+
+
+def measure(config, policy: str, queries: int, out: str, resamples: int = 1000,
+            command: str = "") -> dict:
+  """Samples, labels and measures as the module docstring says; writes and returns it."""
+  exp, checkpoint = checked_experiment(config, policy, queries, out)
   info, start = benchmark.machine(), time.perf_counter()
   tokenizer = load_tokenizer(checkpoint)
   source = TaskSource(exp.env, seed=exp.seed)
@@ -224,29 +233,40 @@ def figure(result: dict, path: str) -> None:
   plt.close(fig)
 
 
-def _main() -> None:
-  from absl import app, flags  # pylint: disable=import-outside-toplevel
+def define_flags() -> None:
+  """The command's flags, defined when it runs (the module is also a library)."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
   from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
-
   config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "the experiment config whose "
                                   "environment, rollout protocol and judge the rollouts follow",
                                   lock_config=True)
-  policy = flags.DEFINE_string("policy", None, "an HF checkpoint directory or a run directory")
-  out = flags.DEFINE_string("out", None, "output path prefix (.json, .md and .png are added)")
-  queries = flags.DEFINE_integer("queries", 256, "train queries to sample", lower_bound=1)
-  resamples = flags.DEFINE_integer("bootstrap", 1000, "bootstrap resamples", lower_bound=1)
-  flags.mark_flags_as_required(["policy", "out"])
+  flags.DEFINE_string("policy", None, "an HF checkpoint directory or a run directory")
+  flags.DEFINE_string("out", None, "output path prefix (.json, .md and .png are added)")
+  flags.DEFINE_integer("queries", 256, "train queries to sample", lower_bound=1)
+  flags.DEFINE_integer("bootstrap", 1000, "bootstrap resamples", lower_bound=1)
 
-  def main(argv):
-    if len(argv) > 1:
-      raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    result = measure(flags.FLAGS.config, policy.value, queries.value, out.value,
-                     resamples.value,
-                     command="python -m experiments.credit_fidelity " + " ".join(sys.argv[1:]))
-    print(markdown(result))
 
-  app.run(main)
+def check(argv) -> resolve.Experiment:
+  """What `main` checks before any compute, for the parsed flags."""
+  from absl import app, flags  # pylint: disable=import-outside-toplevel
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  f = flags.FLAGS
+  for name in ("policy", "out"):
+    if not f[name].value:
+      raise app.UsageError(f"--{name} is required")
+  return checked_experiment(f.config, f.policy, f.queries, f.out)[0]
+
+
+def main(argv) -> None:
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  check(argv)
+  f = flags.FLAGS
+  result = measure(f.config, f.policy, f.queries, f.out, f.bootstrap,
+                   command="python -m experiments.credit_fidelity " + " ".join(sys.argv[1:]))
+  print(markdown(result))
 
 
 if __name__ == "__main__":
-  _main()
+  define_flags()
+  cli.run(main)

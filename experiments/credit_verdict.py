@@ -2,8 +2,7 @@
 whether credit fidelity predicts learning (issue 37).
 
     python -m experiments.credit_verdict runs/credit \\
-        --prediction=benchmarks/results/ablation_credit/prediction.json \\
-        --out=benchmarks/results/ablation_credit/verdict
+        --prediction=benchmarks/results/ablation_credit/prediction.json --out=runs/credit_verdict
 
 Reads the grid's run directories (`experiments.ablate --config=configs/ablate.py:grid=credit`),
 the prediction (a JSON file committed before the grid ran: the fidelity result it was read
@@ -20,11 +19,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 import scipy.stats
 
+from tirjax import cli
 from tirjax.reporting import benchmark, runs, stats
 
 GAIN = "gain/accuracy"
@@ -109,32 +109,53 @@ def markdown(result: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
-def main(argv: Optional[list] = None) -> None:
+def define_flags() -> None:
+  """The command's flags, defined when it runs (the module is also a library)."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  flags.DEFINE_string("prediction", None, "the prediction JSON")
+  flags.DEFINE_string("out", None, "output path prefix (.json and .md are added)")
+
+
+def check(argv) -> tuple[dict, dict]:
+  """What `main` reads before writing: the prediction and its fidelity result (returned), the
+  run directories given, an output that does not exist yet."""
   from absl import app, flags  # pylint: disable=import-outside-toplevel
-  prediction = flags.DEFINE_string("prediction", None, "the prediction JSON")
-  out = flags.DEFINE_string("out", None, "output path prefix (.json and .md are added)")
-  flags.mark_flags_as_required(["prediction", "out"])
+  f = flags.FLAGS
+  if len(argv) < 2:
+    raise app.UsageError("give the grid's workdir (or its run directories)")
+  for name in ("prediction", "out"):
+    if not f[name].value:
+      raise app.UsageError(f"--{name} is required")
+  for path in argv[1:]:
+    if not os.path.isdir(path):
+      raise app.UsageError(f"{path}: not a directory (a grid's workdir or a run directory)")
+  for ext in (".json", ".md"):
+    if os.path.exists(f.out + ext):
+      raise FileExistsError(f"--out: {f.out + ext} exists (never overwritten)")
+  try:
+    with open(f.prediction) as fh:
+      pred = json.load(fh)
+    with open(pred["fidelity"]) as fh:
+      fid = json.load(fh)
+  except (OSError, ValueError, KeyError) as e:
+    raise app.UsageError(f"--prediction={f.prediction}: cannot read it or the fidelity result "
+                         f"it names ({type(e).__name__}: {e})") from None
+  return pred, fid
 
-  def run(argv):
-    if len(argv) < 2:
-      raise app.UsageError("give the grid's workdir (or its run directories)")
-    with open(prediction.value) as f:
-      pred = json.load(f)
-    with open(pred["fidelity"]) as f:
-      fid = json.load(f)
-    result = verdict(gains_by_cell(argv[1:]), pred, fid)
-    result.update(prediction_path=prediction.value, fidelity_path=pred["fidelity"],
-                  command="python -m experiments.credit_verdict " + " ".join(sys.argv[1:]),
-                  machine=benchmark.machine(jax_info=False))
-    for ext in (".json", ".md"):
-      if os.path.exists(out.value + ext):
-        raise app.UsageError(f"--out: {out.value + ext} exists (never overwritten)")
-    benchmark.write_result(out.value + ".json", result)
-    benchmark.write_markdown(out.value + ".md", markdown(result))
-    print(markdown(result))
 
-  app.run(run, argv)
+def main(argv) -> None:
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  f = flags.FLAGS
+  pred, fid = check(argv)
+  result = verdict(gains_by_cell(argv[1:]), pred, fid)
+  result.update(prediction_path=f.prediction, fidelity_path=pred["fidelity"],
+                command="python -m experiments.credit_verdict " + " ".join(sys.argv[1:]),
+                machine=benchmark.machine(jax_info=False))
+  benchmark.write_result(f.out + ".json", result)
+  benchmark.write_markdown(f.out + ".md", markdown(result))
+  print(markdown(result))
 
 
 if __name__ == "__main__":
-  main()
+  define_flags()
+  cli.run(main)

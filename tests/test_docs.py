@@ -114,7 +114,8 @@ def test_the_smoke_run_of_the_default_finishes_and_its_log_is_lines(default_run)
 def grid(mirror, default_run):
   """runs/ablate: the documented smoke grid planned and prepared (cell.json written, nothing
   run; its warm start's export is the smoke run's), as `experiments.ablate` leaves a grid before
-  its first run; runs/a and runs/b: two of its runs."""
+  its first run; runs/a and runs/b: two of its runs; runs/credit: the grid again (the credit
+  verdict's input)."""
   root, _ = mirror
   cwd = os.getcwd()
   os.chdir(root)  # the grid's paths are read from the current directory, as ablate's
@@ -129,6 +130,7 @@ def grid(mirror, default_run):
                  os.path.join(root, job.workdir, "hf_export"))
   os.symlink(os.path.join(root, "runs/ablate/grpo"), os.path.join(root, "runs/a"))
   os.symlink(os.path.join(root, "runs/ablate/portool"), os.path.join(root, "runs/b"))
+  os.symlink(os.path.join(root, "runs/ablate"), os.path.join(root, "runs/credit"))
   return jobs
 
 

@@ -17,6 +17,10 @@ from tirjax.sampling.interface import PolicySampler
 from tirjax.sampling.jax_sampler import JaxSampler, JaxSamplerOptions, bucket
 from tirjax.sampling.vllm_policy import VLLMPolicySampler
 
+# The smallest prompt bucket of a long context: toolworld's (512) and below, every prompt is
+# padded to the context; a 16,384-token context compiles at most 5 prompt buckets.
+PROMPT_FLOOR = 1024
+
 
 def make_sampler(options: SamplerOptions, logprob_chunk_size: int, graphdef, state: TrainState,
                  workdir: str, tokenizer_source: str, rollout_options) -> PolicySampler:
@@ -28,7 +32,9 @@ def make_sampler(options: SamplerOptions, logprob_chunk_size: int, graphdef, sta
     # (tree candidates can double the rows) instead of one per prompt length met. Prompts get
     # their own bucket (a step's first call prefills queries_per_step prompts, not its rows),
     # and continued rows a suffix bucket that holds a tool response. Long contexts take fewer
-    # rows per call: as many as the prefill's attention scores fit in `attention_budget()`.
+    # rows per call: as many as the prefill's attention scores fit in `attention_budget()`;
+    # their prompts are padded to their own power of two above `PROMPT_FLOOR` tokens, not all
+    # to the context (attention costs the square of the padded length).
     shapes = rollout_options.shapes
     model = nnx.merge(graphdef, params)
     prompt_len = bucket(shapes.max_tokens - rollout_options.max_new_tokens, 1)
@@ -36,7 +42,8 @@ def make_sampler(options: SamplerOptions, logprob_chunk_size: int, graphdef, sta
     max_batch = min(bucket(max(256, 2 * shapes.num_rows), 1), fit)
     options = JaxSamplerOptions(
         min_batch=min(bucket(shapes.num_rows, 1), max_batch), max_batch=max_batch,
-        min_decode_rows=min(8, max_batch), min_prompts=1, min_prompt_len=prompt_len,
+        min_decode_rows=min(8, max_batch), min_prompts=1,
+        min_prompt_len=min(prompt_len, PROMPT_FLOOR),
         min_new_tokens=bucket(rollout_options.max_new_tokens, 1),
         min_suffix_len=bucket(rollout_options.max_new_tokens, 16),
         reuse_cache=options.reuse_cache)
