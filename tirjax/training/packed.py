@@ -1,0 +1,272 @@
+"""The policy update and its log-prob passes on packed forests: every token computed once.
+
+    step = policy_step(graphdef, tx, place, loss_opts, StepOptions(packed=True))
+    select = step.prepare(policy_batch(rollouts, adv), group_id)   # host: tries, packing
+    state, metrics = step(state, select(rows))                     # rows of a mini-batch
+
+The padded path forwards every `[B, L]` row whole: a group's prompt once per row (6 times in
+the default, 16 in HiDiffTIR's protocol), a tree's shared steps once per leaf below them, and
+every row's padding. Here each query group's rows become one forest (`forest.build`: the trie
+of their tokens in depth-first order), the forests are packed into sequences of at most
+`max_tokens_per_microbatch` tokens per batch shard (`packing`), and the decoder runs them with
+tree attention (`tirjax.models.tree_attention`): a token reads exactly the keys it reads in
+its padded row, at the same positions, so its hidden state, log-prob and entropy are the
+padded path's.
+
+Why one mechanism (a tree mask over a packed trie) rather than "prefix once, then suffixes
+over its KV" (Prefix Grouper) or prefixes level by level: it covers the group prompt, the
+trees' deeper sharing, padding removal and packing several groups into one sequence alike,
+and keeps the model a single forward (one layer scan, autodiff as usual). Blockwise key
+gathering keeps attention at (longest row + block) keys per token instead of the packed
+length.
+
+The loss is unchanged: log-probs are gathered back into the row layout `[S, R, L]` (each row
+slot's tokens' packed indices) and `policy_loss` runs on those rows, so every aggregation
+mode, KL and entropy term, and the (sum, den) accumulation are the padded path's. A token
+shared by several rows has one log-prob; the gather's autodiff sums the rows' gradients into
+it, so a shared prefix's gradient is exact. Only rows with loss tokens, up to their last loss
+token, are packed for the update (nothing after it can move the loss); the log-prob passes
+pack every valid token of every row. A group never splits across sequences, so sharding the
+sequences (and their row slots) over the batch axes keeps each row with its tokens, and a
+process packs only its own rows; the shapes are agreed across processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Optional
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from tirjax import distributed, sharding
+from tirjax.loss import objective as policy_lib
+from tirjax.models.logprobs import packed_logprobs
+from tirjax.models.tree_attention import TreeMask
+from tirjax.training import forest, packing
+from tirjax.training.batches import PolicyBatch, merge_microbatches, split_microbatches
+from tirjax.training.step import Placement, StepOptions, TrainStep, policy_terms
+
+
+@flax.struct.dataclass(frozen=True)
+class PackedSequences:
+  """Packed forests `[S, N]` and where each row slot's tokens lie in them.
+
+  Attributes:
+    tokens, prev: [S, N] int32; `prev[i]` the token before i on its path (-1: none).
+    tree: the attention pattern (`TreeMask`).
+    row_id: [S, R] int32, the batch row in each slot (-1: an empty slot).
+    row_index: [S, R, L] int32, the packed index of each slot's tokens (-1 past its end).
+    num_microbatches: M; the sequences are split as `split_microbatches` splits rows.
+  """
+
+  tokens: jax.Array
+  prev: jax.Array
+  tree: TreeMask
+  row_id: jax.Array
+  row_index: jax.Array
+  num_microbatches: int = flax.struct.field(pytree_node=False, default=1)
+
+
+@flax.struct.dataclass(frozen=True)
+class LossRows:
+  """A `PolicyBatch`'s loss inputs in the packed row layout, `[S, R, L]` / `[S, R]`."""
+
+  loss_mask: jax.Array
+  old_logprobs: jax.Array
+  advantages: jax.Array
+  row_mask: jax.Array
+  ref_logprobs: Optional[jax.Array] = None
+
+
+@flax.struct.dataclass(frozen=True)
+class PackedBatch:
+  """The packed policy step's input: sequences, their rows' loss inputs, and `valid_tokens`
+  [S] (real tokens of the mini-batch's rows, for `tokens/valid`; each process's total on its
+  first sequence)."""
+
+  seqs: PackedSequences
+  rows: LossRows
+  valid_tokens: jax.Array
+
+  @property
+  def num_microbatches(self) -> int:
+    return self.seqs.num_microbatches
+
+
+def row_logprobs(model, seqs: PackedSequences, *, chunk_size: int, temperature: float = 1.0,
+                 with_entropy: bool = False) -> tuple[jax.Array, Optional[jax.Array]]:
+  """Log-probs (and entropies) `[S, R, L]` of each row slot's tokens, as the padded path's
+  `token_logprobs` gives them for its row (0 at its first token and past its end)."""
+  hidden = model.packed_hidden(seqs.tokens, seqs.tree)
+  logp, entropy = packed_logprobs(hidden, model.unembedding, seqs.tokens, seqs.prev,
+                                  chunk_size=chunk_size, temperature=temperature,
+                                  with_entropy=with_entropy)
+  present = seqs.row_index >= 0
+  index = jnp.maximum(seqs.row_index, 0)
+
+  def to_rows(x):  # [S, N] -> [S, R, L]
+    return jnp.where(present, jax.vmap(lambda xs, i: xs[i])(x, index), 0.0)
+
+  return to_rows(logp), (to_rows(entropy) if with_entropy else None)
+
+
+def _local(x) -> np.ndarray:
+  """This process's rows of a batch field (host or global array)."""
+  if isinstance(x, jax.Array) and not x.is_fully_addressable:
+    return distributed.local_rows(x)
+  return np.asarray(x)
+
+
+class Packer:
+  """Packs rows of this process's share of a batch into placed `PackedSequences`."""
+
+  def __init__(self, place: Placement, opts: StepOptions):
+    self.place = place
+    self.opts = opts
+    self.shards = sharding.local_batch_shards(place.mesh, place.rules)
+
+  def share(self, rows: int) -> distributed.RowShare:
+    return distributed.row_share(self.place.mesh, self.place.rules, rows)
+
+  def pack(self, tokens: np.ndarray, lengths: np.ndarray, group_id: np.ndarray,
+           rows: np.ndarray, row_offset: int) -> tuple[PackedSequences, packing.Shapes]:
+    """`rows` (indices into this process's `tokens [B_p, L]`), each its first `lengths[r]`
+    tokens, one forest per group of `group_id [B_p]`; row ids are placed as
+    `row_offset + r` (this process's first row in the global batch)."""
+    rows = np.asarray(rows, np.int64)
+    forests = []
+    groups = group_id[rows]
+    for g in dict.fromkeys(groups.tolist()):  # groups in the order they appear
+      members = rows[groups == g]
+      forests.append(forest.build(members, [tokens[r, :lengths[r]] for r in members]))
+    opts = self.opts
+    shapes, bins = packing.plan(forests, budget=opts.max_tokens_per_microbatch,
+                                shards=self.shards, block=opts.attention_block,
+                                min_microbatches=opts.num_microbatches)
+    shapes = packing.Shapes(*distributed.global_maxima(dataclasses.astuple(shapes)))
+    bins = list(bins) + [[]] * (shapes.sequences - len(bins))
+    a = packing.layout(forests, bins, shapes)
+    a["row_id"] = np.where(a["row_id"] >= 0, a["row_id"] + row_offset, -1).astype(np.int32)
+    a = sharding.shard_batch(a, self.place.mesh, self.place.rules)
+    tree = TreeMask(positions=a["positions"], seg_end=a["seg_end"], valid=a["valid"],
+                    key_index=a["key_index"], key_valid=a["key_valid"])
+    return PackedSequences(tokens=a["tokens"], prev=a["prev"], tree=tree, row_id=a["row_id"],
+                           row_index=a["row_index"],
+                           num_microbatches=shapes.microbatches), shapes
+
+
+def _fit(x: jax.Array, length: int) -> jax.Array:
+  """`[..., L']` cut or zero-padded to `[..., length]`."""
+  if x.shape[-1] >= length:
+    return x[..., :length]
+  return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, length - x.shape[-1])])
+
+
+def _gather_rows(fields: LossRows, row_id: jax.Array, length: int) -> LossRows:
+  """`[B, L']` fields → `[S, R, length]` by `row_id [S, R]` (empty slots out of the loss)."""
+  out = jax.tree.map(lambda x: x[jnp.maximum(row_id, 0)], fields)
+  out = jax.tree.map(lambda x: _fit(x, length) if x.ndim == 3 else x, out)
+  return out.replace(row_mask=out.row_mask.astype(bool) & (row_id >= 0))
+
+
+def packed_policy_loss_fn(loss_opts: policy_lib.LossOptions, opts: StepOptions):
+  """`policy_loss_fn` on `PackedBatch`es: the same loss of the same rows."""
+  with_entropy = loss_opts.entropy_coef > 0 or opts.log_entropy
+
+  def loss_fn(model, mb: PackedBatch):
+    logp, entropy = row_logprobs(model, mb.seqs, chunk_size=opts.logprob_chunk_size,
+                                 temperature=opts.temperature, with_entropy=with_entropy)
+    flat = lambda x: x.reshape((-1,) + x.shape[2:])
+    out, counts = policy_terms(flat(logp), None if entropy is None else flat(entropy),
+                               jax.tree.map(flat, mb.rows), loss_opts)
+    counts["tokens/valid"] = jnp.sum(mb.valid_tokens)
+    counts["tokens/forwarded"] = jnp.float32(mb.seqs.tokens.size)
+    return out.loss, out, counts
+
+  return loss_fn
+
+
+def _last_loss_token(loss_mask: np.ndarray) -> np.ndarray:
+  """Per row, one past its last loss token (0 without any)."""
+  cols = np.arange(1, loss_mask.shape[1] + 1)
+  return np.max(np.where(loss_mask, cols, 0), axis=1)
+
+
+class PackedPolicyStep(TrainStep):
+  """The policy step (`step.policy_step`) on packed forests; `prepare` packs mini-batches."""
+
+  def __init__(self, graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
+               place: Placement, loss_opts: policy_lib.LossOptions, opts: StepOptions):
+    super().__init__(graphdef, tx, packed_policy_loss_fn(loss_opts, opts), place, None)
+    self.packer = Packer(place, opts)
+    self._gather = jax.jit(_gather_rows, static_argnums=2, out_shardings=place.batch)
+
+  def prepare(self, batch: PolicyBatch, group_id: np.ndarray
+              ) -> Callable[[Optional[np.ndarray]], PackedBatch]:
+    """`rows -> PackedBatch` of those rows of `batch` (global row ids, the same on every
+    process; None: every row), each query group one forest of its rows that carry loss
+    tokens, up to their last one."""
+    share = self.packer.share(len(group_id))
+    tokens, token_valid = _local(batch.tokens), _local(batch.token_valid)
+    loss_mask, row_mask = _local(batch.loss_mask).astype(bool), _local(batch.row_mask)
+    groups = np.asarray(group_id)[share.start:share.stop]
+    lengths = _last_loss_token(loss_mask & row_mask.astype(bool)[:, None])
+    fields = jax.device_put(LossRows(batch.loss_mask, batch.old_logprobs, batch.advantages,
+                                     batch.row_mask, batch.ref_logprobs),
+                            self.placement.batch)
+
+    def select(rows: Optional[np.ndarray]) -> PackedBatch:
+      mine = np.arange(len(tokens))
+      if rows is not None:
+        rows = np.asarray(rows)
+        mine = rows[(rows >= share.start) & (rows < share.stop)] - share.start
+      seqs, shapes = self.packer.pack(tokens, lengths, groups, mine[lengths[mine] > 0],
+                                      share.start)
+      valid = np.zeros(shapes.sequences, np.float32)
+      valid[0] = np.sum(token_valid[mine])
+      with jax.set_mesh(self.placement.mesh):
+        rows_in = self._gather(fields, seqs.row_id, shapes.row_length)
+      return PackedBatch(seqs=seqs, rows=rows_in, valid_tokens=sharding.shard_batch(
+          valid, self.placement.mesh, self.placement.rules))
+
+    return select
+
+
+class PackedLogprobs:
+  """`TokenLogprobs` on packed forests: `(params, tokens, token_valid, group_id) -> [B, L]`
+  log-probs of every valid token, each group's shared prefixes computed once."""
+
+  def __init__(self, graphdef: nnx.GraphDef, place: Placement, opts: StepOptions):
+    self.placement = place
+    self.packer = Packer(place, opts)
+
+    def logprobs(params, seqs: PackedSequences, token_valid):
+      model = nnx.merge(graphdef, params)
+      one = functools.partial(row_logprobs, model, chunk_size=opts.logprob_chunk_size,
+                              temperature=opts.temperature)
+      mbs = split_microbatches(seqs, seqs.num_microbatches)
+      rows = merge_microbatches(jax.lax.map(lambda mb: one(mb)[0], mbs))  # [S, R, L]
+      b, length = token_valid.shape
+      ids = jnp.where(seqs.row_id >= 0, seqs.row_id, b).reshape(-1)  # b: dropped
+      values = _fit(rows.reshape((-1,) + rows.shape[2:]), length)
+      return jnp.zeros((b, length), jnp.float32).at[ids].set(values, mode="drop")
+
+    self.jitted = jax.jit(logprobs, in_shardings=(place.params, place.batch, place.batch),
+                          out_shardings=place.batch)
+
+  def __call__(self, params: nnx.State, tokens: Any, token_valid: Any, group_id: Any
+               ) -> jax.Array:
+    share = self.packer.share(np.shape(token_valid)[0])
+    local = _local(token_valid).astype(bool)
+    lengths = local.sum(axis=1)
+    seqs, _ = self.packer.pack(_local(tokens), lengths, _local(group_id),
+                               np.flatnonzero(lengths >= 2), share.start)
+    token_valid = jax.device_put(token_valid, self.placement.batch)
+    with jax.set_mesh(self.placement.mesh):
+      return self.jitted(params, seqs, token_valid)
