@@ -238,27 +238,34 @@ class PackedPolicyStep(TrainStep):
     return select
 
 
+def _scatter_rows(rows: jax.Array, row_id: jax.Array, token_valid: jax.Array) -> jax.Array:
+  """Row slots `[S, R, L]` back into the batch's `[B, L']` (zeros where no slot is)."""
+  b, length = token_valid.shape
+  ids = jnp.where(row_id >= 0, row_id, b).reshape(-1)  # b: out of range, dropped
+  values = _fit(rows.reshape((-1,) + rows.shape[2:]), length)
+  return jnp.zeros((b, length), jnp.float32).at[ids].set(values, mode="drop")
+
+
 class PackedLogprobs:
   """`TokenLogprobs` on packed forests: `(params, tokens, token_valid, group_id) -> [B, L]`
-  log-probs of every valid token, each group's shared prefixes computed once."""
+  log-probs of every valid token, each group's shared prefixes computed once. `jitted`, the
+  forward, compiles per packed shape (not per batch length); a small scatter places its rows
+  back."""
 
   def __init__(self, graphdef: nnx.GraphDef, place: Placement, opts: StepOptions):
     self.placement = place
     self.packer = Packer(place, opts)
 
-    def logprobs(params, seqs: PackedSequences, token_valid):
+    def logprobs(params, seqs: PackedSequences):
       model = nnx.merge(graphdef, params)
       one = functools.partial(row_logprobs, model, chunk_size=opts.logprob_chunk_size,
                               temperature=opts.temperature)
       mbs = split_microbatches(seqs, seqs.num_microbatches)
-      rows = merge_microbatches(jax.lax.map(lambda mb: one(mb)[0], mbs))  # [S, R, L]
-      b, length = token_valid.shape
-      ids = jnp.where(seqs.row_id >= 0, seqs.row_id, b).reshape(-1)  # b: dropped
-      values = _fit(rows.reshape((-1,) + rows.shape[2:]), length)
-      return jnp.zeros((b, length), jnp.float32).at[ids].set(values, mode="drop")
+      return merge_microbatches(jax.lax.map(lambda mb: one(mb)[0], mbs))  # [S, R, L]
 
-    self.jitted = jax.jit(logprobs, in_shardings=(place.params, place.batch, place.batch),
+    self.jitted = jax.jit(logprobs, in_shardings=(place.params, place.batch),
                           out_shardings=place.batch)
+    self._scatter = jax.jit(_scatter_rows, out_shardings=place.batch)
 
   def __call__(self, params: nnx.State, tokens: Any, token_valid: Any, group_id: Any
                ) -> jax.Array:
@@ -269,4 +276,4 @@ class PackedLogprobs:
                                np.flatnonzero(lengths >= 2), share.start)
     token_valid = jax.device_put(token_valid, self.placement.batch)
     with jax.set_mesh(self.placement.mesh):
-      return self.jitted(params, seqs, token_valid)
+      return self._scatter(self.jitted(params, seqs), seqs.row_id, token_valid)

@@ -11,8 +11,9 @@ so the sequence length N is small), or, where that overfills one, first-fit decr
 
 Every size that reaches a compiled program is bucketed (`bucket`: four steps per octave, so
 at most 25% padding), so that a run compiles a handful of executables: the sequence length N
-(a multiple of the attention block), the rows per sequence R, the row length L, the keys per
-query block K; the micro-batch count M is what the budget needs.
+(a multiple of the attention block), the row length L, the keys per query block K (from L);
+the rows per sequence R is a power of 2 (row slots cost no model compute); the micro-batch
+count M is what the budget needs.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def plan(forests: Sequence[Forest], *, budget: int, shards: int, block: int,
   rows = max([sum(len(forests[g].rows) for g in b) for b in bins] + [1])
   row_length = max([len(idx) for f in forests for idx in f.index] + [1])
   shapes = Shapes(microbatches=len(bins) // shards, shards=shards, length=length,
-                  rows=bucket(rows, 1), row_length=bucket(row_length, 64),
+                  rows=1 << (rows - 1).bit_length(), row_length=bucket(row_length, 64),
                   keys=min(length, bucket(row_length + block, 64)), block=block)
   return shapes, bins
 

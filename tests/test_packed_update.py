@@ -1,0 +1,167 @@
+"""The packed update equals the padded one (issue 38): every shared token computed once, the
+same log-probs, loss and gradients (1e-5 relative), under every aggregation mode with KL and
+entropy, for rows of tree and independent estimators, on one device and on meshes of the 8
+simulated devices, with micro-batches by token budget and mini-batches of whole groups; and a
+run's updates compile a handful of executables.
+
+Batches mix PORTool trees (shared steps), independent groups (a shared prompt only), irregular
+trees whose rows end inside one another or carry no step, and padding rows; the packing budget
+is small, so forests share sequences and a step has several micro-batches.
+"""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from tirjax import advantages, loss, training
+from tirjax.testing import strategies, synthetic, train_setup as ts
+from tirjax.testing.compile_counts import compiled_functions
+from tirjax.testing.reference import train_step as ref
+from tirjax.training.minibatches import update_passes
+
+PADDED = training.StepOptions(logprob_chunk_size=32)
+PACKED = dataclasses.replace(PADDED, packed=True, attention_block=8,
+                             max_tokens_per_microbatch=48)
+MODES = {  # every mode, each with the KL and entropy terms on and the clip acting
+    "token_mean": loss.LossOptions(aggregation="token_mean", clip_high=0.28, kl_coef=0.05,
+                                   entropy_coef=0.01),
+    "seq_mean_token_mean": loss.LossOptions(dual_clip=3.0, kl_coef=0.05, entropy_coef=0.01,
+                                            kl_estimator="k1"),
+    "seq_mean_token_sum_norm": loss.LossOptions(aggregation="seq_mean_token_sum_norm",
+                                                norm_constant=12.0, kl_coef=0.05,
+                                                entropy_coef=0.01, ratio_level="sequence"),
+    "seq_mean_token_sum": loss.LossOptions(aggregation="seq_mean_token_sum", kl_coef=0.05,
+                                           entropy_coef=0.01, kl_estimator="k2"),
+}
+ROWS = 32  # 16 per mini-batch of 2: whole on the 8 batch shards
+TOL = 1e-5
+
+
+def mixed_rollouts(seed: int):
+  """Trees (n = 5, 3), independent groups (4, 1: a singleton) and an irregular tree, then
+  padding rows; prompts of 7 tokens, steps of 3 generated + 2 tool-response tokens."""
+  rng = np.random.default_rng(seed)
+  parts = [synthetic.tree_paths(rng, [5, 3], branching=2, max_depth=4, finish_prob=0.3),
+           synthetic.independent_paths(rng, [4, 1], max_depth=4, finish_prob=0.5),
+           strategies.general_paths(rng, [6], 4)]
+  groups = nodes = 0
+  fields = {k: [] for k in synthetic.Paths._fields}
+  for p in parts:
+    fields["group_id"].append(p.group_id + groups)
+    fields["node_id"].append(np.where(p.node_id >= 0, p.node_id + nodes, -1))
+    fields["num_steps"].append(p.num_steps)
+    fields["finished"].append(p.finished)
+    groups += int(p.group_id.max()) + 1
+    nodes += int(p.node_id.max(initial=-1)) + 1
+  paths = synthetic.Paths(*(np.concatenate(fields[k]) for k in synthetic.Paths._fields))
+  return synthetic.to_rollouts(rng, paths, num_rows=ROWS, max_steps=4, prompt_tokens=7,
+                               step_tokens=3, response_tokens=2, vocab_size=ts.VOCAB)
+
+
+def batch_of(rollouts, estimator: str):
+  spec = advantages.get(estimator)
+  return training.policy_batch(rollouts, spec(rollouts, spec.make_options({})))
+
+
+@pytest.fixture(scope="module")
+def rollouts():
+  return mixed_rollouts(0)
+
+
+def run_step(shape, opts, loss_opts, batch, group_id, row_valid, minibatches=1):
+  graphdef, _, tx, place, state = ts.setup(shape)
+  step = training.policy_step(graphdef, tx, place, loss_opts, opts)
+  new, updates = update_passes(state, step, batch, group_id, row_valid, minibatches, 1,
+                               seed=0, step=0)
+  return new, updates
+
+
+def assert_same_step(got, want):
+  (new, updates), (new_want, updates_want) = got, want
+  for u, w in zip(updates, updates_want, strict=True):
+    for k in ("loss", "pg", "kl", "entropy", "tokens/loss", "tokens/valid"):
+      np.testing.assert_allclose(float(u[k]), float(w[k]), rtol=TOL, atol=1e-7, err_msg=k)
+  for tree, tree_want in [(new.opt_state[0].grads, new_want.opt_state[0].grads),
+                          (new.params, new_want.params)]:
+    for a, b in zip(ref.flatten(tree), ref.flatten(tree_want), strict=True):
+      scale = float(np.max(np.abs(b))) or 1.0
+      np.testing.assert_allclose(a, b, rtol=TOL, atol=TOL * scale)
+  assert float(updates[0]["grad_norm"]) > 0.01  # the comparison has something to compare
+
+
+@pytest.mark.parametrize("estimator", ["portool", "grpo"])
+@pytest.mark.parametrize("mode", MODES)
+def test_packed_step_equals_the_padded_step(rollouts, mode, estimator):
+  batch = batch_of(rollouts, estimator)
+  gid, valid = np.asarray(rollouts.group_id), np.asarray(rollouts.row_valid)
+  want = run_step((1, 1, 1), PADDED, MODES[mode], batch, gid, valid)
+  got = run_step((1, 1, 1), PACKED, MODES[mode], batch, gid, valid)
+  assert_same_step(got, want)
+  forwarded = [float(u["tokens/forwarded"]) for u in (want[1][0], got[1][0])]
+  assert forwarded[1] < forwarded[0]  # shared prefixes and padding not computed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", [(8, 1, 1), (2, 2, 2)])
+def test_packed_step_on_the_mesh_with_minibatches(rollouts, shape):
+  """Sequences and their rows over the batch shards; 2 mini-batches of whole groups, each
+  several micro-batches by the token budget."""
+  batch = batch_of(rollouts, "portool")
+  gid, valid = np.asarray(rollouts.group_id), np.asarray(rollouts.row_valid)
+  opts = MODES["seq_mean_token_mean"]
+  want = run_step(shape, PADDED, opts, batch, gid, valid, minibatches=2)
+  got = run_step(shape, dataclasses.replace(PACKED, max_tokens_per_microbatch=16), opts,
+                 batch, gid, valid, minibatches=2)
+  assert_same_step(got, want)
+
+
+@pytest.fixture(scope="module")
+def logprob_passes():
+  graphdef, params, _, place, _ = ts.setup()
+  return (params, training.TokenLogprobs(graphdef, place, PADDED),
+          training.TokenLogprobs(graphdef, place, PACKED))
+
+
+@settings(max_examples=15)
+@given(strategies.tree_batches())
+def test_packed_logprobs_equal_the_padded_ones(logprob_passes, r):
+  params, padded, packed = logprob_passes
+  want = np.asarray(padded(params, r.tokens, r.token_valid))
+  got = np.asarray(packed(params, r.tokens, r.token_valid, r.group_id))
+  np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+  assert np.all(got[~np.asarray(r.token_valid)] == 0)
+
+
+def test_reference_and_old_logprob_passes_use_the_groups(rollouts, logprob_passes):
+  params, padded, packed = logprob_passes
+  with pytest.raises(ValueError, match="group_id: the packed log-prob pass"):
+    packed(params, rollouts.tokens, rollouts.token_valid)
+  got = training.with_policy_logprobs(rollouts, packed, params).old_logprobs
+  np.testing.assert_allclose(np.asarray(got), np.asarray(padded(params, rollouts.tokens,
+                                                                rollouts.token_valid)),
+                             rtol=TOL, atol=TOL)
+
+
+def test_a_run_compiles_a_handful_of_executables():
+  """Twelve steps of ragged batches (every row's length and every group's prompt drawn
+  anew), each a log-prob pass and 2 mini-batch updates: the packed shapes fall on few
+  buckets."""
+  graphdef, params, tx, place, state = ts.setup()
+  opts = dataclasses.replace(PACKED, max_tokens_per_microbatch=256)
+  step = training.policy_step(graphdef, tx, place, MODES["seq_mean_token_mean"], opts)
+  passes = training.TokenLogprobs(graphdef, place, opts)
+  with compiled_functions() as compiled:
+    for i in range(12):
+      rng = np.random.default_rng(100 + i)
+      r = synthetic.independent_rollouts(rng, [4] * 4, max_depth=4, finish_prob=0.4,
+                                         prompt_tokens=int(rng.integers(8, 16)), step_tokens=4,
+                                         response_tokens=3, vocab_size=ts.VOCAB)
+      r = training.with_policy_logprobs(r, passes, state.params)
+      state, _ = update_passes(state, step, batch_of(r, "grpo"), np.asarray(r.group_id),
+                               np.asarray(r.row_valid), 2, 1, seed=0, step=i)
+  counts = {name: compiled.count(name) for name in set(compiled)}
+  print(f"\ncompilations over 12 steps: {counts}")
+  assert counts["jit(step)"] <= 6 and counts["jit(logprobs)"] <= 4
