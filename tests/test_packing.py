@@ -69,15 +69,19 @@ def test_forest_degenerate_rows():
     forest.build([0], seqs[:2])
 
 
-@given(st.integers(1, 100_000), st.sampled_from([1, 8, 64, 128]))
-def test_bucket_is_a_ladder_of_four_sizes_an_octave(n, quantum):
-  b = packing.bucket(n, quantum)
+@given(st.integers(1, 100_000), st.sampled_from([1, 8, 64, 128]), st.sampled_from([1, 2, 4]))
+def test_bucket_is_a_ladder_of_steps_sizes_an_octave(n, quantum, steps):
+  b = packing.bucket(n, quantum, steps)
   assert b >= n and b % quantum == 0
-  if n > 4 * quantum:
-    assert b <= 1.25 * n + quantum  # at most one step of the ladder above n
-  assert packing.bucket(b, quantum) == b  # a ladder value is its own bucket
+  if n > steps * quantum:
+    assert b < (1 + 1 / steps) * n + quantum  # at most one step of the ladder above n
+  assert packing.bucket(b, quantum, steps) == b  # a ladder value is its own bucket
   units = b // quantum
-  assert units <= 4 or units >> (units.bit_length() - 3) in (4, 5, 6, 7)
+  if units > steps:  # units = m · 2^e with m in [steps, 2 steps)
+    e = (units // steps).bit_length() - 1
+    assert units % 2**e == 0 and steps <= units // 2**e < 2 * steps
+  if steps == 1:
+    assert units & (units - 1) == 0  # powers of two
 
 
 @given(st.lists(st.integers(1, 300), max_size=20), st.integers(1, 400), st.integers(1, 4),

@@ -255,6 +255,7 @@ class PackedLogprobs:
   def __init__(self, graphdef: nnx.GraphDef, place: Placement, opts: StepOptions):
     self.placement = place
     self.packer = Packer(place, opts)
+    self.last_shapes: Optional[packing.Shapes] = None
 
     def logprobs(params, seqs: PackedSequences):
       model = nnx.merge(graphdef, params)
@@ -272,8 +273,8 @@ class PackedLogprobs:
     share = self.packer.share(np.shape(token_valid)[0])
     local = _local(token_valid).astype(bool)
     lengths = local.sum(axis=1)
-    seqs, _ = self.packer.pack(_local(tokens), lengths, _local(group_id),
-                               np.flatnonzero(lengths >= 2), share.start)
+    seqs, self.last_shapes = self.packer.pack(_local(tokens), lengths, _local(group_id),
+                                              np.flatnonzero(lengths >= 2), share.start)
     token_valid = jax.device_put(token_valid, self.placement.batch)
     with jax.set_mesh(self.placement.mesh):
       return self._scatter(self.jitted(params, seqs), seqs.row_id, token_valid)

@@ -9,11 +9,12 @@ A micro-batch is `shards` sequences, one per batch shard of the mesh, each of at
 dealt into `M × shards` sequences by longest-first onto the least-loaded sequence (balanced,
 so the sequence length N is small), or, where that overfills one, first-fit decreasing.
 
-Every size that reaches a compiled program is bucketed (`bucket`: four steps per octave, so
-at most 25% padding), so that a run compiles a handful of executables: the sequence length N
-(a multiple of the attention block), the row length L, the keys per query block K (from L);
-the rows per sequence R is a power of 2 (row slots cost no model compute); the micro-batch
-count M is what the budget needs.
+Every size that reaches a compiled program is bucketed to a power of two (`bucket`), so that
+a run compiles a handful of executables: the sequence length N (a multiple of the attention
+block), the row length L, the rows per sequence R; the keys per query block K follow from L
+and N, and the micro-batch count M is what the budget needs. Powers of two, not finer steps:
+on `make run`'s tiny model a packed update takes ~0.1-0.2 s and a compilation ~7 s, so a
+shape saved is worth far more than padding avoided (benchmarks/results/bench_update_cpu.json).
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ import numpy as np
 from tirjax.training.forest import Forest
 
 
-def bucket(n: int, quantum: int) -> int:
-  """The smallest q·m·2^e ≥ n with m ∈ {4, 5, 6, 7} (or q·m, m ≤ 4): four sizes per octave."""
+def bucket(n: int, quantum: int, steps: int = 1) -> int:
+  """The smallest q·m·2^e ≥ n with m ∈ [steps, 2·steps) (or q·m, m ≤ steps): `steps` sizes
+  per octave; 1 gives powers of two (times q), 4 at most 25% padding."""
   units = max(1, math.ceil(n / quantum))
-  if units <= 4:
+  if units <= steps:
     return units * quantum
-  e = (units // 4).bit_length() - 1
+  e = (units // steps).bit_length() - 1
   return math.ceil(units / 2**e) * 2**e * quantum
 
 
@@ -63,6 +65,11 @@ class Shapes:
   @property
   def sequences(self) -> int:
     return self.microbatches * self.shards
+
+  @property
+  def forwarded(self) -> int:
+    """Positions the model runs (this process's), padding included."""
+    return self.sequences * self.length
 
   def merge(self, other: "Shapes") -> "Shapes":
     """Sizes that fit both (each the larger): what every process uses."""
@@ -139,9 +146,10 @@ def plan(forests: Sequence[Forest], *, budget: int, shards: int, block: int,
   length = bucket(max([sum(sizes[g] for g in b) for b in bins] + [1]), block)
   rows = max([sum(len(forests[g].rows) for g in b) for b in bins] + [1])
   row_length = max([len(idx) for f in forests for idx in f.index] + [1])
+  row_length = bucket(row_length, 64)  # K is bounded by the longest row + block
   shapes = Shapes(microbatches=len(bins) // shards, shards=shards, length=length,
-                  rows=1 << (rows - 1).bit_length(), row_length=bucket(row_length, 64),
-                  keys=min(length, bucket(row_length + block, 64)), block=block)
+                  rows=1 << (rows - 1).bit_length(), row_length=row_length,
+                  keys=min(length, row_length + block), block=block)
   return shapes, bins
 
 
