@@ -170,7 +170,7 @@ class Variant:
       if fn is not None:
         params = self.reference.params if name == "ref_logprobs" else state.params
         passes[name] = np.asarray(jax.block_until_ready(fn(params, b.tokens, b.token_valid,
-                                                           gid)))
+                                                           gid, b.loss_mask)))
         forwarded += fn.packed.last_shapes.forwarded if self.packed else b.tokens.size
     batch = b.replace(**passes)
     ref_s = time.perf_counter() - start
@@ -221,8 +221,10 @@ def measure(name: str, case: dict, repeats: int) -> dict:
       abs(pad["losses"][0]), 1e-12)
   result["first_update_grad_norm_rel_diff"] = abs(
       pack["grad_norms"][0] - pad["grad_norms"][0]) / max(pad["grad_norms"][0], 1e-12)
+  generated = np.asarray(b.loss_mask, bool)  # the packed passes fill these only
   result["pass_logprobs_max_abs_diff"] = {
-      k: float(np.max(np.abs(pack["passes"][k] - pad["passes"][k]))) for k in pad["passes"]}
+      k: float(np.max(np.abs(pack["passes"][k] - pad["passes"][k])[generated]))
+      for k in pad["passes"]}
   if "params_count" in case:
     result["params"] = case["params_count"]
   return result

@@ -135,14 +135,18 @@ def test_packed_logprobs_equal_the_padded_ones(logprob_passes, r):
   assert np.all(got[~np.asarray(r.token_valid)] == 0)
 
 
-def test_reference_and_old_logprob_passes_use_the_groups(rollouts, logprob_passes):
+def test_reference_and_old_logprob_passes_fill_the_generated_tokens(rollouts, logprob_passes):
+  """`with_policy_logprobs` / `with_reference_logprobs` on the packed path: the groups' rows
+  packed up to their last generated token, log-probs of the generated tokens (where the
+  samplers' `old_logprobs` live; the loss reads nothing else), 0 elsewhere."""
   params, padded, packed = logprob_passes
   with pytest.raises(ValueError, match="group_id: the packed log-prob pass"):
     packed(params, rollouts.tokens, rollouts.token_valid)
-  got = training.with_policy_logprobs(rollouts, packed, params).old_logprobs
-  np.testing.assert_allclose(np.asarray(got), np.asarray(padded(params, rollouts.tokens,
-                                                                rollouts.token_valid)),
-                             rtol=TOL, atol=TOL)
+  got = np.asarray(training.with_policy_logprobs(rollouts, packed, params).old_logprobs)
+  want = np.asarray(padded(params, rollouts.tokens, rollouts.token_valid))
+  generated = np.asarray(rollouts.loss_mask)
+  np.testing.assert_allclose(got[generated], want[generated], rtol=TOL, atol=TOL)
+  assert np.all(got[~generated] == 0) and np.all(want[generated] != 0)
 
 
 def test_a_run_compiles_a_handful_of_executables():

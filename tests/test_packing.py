@@ -57,6 +57,29 @@ def test_forest_is_the_trie_of_the_rows(seqs):
       assert ancestor == (j <= i <= f.seg_end[j]), (i, j)
 
 
+@given(row_groups(), st.data())
+def test_needed_tokens_are_the_union_of_the_rows_needs(seqs, data):
+  needed = [np.asarray(data.draw(st.lists(st.booleans(), min_size=len(s), max_size=len(s))))
+            for s in seqs]
+  f = forest.build(list(range(len(seqs))), seqs, needed)
+  want = set()
+  for idx, need in zip(f.index, needed):
+    want |= set(idx[need].tolist())
+  assert set(np.flatnonzero(f.needed).tolist()) == want
+  shapes, bins = packing.plan([f], budget=64, shards=1, block=4)
+  a = packing.layout([f], bins, shapes)
+  assert shapes.targets >= len(want) and shapes.targets <= shapes.length
+  s = [b for b, members in enumerate(bins) if members][0]
+  np.testing.assert_array_equal(a["targets"][s, :len(want)], sorted(want))
+  assert (a["targets"][s, len(want):] == -1).all()
+  for slot in range(len(seqs)):  # a row reads each computed token's log-prob, and only those
+    k = list(f.rows).index(a["row_id"][s, slot])
+    slots = a["row_index"][s, slot, :len(seqs[k])]
+    computed = f.needed[f.index[k]]
+    assert (slots >= 0).tolist() == computed.tolist()
+    np.testing.assert_array_equal(a["targets"][s, slots[computed]], f.index[k][computed])
+
+
 def test_forest_degenerate_rows():
   seqs = [np.array([5]), np.array([5]), np.array([5, 6, 7]), np.array([9, 6])]
   f = forest.build([0, 1, 2, 3], seqs)
@@ -67,6 +90,8 @@ def test_forest_degenerate_rows():
     forest.build([0], [np.array([], np.int32)])
   with pytest.raises(ValueError, match="rows: 1 ids for 2 sequences"):
     forest.build([0], seqs[:2])
+  with pytest.raises(ValueError, match="rows: 2 ids for 2 sequences and 1 masks"):
+    forest.build([0, 1], seqs[:2], [np.array([True])])
 
 
 @given(st.integers(1, 100_000), st.sampled_from([1, 8, 64, 128]), st.sampled_from([1, 2, 4]))
@@ -131,11 +156,12 @@ def test_layout_packs_forests_apart_and_blocks_hold_every_ancestor(groups, block
         continue
       g, k = next((g, list(forests[g].rows).index(row)) for g in members
                   if row in forests[g].rows)
-      idx = a["row_index"][s, slot]
+      slots = a["row_index"][s, slot]
       seq = groups[g][k]
-      np.testing.assert_array_equal(a["tokens"][s, idx[:len(seq)]], seq)
-      np.testing.assert_array_equal(a["positions"][s, idx[:len(seq)]], np.arange(len(seq)))
-      assert (idx[len(seq):] == -1).all()
+      idx = a["targets"][s, slots[:len(seq)]]  # every token is needed here
+      np.testing.assert_array_equal(a["tokens"][s, idx], seq)
+      np.testing.assert_array_equal(a["positions"][s, idx], np.arange(len(seq)))
+      assert (slots[:len(seq)] >= 0).all() and (slots[len(seq):] == -1).all()
       seen.append(int(row))
   assert sorted(seen) == list(range(start))
   assert not a["key_valid"][:, :, :].any(axis=2)[~a["valid"].reshape(

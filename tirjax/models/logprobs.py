@@ -129,22 +129,27 @@ def logprobs_from_hidden(hidden: jax.Array, unembedding: jax.Array, tokens: jax.
 
 
 def packed_logprobs(hidden: jax.Array, unembedding: jax.Array, tokens: jax.Array,
-                    prev: jax.Array, *, chunk_size: int, temperature: float = 1.0,
-                    with_entropy: bool = False) -> tuple[jax.Array, Optional[jax.Array]]:
-  """Log-probs `[S, N]` of packed tokens (`tirjax.models.tree_attention`): token i is
-  predicted from the hidden state of the token before it on its path, `prev[i]` (its index
-  in the same sequence; -1 for a root or padding, whose log-prob and entropy are 0)."""
-  chex.assert_rank(hidden, 3)
+                    prev: jax.Array, targets: jax.Array, *, chunk_size: int,
+                    temperature: float = 1.0, with_entropy: bool = False
+                    ) -> tuple[jax.Array, Optional[jax.Array]]:
+  """Log-probs `[S, Q]` of the packed tokens `targets [S, Q]` (indices into `tokens [S, N]`;
+  -1: none), each predicted from the hidden state of the token before it on its path,
+  `prev[i]` (-1 for a root, whose log-prob and entropy are 0); see
+  `tirjax.models.tree_attention`. Only the targets' `[Q, vocab]` logits are computed."""
+  chex.assert_rank([hidden, targets], [3, 2])
   chex.assert_equal_shape([tokens, prev])
-  chex.assert_equal_shape_prefix([hidden, tokens], 2)
+  chex.assert_equal_shape_prefix([hidden, tokens, targets], 1)
   _check(chunk_size, temperature)
-  s, n, d = hidden.shape
-  has_prev = prev >= 0
-  h = jnp.take_along_axis(hidden, jnp.maximum(prev, 0)[..., None], axis=1)
-  logp, entropy = _flat(h.reshape(s * n, d), unembedding,
-                        jnp.where(has_prev, tokens, 0).reshape(s * n), chunk_size, temperature,
-                        with_entropy)
-  shape = lambda x: jnp.where(has_prev, x.reshape(s, n), 0.0)
+  s, q = targets.shape
+  take = jax.vmap(lambda x, i: x[i])  # per sequence
+  index = jnp.maximum(targets, 0)
+  before = take(prev, index)
+  has_prev = (targets >= 0) & (before >= 0)
+  h = take(hidden, jnp.maximum(before, 0))
+  logp, entropy = _flat(h.reshape(s * q, -1), unembedding,
+                        jnp.where(has_prev, take(tokens, index), 0).reshape(s * q),
+                        chunk_size, temperature, with_entropy)
+  shape = lambda x: jnp.where(has_prev, x.reshape(s, q), 0.0)
   return shape(logp), (shape(entropy) if with_entropy else None)
 
 

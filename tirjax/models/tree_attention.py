@@ -18,7 +18,8 @@ and the block itself, which hold every ancestor of every token in the block (dep
 order: a later row of the block shares only a prefix of an earlier one's path). That is at
 most (longest path + blk) keys, so a block costs blk × (path + blk) like a padded row, but
 each packed token is one query, where the padded path has one per row that carries it.
-`TreeMask.attend` gathers those keys and runs the dense attention on `[S·nq, blk, K]`.
+`TreeMask.attend` gathers those keys and runs the dense attention on `[blocks, blk, K]`, a
+chunk of query blocks at a time.
 """
 
 from __future__ import annotations
@@ -47,37 +48,51 @@ class TreeMask:
   key_index: jax.Array
   key_valid: jax.Array
 
-  @property
-  def block(self) -> int:
-    return self.positions.shape[1] // self.key_index.shape[1]
-
-  def blocks(self, x: jax.Array) -> jax.Array:
-    """`[S, N, ...]` → `[S·nq, blk, ...]`: the query blocks."""
-    s, n = x.shape[:2]
-    return x.reshape((s * (n // self.block), self.block) + x.shape[2:])
-
-  def unblock(self, x: jax.Array) -> jax.Array:
-    """`[S·nq, blk, ...]` → `[S, N, ...]`."""
-    s = self.positions.shape[0]
-    return x.reshape((s, -1) + x.shape[2:])
-
-  def gather(self, x: jax.Array) -> jax.Array:
-    """`[S, N, ...]` → `[S·nq, K, ...]`: each query block's keys (or values)."""
-    out = jax.vmap(lambda xs, idx: xs[idx])(x, self.key_index)  # [S, nq, K, ...]
-    return out.reshape((-1,) + out.shape[2:])
-
-  def dense(self) -> jax.Array:
-    """`[S·nq, blk, K]` bool: query i of a block reads gathered key j iff j ≤ i ≤ seg_end[j]."""
-    s, n = self.positions.shape
-    query = self.blocks(jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (s, n)))  # [S·nq, blk]
-    key = self.key_index.reshape(-1, self.key_index.shape[-1])  # [S·nq, K]
-    end = self.gather(self.seg_end)
-    ok = self.key_valid.reshape(key.shape)
-    return (ok[:, None, :] & (key[:, None, :] <= query[:, :, None])
-            & (query[:, :, None] <= end[:, None, :]))
-
   def attend(self, attend_dense, q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     """`attend_dense(q, k, v, mask)` (e.g. `layers.Attention.attend`) of q `[S, N, heads,
-    hd]` over k, v `[S, N, kv_heads, hd]` under this mask, → `[S, N, ...]`."""
-    return self.unblock(attend_dense(self.blocks(q), self.gather(k), self.gather(v),
-                                     self.dense()))
+    hd]` over k, v `[S, N, kv_heads, hd]` under this mask, → `[S, N, ...]`.
+
+    The query blocks of every sequence run `chunk` at a time, each chunk gathering its own
+    keys (within its sequence: no data crosses the batch shards) and rematerialised in the
+    backward pass, so memory holds one chunk's scores and keys, not N × K of them."""
+    s, n = self.positions.shape
+    nq, kk = self.key_index.shape[1:]
+    blk = n // nq
+    to_blocks = lambda x: x.reshape((s, nq, blk) + x.shape[2:])
+    queries = to_blocks(jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (s, n)))
+
+    def chunk_out(args):  # [S, c, ...] → [S, c, blk, D]
+      qb, query, key, ok = args
+      c = key.shape[1]
+      take = jax.vmap(lambda x, i: x[i])  # per sequence
+      end = take(self.seg_end, key)
+      mask = (ok[:, :, None, :] & (key[:, :, None, :] <= query[..., None])
+              & (query[..., None] <= end[:, :, None, :]))  # j ≤ i ≤ seg_end[j]
+      merge = lambda x: x.reshape((s * c,) + x.shape[2:])
+      out = attend_dense(merge(qb), merge(take(k, key)), merge(take(v, key)), merge(mask))
+      return out.reshape((s, c) + out.shape[1:])
+
+    args = (to_blocks(q), queries, self.key_index, self.key_valid)
+    chunk = _chunk_blocks(nq, s * blk * kk * q.shape[2])
+    if chunk == nq:
+      out = chunk_out(args)
+    else:  # [S, nq, ...] → [nq / c, S, c, ...], mapped over the first axis
+      split = lambda x: jnp.moveaxis(x.reshape((s, nq // chunk, chunk) + x.shape[2:]), 1, 0)
+      out = jax.lax.map(jax.checkpoint(chunk_out), jax.tree.map(split, args))
+      out = jnp.moveaxis(out, 0, 1)
+    return out.reshape((s, n) + out.shape[-1:])
+
+
+# Attention scores (query × key × head) one chunk of query blocks may hold: 2^24 float32, 64 MiB.
+_SCORES_PER_CHUNK = 1 << 24
+
+
+def _chunk_blocks(blocks: int, scores_per_block: int) -> int:
+  """Query blocks per chunk: all of a sequence's if their scores fit `_SCORES_PER_CHUNK`,
+  else the largest power of two that divides `blocks` and fits (at least one block)."""
+  if blocks * scores_per_block <= _SCORES_PER_CHUNK:
+    return blocks
+  chunk = 1
+  while blocks % (chunk * 2) == 0 and chunk * 2 * scores_per_block <= _SCORES_PER_CHUNK:
+    chunk *= 2
+  return chunk

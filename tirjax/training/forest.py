@@ -25,7 +25,7 @@ which the sort gives directly, so it does not go through that cache.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -38,6 +38,7 @@ class Forest:
     tokens, depth, prev, seg_end: [F] int32; `prev` -1 at a root (a row's first token).
     rows: [n] the rows laid out (ids as given, in input order).
     index: n arrays, `index[k][t]` the packed index of token t of `rows[k]`.
+    needed: [F] bool, tokens whose log-prob some row needs.
   """
 
   tokens: np.ndarray
@@ -46,6 +47,7 @@ class Forest:
   seg_end: np.ndarray
   rows: np.ndarray
   index: tuple
+  needed: np.ndarray
 
   @property
   def size(self) -> int:
@@ -58,10 +60,13 @@ def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
   return int(diff[0]) if diff.size else m
 
 
-def build(rows: Sequence[int], sequences: Sequence[np.ndarray]) -> Forest:
-  """The forest of `sequences` (each row's tokens, at least one each), ids `rows`."""
-  if len(rows) != len(sequences):
-    raise ValueError(f"rows: {len(rows)} ids for {len(sequences)} sequences")
+def build(rows: Sequence[int], sequences: Sequence[np.ndarray],
+          needed: Optional[Sequence[np.ndarray]] = None) -> Forest:
+  """The forest of `sequences` (each row's tokens, at least one each), ids `rows`; `needed`
+  (per row, a bool per token; default all) marks the tokens whose log-probs are wanted."""
+  if len(rows) != len(sequences) or (needed is not None and len(needed) != len(rows)):
+    raise ValueError(f"rows: {len(rows)} ids for {len(sequences)} sequences"
+                     + ("" if needed is None else f" and {len(needed)} masks"))
   seqs = [np.asarray(s, np.int32) for s in sequences]
   if any(s.ndim != 1 or s.size == 0 for s in seqs):
     raise ValueError("sequences: each row needs at least one token (a 1-D array)")
@@ -79,6 +84,8 @@ def build(rows: Sequence[int], sequences: Sequence[np.ndarray]) -> Forest:
   tokens, depth, prev = (np.concatenate([p[i] for p in parts]).astype(np.int32)
                          for i in range(3))
   seg_end = np.zeros(size, np.int32)
-  for idx in index:  # a token's subtree ends where the last row through it ends
+  want = np.zeros(size, bool)
+  for k, idx in enumerate(index):  # a token's subtree ends where the last row through it ends
     np.maximum.at(seg_end, idx, idx[-1])
-  return Forest(tokens, depth, prev, seg_end, np.asarray(rows), tuple(index))
+    want[idx[np.asarray(needed[k], bool)] if needed is not None else idx] = True
+  return Forest(tokens, depth, prev, seg_end, np.asarray(rows), tuple(index), want)

@@ -25,8 +25,9 @@ slot's tokens' packed indices) and `policy_loss` runs on those rows, so every ag
 mode, KL and entropy term, and the (sum, den) accumulation are the padded path's. A token
 shared by several rows has one log-prob; the gather's autodiff sums the rows' gradients into
 it, so a shared prefix's gradient is exact. Only rows with loss tokens, up to their last loss
-token, are packed for the update (nothing after it can move the loss); the log-prob passes
-pack every valid token of every row. A group never splits across sequences, so sharding the
+token, are packed for the update (nothing after it can move the loss), and logits are
+computed for loss tokens only (the padded path computes them at every position, prompt and
+tool responses included); the log-prob passes compute every valid token of every row. A group never splits across sequences, so sharding the
 sequences (and their row slots) over the batch axes keeps each row with its tokens, and a
 process packs only its own rows; the shapes are agreed across processes.
 """
@@ -60,14 +61,17 @@ class PackedSequences:
   Attributes:
     tokens, prev: [S, N] int32; `prev[i]` the token before i on its path (-1: none).
     tree: the attention pattern (`TreeMask`).
+    targets: [S, Q] int32, the tokens whose log-probs are computed (-1: none).
     row_id: [S, R] int32, the batch row in each slot (-1: an empty slot).
-    row_index: [S, R, L] int32, the packed index of each slot's tokens (-1 past its end).
+    row_index: [S, R, L] int32, where each slot token's log-prob lies in `targets` (-1: not
+      computed).
     num_microbatches: M; the sequences are split as `split_microbatches` splits rows.
   """
 
   tokens: jax.Array
   prev: jax.Array
   tree: TreeMask
+  targets: jax.Array
   row_id: jax.Array
   row_index: jax.Array
   num_microbatches: int = flax.struct.field(pytree_node=False, default=1)
@@ -105,12 +109,12 @@ def row_logprobs(model, seqs: PackedSequences, *, chunk_size: int, temperature: 
   `token_logprobs` gives them for its row (0 at its first token and past its end)."""
   hidden = model.packed_hidden(seqs.tokens, seqs.tree)
   logp, entropy = packed_logprobs(hidden, model.unembedding, seqs.tokens, seqs.prev,
-                                  chunk_size=chunk_size, temperature=temperature,
-                                  with_entropy=with_entropy)
+                                  seqs.targets, chunk_size=chunk_size,
+                                  temperature=temperature, with_entropy=with_entropy)
   present = seqs.row_index >= 0
   index = jnp.maximum(seqs.row_index, 0)
 
-  def to_rows(x):  # [S, N] -> [S, R, L]
+  def to_rows(x):  # [S, Q] -> [S, R, L]
     return jnp.where(present, jax.vmap(lambda xs, i: xs[i])(x, index), 0.0)
 
   return to_rows(logp), (to_rows(entropy) if with_entropy else None)
@@ -135,16 +139,20 @@ class Packer:
     return distributed.row_share(self.place.mesh, self.place.rules, rows)
 
   def pack(self, tokens: np.ndarray, lengths: np.ndarray, group_id: np.ndarray,
-           rows: np.ndarray, row_offset: int) -> tuple[PackedSequences, packing.Shapes]:
+           rows: np.ndarray, row_offset: int, needed: Optional[np.ndarray] = None
+           ) -> tuple[PackedSequences, packing.Shapes]:
     """`rows` (indices into this process's `tokens [B_p, L]`), each its first `lengths[r]`
     tokens, one forest per group of `group_id [B_p]`; row ids are placed as
-    `row_offset + r` (this process's first row in the global batch)."""
+    `row_offset + r` (this process's first row in the global batch). `needed [B_p, L]`:
+    the tokens whose log-probs are wanted (default: all)."""
     rows = np.asarray(rows, np.int64)
     forests = []
     groups = group_id[rows]
     for g in dict.fromkeys(groups.tolist()):  # groups in the order they appear
       members = rows[groups == g]
-      forests.append(forest.build(members, [tokens[r, :lengths[r]] for r in members]))
+      forests.append(forest.build(
+          members, [tokens[r, :lengths[r]] for r in members],
+          None if needed is None else [needed[r, :lengths[r]] for r in members]))
     opts = self.opts
     shapes, bins = packing.plan(forests, budget=opts.max_tokens_per_microbatch,
                                 shards=self.shards, block=opts.attention_block,
@@ -156,8 +164,8 @@ class Packer:
     a = sharding.shard_batch(a, self.place.mesh, self.place.rules)
     tree = TreeMask(positions=a["positions"], seg_end=a["seg_end"], valid=a["valid"],
                     key_index=a["key_index"], key_valid=a["key_valid"])
-    return PackedSequences(tokens=a["tokens"], prev=a["prev"], tree=tree, row_id=a["row_id"],
-                           row_index=a["row_index"],
+    return PackedSequences(tokens=a["tokens"], prev=a["prev"], tree=tree,
+                           targets=a["targets"], row_id=a["row_id"], row_index=a["row_index"],
                            num_microbatches=shapes.microbatches), shapes
 
 
@@ -192,10 +200,10 @@ def packed_policy_loss_fn(loss_opts: policy_lib.LossOptions, opts: StepOptions):
   return loss_fn
 
 
-def _last_loss_token(loss_mask: np.ndarray) -> np.ndarray:
-  """Per row, one past its last loss token (0 without any)."""
-  cols = np.arange(1, loss_mask.shape[1] + 1)
-  return np.max(np.where(loss_mask, cols, 0), axis=1)
+def _last_token(mask: np.ndarray) -> np.ndarray:
+  """Per row, one past its last token in `mask` (0 without any)."""
+  cols = np.arange(1, mask.shape[1] + 1)
+  return np.max(np.where(mask, cols, 0), axis=1)
 
 
 class PackedPolicyStep(TrainStep):
@@ -216,7 +224,7 @@ class PackedPolicyStep(TrainStep):
     tokens, token_valid = _local(batch.tokens), _local(batch.token_valid)
     loss_mask, row_mask = _local(batch.loss_mask).astype(bool), _local(batch.row_mask)
     groups = np.asarray(group_id)[share.start:share.stop]
-    lengths = _last_loss_token(loss_mask & row_mask.astype(bool)[:, None])
+    lengths = _last_token(loss_mask & row_mask.astype(bool)[:, None])
     fields = jax.device_put(LossRows(batch.loss_mask, batch.old_logprobs, batch.advantages,
                                      batch.row_mask, batch.ref_logprobs),
                             self.placement.batch)
@@ -227,7 +235,7 @@ class PackedPolicyStep(TrainStep):
         rows = np.asarray(rows)
         mine = rows[(rows >= share.start) & (rows < share.stop)] - share.start
       seqs, shapes = self.packer.pack(tokens, lengths, groups, mine[lengths[mine] > 0],
-                                      share.start)
+                                      share.start, needed=loss_mask)
       valid = np.zeros(shapes.sequences, np.float32)
       valid[0] = np.sum(token_valid[mine])
       with jax.set_mesh(self.placement.mesh):
@@ -268,13 +276,18 @@ class PackedLogprobs:
                           out_shardings=place.batch)
     self._scatter = jax.jit(_scatter_rows, out_shardings=place.batch)
 
-  def __call__(self, params: nnx.State, tokens: Any, token_valid: Any, group_id: Any
-               ) -> jax.Array:
+  def __call__(self, params: nnx.State, tokens: Any, token_valid: Any, group_id: Any,
+               needed: Any = None) -> jax.Array:
+    """`needed [B, L]` (default: every valid token): the tokens whose log-probs are computed;
+    each row is packed up to its last one."""
     share = self.packer.share(np.shape(token_valid)[0])
-    local = _local(token_valid).astype(bool)
-    lengths = local.sum(axis=1)
+    want = _local(token_valid if needed is None else needed).astype(bool)
+    want &= _local(token_valid).astype(bool)
+    want[:, 0] = False  # a row's first token has no log-prob
+    lengths = _last_token(want)
     seqs, self.last_shapes = self.packer.pack(_local(tokens), lengths, _local(group_id),
-                                              np.flatnonzero(lengths >= 2), share.start)
+                                              np.flatnonzero(lengths > 0), share.start,
+                                              needed=want)
     token_valid = jax.device_put(token_valid, self.placement.batch)
     with jax.set_mesh(self.placement.mesh):
       return self._scatter(self.jitted(params, seqs), seqs.row_id, token_valid)

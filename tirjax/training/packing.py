@@ -9,12 +9,13 @@ A micro-batch is `shards` sequences, one per batch shard of the mesh, each of at
 dealt into `M × shards` sequences by longest-first onto the least-loaded sequence (balanced,
 so the sequence length N is small), or, where that overfills one, first-fit decreasing.
 
-Every size that reaches a compiled program is bucketed to a power of two (`bucket`), so that
-a run compiles a handful of executables: the sequence length N (a multiple of the attention
-block), the row length L, the rows per sequence R; the keys per query block K follow from L
-and N, and the micro-batch count M is what the budget needs. Powers of two, not finer steps:
-on `make run`'s tiny model a packed update takes ~0.1-0.2 s and a compilation ~7 s, so a
-shape saved is worth far more than padding avoided (benchmarks/results/bench_update_cpu.json).
+Every size that reaches a compiled program is bucketed (`bucket`), so that a run compiles a
+handful of executables: the row length L and the rows per sequence R to powers of two, the
+sequence length N (a multiple of the attention block, the size every layer pays for) to two
+sizes per octave (at most 50% padding, 20% on average); the keys per query block K follow
+from L and N, and the micro-batch count M is what the budget needs. Coarse steps, because on
+`make run`'s tiny model a packed update takes ~0.1-1 s and a compilation ~7 s
+(benchmarks/results/bench_update_cpu.json).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from typing import Sequence
 import numpy as np
 
 from tirjax.training.forest import Forest
+
+LENGTH_STEPS = 2  # sizes per octave of the packed sequence length N
 
 
 def bucket(n: int, quantum: int, steps: int = 1) -> int:
@@ -51,6 +54,7 @@ class Shapes:
     rows: R, row slots per sequence.
     row_length: L, tokens per row slot.
     keys: K, keys per query block.
+    targets: Q, log-probs computed per sequence (of the tokens some row needs).
     block: the attention's query block.
   """
 
@@ -60,6 +64,7 @@ class Shapes:
   rows: int
   row_length: int
   keys: int
+  targets: int
   block: int
 
   @property
@@ -143,13 +148,15 @@ def plan(forests: Sequence[Forest], *, budget: int, shards: int, block: int,
   holds. The keys per block are bounded by (longest row + block) (`tree_attention`)."""
   sizes = [f.size for f in forests]
   bins = deal(sizes, budget, shards, min_microbatches)
-  length = bucket(max([sum(sizes[g] for g in b) for b in bins] + [1]), block)
+  length = bucket(max([sum(sizes[g] for g in b) for b in bins] + [1]), block, LENGTH_STEPS)
   rows = max([sum(len(forests[g].rows) for g in b) for b in bins] + [1])
   row_length = max([len(idx) for f in forests for idx in f.index] + [1])
   row_length = bucket(row_length, 64)  # K is bounded by the longest row + block
+  targets = max([sum(int(forests[g].needed.sum()) for g in b) for b in bins] + [1])
   shapes = Shapes(microbatches=len(bins) // shards, shards=shards, length=length,
                   rows=1 << (rows - 1).bit_length(), row_length=row_length,
-                  keys=min(length, row_length + block), block=block)
+                  keys=min(length, row_length + block),
+                  targets=min(length, bucket(targets, block, LENGTH_STEPS)), block=block)
   return shapes, bins
 
 
@@ -157,18 +164,21 @@ def layout(forests: Sequence[Forest], bins: Sequence[Sequence[int]], shapes: Sha
            ) -> dict[str, np.ndarray]:
   """The packed arrays, `[S, ...]` with S = `shapes.sequences` (bins past `len(bins)` are
   empty): tokens, positions, prev, seg_end, valid `[S, N]`; key_index, key_valid
-  `[S, N / block, K]`; row_id `[S, R]` (the forests' row ids, -1 for an empty slot) and
-  row_index `[S, R, L]` (each row token's packed index in its sequence, -1 past the row)."""
+  `[S, N / block, K]`; targets `[S, Q]` (the packed indices whose log-probs are computed,
+  ascending, -1 past them); row_id `[S, R]` (the forests' row ids, -1 for an empty slot) and
+  row_index `[S, R, L]` (where each row token's log-prob lies in `targets`, -1 where none
+  is computed: past the row, or a token no row needs)."""
   s, n, r, l, k = (shapes.sequences, shapes.length, shapes.rows, shapes.row_length,
                    shapes.keys)
   nq = n // shapes.block
   out = dict(tokens=np.zeros((s, n), np.int32), positions=np.zeros((s, n), np.int32),
              prev=np.full((s, n), -1, np.int32), seg_end=np.full((s, n), -1, np.int32),
              valid=np.zeros((s, n), bool), key_index=np.zeros((s, nq, k), np.int32),
-             key_valid=np.zeros((s, nq, k), bool), row_id=np.full((s, r), -1, np.int32),
-             row_index=np.full((s, r, l), -1, np.int32))
+             key_valid=np.zeros((s, nq, k), bool),
+             targets=np.full((s, shapes.targets), -1, np.int32),
+             row_id=np.full((s, r), -1, np.int32), row_index=np.full((s, r, l), -1, np.int32))
   for seq, members in enumerate(bins):
-    at, slot = 0, 0
+    at, slot, first = 0, 0, 0  # this forest's first packed index, row slot, target
     for g in members:
       f = forests[g]
       span = slice(at, at + f.size)
@@ -177,11 +187,14 @@ def layout(forests: Sequence[Forest], bins: Sequence[Sequence[int]], shapes: Sha
       out["prev"][seq, span] = np.where(f.prev >= 0, f.prev + at, -1)
       out["seg_end"][seq, span] = f.seg_end + at
       out["valid"][seq, span] = True
+      wanted = np.flatnonzero(f.needed)
+      out["targets"][seq, first:first + len(wanted)] = wanted + at
+      target_of = np.where(f.needed, np.cumsum(f.needed) - 1 + first, -1)
       for row, idx in zip(f.rows, f.index):
         out["row_id"][seq, slot] = row
-        out["row_index"][seq, slot, :len(idx)] = idx + at
+        out["row_index"][seq, slot, :len(idx)] = target_of[idx]
         slot += 1
-      at += f.size
+      at, first = at + f.size, first + len(wanted)
     for b, keys in enumerate(ancestors_and_block(out["prev"][seq], at, shapes.block)):
       assert len(keys) <= k, (len(keys), k)  # bounded by the longest row + block
       out["key_index"][seq, b, :len(keys)] = keys

@@ -8,7 +8,9 @@
 
 With β = 0 (PORTool) nothing is computed and no reference copy of the weights is needed.
 The log-probs use the policy step's chunking, micro-batching and temperature, so that
-`ref − logp` compares the same distributions.
+`ref − logp` compares the same distributions. On the packed path (`step.packed`) both
+passes fill the generated tokens (`loss_mask`) only, 0 elsewhere, as the samplers' own
+`old_logprobs` are: nothing reads them elsewhere (the loss masks them).
 """
 
 from __future__ import annotations
@@ -50,12 +52,15 @@ class TokenLogprobs:
                           out_shardings=place.batch)
 
   def __call__(self, params: nnx.State, tokens: jax.Array, token_valid: jax.Array,
-               group_id: Optional[jax.Array] = None) -> jax.Array:
+               group_id: Optional[jax.Array] = None, needed: Optional[jax.Array] = None
+               ) -> jax.Array:
+    """`needed [B, L]`: the tokens whose log-probs are wanted; the packed pass computes
+    those only (0 elsewhere), the padded one every token."""
     if self.packed is not None:
       if group_id is None:
         raise ValueError("group_id: the packed log-prob pass (step.packed) needs each row's "
                          "query group")
-      return self.packed(params, tokens, token_valid, group_id)
+      return self.packed(params, tokens, token_valid, group_id, needed)
     tokens, token_valid = jax.device_put((tokens, token_valid), self.placement.batch)
     with jax.set_mesh(self.placement.mesh):
       return self.jitted(params, tokens, token_valid)
@@ -75,8 +80,9 @@ class ReferencePolicy:
     self.fn = TokenLogprobs(graphdef, place, opts)
 
   def logprobs(self, tokens: jax.Array, token_valid: jax.Array,
-               group_id: Optional[jax.Array] = None) -> jax.Array:
-    return self.fn(self.params, tokens, token_valid, group_id)
+               group_id: Optional[jax.Array] = None, needed: Optional[jax.Array] = None
+               ) -> jax.Array:
+    return self.fn(self.params, tokens, token_valid, group_id, needed)
 
 
 def with_policy_logprobs(rollouts: Rollouts, logprobs: TokenLogprobs, params: nnx.State
@@ -87,7 +93,7 @@ def with_policy_logprobs(rollouts: Rollouts, logprobs: TokenLogprobs, params: nn
   Needed when the policy is the tempered one (`train.tempered_policy`): the samplers report
   the raw model's log-probs."""
   return rollouts.replace(old_logprobs=logprobs(params, rollouts.tokens, rollouts.token_valid,
-                                                rollouts.group_id))
+                                                rollouts.group_id, rollouts.loss_mask))
 
 
 def with_reference_logprobs(rollouts: Rollouts, reference: Optional[ReferencePolicy],
@@ -100,4 +106,4 @@ def with_reference_logprobs(rollouts: Rollouts, reference: Optional[ReferencePol
     raise ValueError(f"reference: a ReferencePolicy is required when kl_coef > 0 "
                      f"(kl_coef={loss_opts.kl_coef})")
   return rollouts.replace(ref_logprobs=reference.logprobs(rollouts.tokens, rollouts.token_valid,
-                                                          rollouts.group_id))
+                                                          rollouts.group_id, rollouts.loss_mask))
