@@ -19,9 +19,10 @@ Cases (`--cases`):
   prompt with the function docs, first user turn, rendered with the warm start's tokenizer),
   each a group of `--bfcl_rows` rows with short random responses (16-48 tokens), HiDiffTIR's
   loss (KL 0.001, entropy 0.001), one update; at the tiny model and at a ~100M one (width
-  768, 12 layers of 12 heads, SwiGLU 2560, remat; one row per padded micro-batch so that its
-  attention fits the host, one group per packed one); the 100M case uses the first
-  `--bfcl_groups_100m` groups (its padded update takes minutes on 2 cores).
+  768, 12 layers of 12 heads, SwiGLU 2560, remat). One row per padded micro-batch, so that
+  its `[L, L]` attention fits the host; the packed budget is the default 16384 tokens (at
+  100M 8192, with `step.bucket_steps=4`: its steps take minutes, a compilation does not). The 100M case uses the first `--bfcl_groups_100m` groups (its padded update
+  takes many minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -129,14 +130,15 @@ def bfcl_case(groups: int, big: bool) -> dict:
   exp = dataclasses.replace(exp, train=dataclasses.replace(exp.train, mini_batch_queries=0))
   return dict(exp=exp, graphdef=graphdef, params=params, batch=batch,
               group_id=np.repeat(np.arange(groups), n), row_valid=np.ones(rows, bool),
-              padded_microbatches=n if big else 1, packed_budget=8192 if big else None,
+              padded_microbatches=rows, packed_budget=8192 if big else None,
               params_count=sum(x.size for x in jax.tree.leaves(params)))
 
 
 def variant_options(case: dict, packed: bool) -> training.StepOptions:
   step = dataclasses.replace(case["exp"].step, packed=packed)
   if packed and case.get("packed_budget"):
-    step = dataclasses.replace(step, max_tokens_per_microbatch=case["packed_budget"])
+    step = dataclasses.replace(step, max_tokens_per_microbatch=case["packed_budget"],
+                               bucket_steps=4)
   if not packed:
     step = dataclasses.replace(step, num_microbatches=case.get("padded_microbatches", 1))
   return step

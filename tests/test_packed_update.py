@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 
 from tirjax import advantages, loss, training
+from tirjax.models import tree_attention
 from tirjax.testing import strategies, synthetic, train_setup as ts
 from tirjax.testing.compile_counts import compiled_functions
 from tirjax.testing.reference import train_step as ref
@@ -102,6 +103,19 @@ def test_packed_step_equals_the_padded_step(rollouts, mode, estimator):
   assert_same_step(got, want)
   forwarded = [float(u["tokens/forwarded"]) for u in (want[1][0], got[1][0])]
   assert forwarded[1] < forwarded[0]  # shared prefixes and padding not computed
+
+
+def test_attention_in_chunks_is_the_same_step(rollouts, monkeypatch):
+  """Query blocks a chunk at a time (here 2 blocks of 8, as long sequences run), forward and
+  rematerialised backward: the padded step's loss and gradients still."""
+  monkeypatch.setattr(tree_attention, "_SCORES_PER_CHUNK", 2 * 8 * 48 * 4)
+  batch = batch_of(rollouts, "portool")
+  gid, valid = np.asarray(rollouts.group_id), np.asarray(rollouts.row_valid)
+  opts = MODES["token_mean"]
+  packed = dataclasses.replace(PACKED, max_tokens_per_microbatch=128)
+  assert tree_attention._chunk_blocks(16, 8 * 48 * 4) == 2  # pylint: disable=protected-access
+  assert_same_step(run_step((1, 1, 1), packed, opts, batch, gid, valid),
+                   run_step((1, 1, 1), PADDED, opts, batch, gid, valid))
 
 
 @pytest.mark.slow

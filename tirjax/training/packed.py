@@ -156,7 +156,8 @@ class Packer:
     opts = self.opts
     shapes, bins = packing.plan(forests, budget=opts.max_tokens_per_microbatch,
                                 shards=self.shards, block=opts.attention_block,
-                                min_microbatches=opts.num_microbatches)
+                                min_microbatches=opts.num_microbatches,
+                                steps=opts.bucket_steps)
     shapes = packing.Shapes(*distributed.global_maxima(dataclasses.astuple(shapes)))
     bins = list(bins) + [[]] * (shapes.sequences - len(bins))
     a = packing.layout(forests, bins, shapes)

@@ -10,10 +10,11 @@ dealt into `M × shards` sequences by longest-first onto the least-loaded sequen
 so the sequence length N is small), or, where that overfills one, first-fit decreasing.
 
 Every size that reaches a compiled program is bucketed (`bucket`), so that a run compiles a
-handful of executables: the row length L and the rows per sequence R to powers of two, the
-sequence length N (a multiple of the attention block, the size every layer pays for) to two
-sizes per octave (at most 50% padding, 20% on average); the keys per query block K follow
-from L and N, and the micro-batch count M is what the budget needs. Coarse steps, because on
+handful of executables: the row length L and the rows per sequence R (the row layout, cheap)
+to powers of two; the sequence length N (every layer pays for it), the keys per query block
+K (the attention pays N × K; from the longest row) and the log-probs computed Q to `steps`
+sizes per octave (2 by default: at most 50% padding, ~20% on average); the micro-batch count
+M is what the budget needs. Coarse steps, because on
 `make run`'s tiny model a packed update takes ~0.1-1 s and a compilation ~7 s
 (benchmarks/results/bench_update_cpu.json).
 """
@@ -28,8 +29,6 @@ from typing import Sequence
 import numpy as np
 
 from tirjax.training.forest import Forest
-
-LENGTH_STEPS = 2  # sizes per octave of the packed sequence length N
 
 
 def bucket(n: int, quantum: int, steps: int = 1) -> int:
@@ -143,20 +142,21 @@ def ancestors_and_block(prev: np.ndarray, used: int, block: int) -> list[np.ndar
 
 
 def plan(forests: Sequence[Forest], *, budget: int, shards: int, block: int,
-         min_microbatches: int = 1) -> tuple[Shapes, list[list[int]]]:
+         min_microbatches: int = 1, steps: int = 2) -> tuple[Shapes, list[list[int]]]:
   """The bucketed shapes of `forests` packed by `deal`, and which forests each sequence
-  holds. The keys per block are bounded by (longest row + block) (`tree_attention`)."""
+  holds: N, K and Q with `steps` sizes per octave. The keys per block are bounded by
+  (longest row + block) (`tree_attention`)."""
   sizes = [f.size for f in forests]
   bins = deal(sizes, budget, shards, min_microbatches)
-  length = bucket(max([sum(sizes[g] for g in b) for b in bins] + [1]), block, LENGTH_STEPS)
+  length = bucket(max([sum(sizes[g] for g in b) for b in bins] + [1]), block, steps)
   rows = max([sum(len(forests[g].rows) for g in b) for b in bins] + [1])
   row_length = max([len(idx) for f in forests for idx in f.index] + [1])
-  row_length = bucket(row_length, 64)  # K is bounded by the longest row + block
   targets = max([sum(int(forests[g].needed.sum()) for g in b) for b in bins] + [1])
   shapes = Shapes(microbatches=len(bins) // shards, shards=shards, length=length,
-                  rows=1 << (rows - 1).bit_length(), row_length=row_length,
-                  keys=min(length, row_length + block),
-                  targets=min(length, bucket(targets, block, LENGTH_STEPS)), block=block)
+                  rows=1 << (rows - 1).bit_length(), row_length=bucket(row_length, 64),
+                  # a block's keys: its first token's ancestors and itself (`tree_attention`)
+                  keys=min(length, bucket(row_length - 1 + block, block, steps)),
+                  targets=min(length, bucket(targets, block, steps)), block=block)
   return shapes, bins
 
 
