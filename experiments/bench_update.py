@@ -23,6 +23,9 @@ Cases (`--cases`):
   its `[L, L]` attention fits the host; the packed budget is the default 16384 tokens (at
   100M 8192, with `step.bucket_steps=4`: its steps take minutes, a compilation does not). The 100M case uses the first `--bfcl_groups_100m` groups (its padded update
   takes many minutes on 2 cores).
+* `synthetic`: `--synthetic` = P,G,n random P-token prompts shared by groups of n rows, at
+  model `--preset` (random weights): the same measurement without a warm start or the BFCL
+  data, for `benchmarks/gpu/run.sh`.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ from tirjax.reporting import benchmark
 from tirjax.trainer import processes, resolve, samplers, tasks as tasks_lib
 from tirjax.training.minibatches import update_passes
 
-flags.DEFINE_string("hf_checkpoint", None, "Warm start: an HF export of the tiny model.")
+flags.DEFINE_string("hf_checkpoint", None, "Warm start: an HF export of the tiny model "
+                    "(every case but synthetic).")
 flags.DEFINE_string("json", "benchmarks/results/bench_update_cpu.json", "Results.")
 flags.DEFINE_list("cases", ["default", "tree", "bfcl_tiny", "bfcl_100m"], "Cases to run.")
 flags.DEFINE_integer("repeats", 3, "Timed rounds per case (after one that compiles).")
@@ -55,7 +59,9 @@ flags.DEFINE_integer("bfcl_groups", 4, "BFCL entries (groups) of the bfcl cases.
 flags.DEFINE_integer("bfcl_groups_100m", 1, "Of which the 100M case takes the first.")
 flags.DEFINE_integer("bfcl_rows", 6, "Rows per BFCL group.")
 flags.DEFINE_string("sample_workdir", "runs/bench_update", "Scratch directory of the sampler.")
-flags.mark_flag_as_required("hf_checkpoint")
+flags.DEFINE_list("synthetic", ["2048", "4", "8"], "The synthetic case: prompt tokens, "
+                  "groups, rows per group.")
+flags.DEFINE_string("preset", "tiny", "The synthetic case's model preset.")
 FLAGS = flags.FLAGS
 
 MODEL_100M = dict(hidden_size=768, intermediate_size=2560, num_layers=12, num_heads=12,
@@ -65,7 +71,7 @@ MODEL_100M = dict(hidden_size=768, intermediate_size=2560, num_layers=12, num_he
 def experiment(config_arg: str, **overrides):
   name, _, arg = config_arg.partition(":")
   cfg = importlib.import_module(f"configs.{name}").get_config(arg or None)
-  cfg.model.hf_checkpoint = FLAGS.hf_checkpoint
+  cfg.model.hf_checkpoint = FLAGS.hf_checkpoint or ""
   cfg.sft.steps = 0
   for key, value in overrides.items():
     section, field = key.split(".")
@@ -99,7 +105,7 @@ def sampled_case(config_arg: str) -> dict:
 
 def bfcl_case(groups: int, big: bool) -> dict:
   """Real BFCL prompts, `--bfcl_rows` rows each with 16-48 random response tokens."""
-  exp = experiment("hidifftir:model=tiny,env=bfcl", **{"rollout.n": FLAGS.bfcl_rows})
+  exp = experiment("hidifftir:model=tiny,env=bfcl")
   tokenizer = tasks_lib.load_tokenizer(FLAGS.hf_checkpoint)
   source = tasks_lib.TaskSource(exp.env, seed=0)
   try:
@@ -107,8 +113,30 @@ def bfcl_case(groups: int, big: bool) -> dict:
                for t in source.tasks("train", FLAGS.bfcl_groups)[:groups]]
   finally:
     source.close()
+  cfg = model_config.tiny(vocab_size=len(tokenizer), **(MODEL_100M if big else
+                                                       dict(exp.model.tiny)))
+  return prompt_case(exp, cfg, prompts, FLAGS.bfcl_rows, big)
+
+
+def synthetic_case() -> dict:
+  """`--synthetic` = P,G,n: G groups of n rows sharing a random P-token prompt, at model
+  `--preset` (randomly initialised; `tiny` is the CPU default's sizes): a BFCL-like batch
+  without a warm start or the BFCL data (`benchmarks/gpu/run.sh`)."""
+  p, g, n = (int(x) for x in FLAGS.synthetic)
+  exp = experiment("hidifftir:model=tiny")
+  rng = np.random.default_rng(1)
+  if FLAGS.preset == "tiny":
+    cfg = model_config.tiny(vocab_size=4096, **dict(exp.model.tiny))
+  else:
+    cfg = model_config.preset(FLAGS.preset, remat=True)
+  prompts = [rng.integers(5, cfg.vocab_size, p) for _ in range(g)]
+  return prompt_case(exp, cfg, prompts, n, big=FLAGS.preset != "tiny")
+
+
+def prompt_case(exp, cfg, prompts, n: int, big: bool) -> dict:
+  """Groups of `n` rows sharing each prompt, each with 16-48 random response tokens, random
+  advantages; one update (HiDiffTIR's loss: the KL reference pass, then the update)."""
   rng = np.random.default_rng(0)
-  n = FLAGS.bfcl_rows
   lengths = [len(p) + int(rng.integers(16, 49)) for p in prompts for _ in range(n)]
   rows, width = len(lengths), -(-max(lengths) // 128) * 128
   tokens = np.zeros((rows, width), np.int32)
@@ -116,20 +144,19 @@ def bfcl_case(groups: int, big: bool) -> dict:
   for b, length in enumerate(lengths):
     prompt = prompts[b // n]
     tokens[b, :len(prompt)] = prompt
-    tokens[b, len(prompt):length] = rng.integers(5, len(tokenizer), length - len(prompt))
+    tokens[b, len(prompt):length] = rng.integers(5, cfg.vocab_size, length - len(prompt))
     loss_mask[b, len(prompt):length] = True
   valid = np.arange(width)[None] < np.asarray(lengths)[:, None]
   adv = rng.standard_normal(rows)[:, None] * loss_mask
   batch = training.PolicyBatch(
       tokens=tokens, token_valid=valid, loss_mask=loss_mask,
-      old_logprobs=np.where(loss_mask, -np.log(len(tokenizer)), 0).astype(np.float32),
+      old_logprobs=np.where(loss_mask, -np.log(cfg.vocab_size), 0).astype(np.float32),
       advantages=adv.astype(np.float32), row_mask=np.ones(rows, bool))
-  cfg = model_config.tiny(vocab_size=len(tokenizer), **(MODEL_100M if big else
-                                                       dict(exp.model.tiny)))
   graphdef, params = training.split_model(decoder.init(cfg, seed=0))
-  exp = dataclasses.replace(exp, train=dataclasses.replace(exp.train, mini_batch_queries=0))
+  exp = dataclasses.replace(exp, train=dataclasses.replace(exp.train, mini_batch_queries=0,
+                                                           tempered_policy=False))
   return dict(exp=exp, graphdef=graphdef, params=params, batch=batch,
-              group_id=np.repeat(np.arange(groups), n), row_valid=np.ones(rows, bool),
+              group_id=np.repeat(np.arange(len(prompts)), n), row_valid=np.ones(rows, bool),
               padded_microbatches=rows, packed_budget=8192 if big else None,
               params_count=sum(x.size for x in jax.tree.leaves(params)))
 
@@ -237,7 +264,11 @@ def main(argv):
   distributed.initialize(distributed.DistributedOptions())
   info = benchmark.machine()
   start = time.perf_counter()
-  makers = {"default": lambda: sampled_case("hidifftir:model=tiny"),
+  if set(FLAGS.cases) - {"synthetic"} and not FLAGS.hf_checkpoint:
+    raise app.UsageError("--hf_checkpoint (the warm start) is required by every case but "
+                         "synthetic")
+  makers = {"synthetic": synthetic_case,
+            "default": lambda: sampled_case("hidifftir:model=tiny"),
             "tree": lambda: sampled_case("portool:model=tiny"),
             "bfcl_tiny": lambda: bfcl_case(FLAGS.bfcl_groups, big=False),
             "bfcl_100m": lambda: bfcl_case(FLAGS.bfcl_groups_100m, big=True)}
@@ -249,6 +280,8 @@ def main(argv):
   for name in FLAGS.cases:
     case = makers[name]()
     repeats = FLAGS.repeats_100m if name == "bfcl_100m" else FLAGS.repeats
+    if name == "synthetic":
+      out["synthetic"] = dict(prompt=FLAGS.synthetic, preset=FLAGS.preset)
     out["cases"][name] = measure(name, case, repeats)
     print(json.dumps({name: {k: v for k, v in out["cases"][name].items()
                              if k not in ("padded", "packed")}}, indent=1), flush=True)
