@@ -44,22 +44,8 @@ TOL = 1e-5
 def mixed_rollouts(seed: int):
   """Trees (n = 5, 3), independent groups (4, 1: a singleton) and an irregular tree, then
   padding rows; prompts of 7 tokens, steps of 3 generated + 2 tool-response tokens."""
-  rng = np.random.default_rng(seed)
-  parts = [synthetic.tree_paths(rng, [5, 3], branching=2, max_depth=4, finish_prob=0.3),
-           synthetic.independent_paths(rng, [4, 1], max_depth=4, finish_prob=0.5),
-           strategies.general_paths(rng, [6], 4)]
-  groups = nodes = 0
-  fields = {k: [] for k in synthetic.Paths._fields}
-  for p in parts:
-    fields["group_id"].append(p.group_id + groups)
-    fields["node_id"].append(np.where(p.node_id >= 0, p.node_id + nodes, -1))
-    fields["num_steps"].append(p.num_steps)
-    fields["finished"].append(p.finished)
-    groups += int(p.group_id.max()) + 1
-    nodes += int(p.node_id.max(initial=-1)) + 1
-  paths = synthetic.Paths(*(np.concatenate(fields[k]) for k in synthetic.Paths._fields))
-  return synthetic.to_rollouts(rng, paths, num_rows=ROWS, max_steps=4, prompt_tokens=7,
-                               step_tokens=3, response_tokens=2, vocab_size=ts.VOCAB)
+  return strategies.mixed_rollouts(np.random.default_rng(seed), num_rows=ROWS, prompt_tokens=7,
+                                   step_tokens=3, response_tokens=2, vocab_size=ts.VOCAB)
 
 
 def batch_of(rollouts, estimator: str):
