@@ -4,8 +4,9 @@
 
 Checks the issue-19 targets where the numbers exist: MFU >= 0.40 for the 1.7B size; chunked
 log-probs at <= 0.25x the naive peak memory and <= 1.25x its time; every kernel faster than its
-CPU loop reference; and issue 38's: the shared/packed update + reference pass >= 4x the padded
-one on long shared prompts. A section that is missing or failed is reported as such, never as a pass.
+CPU loop reference; and issue 38's: the shared/packed update + reference pass >= 4x the
+padded one on long shared prompts. A section that is missing or failed is reported as such,
+never as a pass.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Inputs are right-padded rows `tokens [B, L]` with a validity mask `token_valid [B, L]`.
 Positions are the running count of valid tokens (`cumsum(valid) − 1`), and a query attends to
 keys that are valid and not in its future. `packed_hidden` runs packed forests instead (rows
-sharing prefixes laid out once, `tirjax.models.tree_attention`). Logits at padding positions are finite but
-meaningless, whatever the padding ids.
+sharing prefixes laid out once, `tirjax.models.tree_attention`). Logits at padding positions
+are finite but meaningless, whatever the padding ids.
 
 The `num_layers` decoder layers are created with `nnx.vmap` (every layer parameter gains a
 leading "layers" axis) and applied with `jax.lax.scan`, so compile time does not grow with

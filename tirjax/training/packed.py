@@ -27,9 +27,11 @@ shared by several rows has one log-prob; the gather's autodiff sums the rows' gr
 it, so a shared prefix's gradient is exact. Only rows with loss tokens, up to their last loss
 token, are packed for the update (nothing after it can move the loss), and logits are
 computed for loss tokens only (the padded path computes them at every position, prompt and
-tool responses included); the log-prob passes compute every valid token of every row. A group never splits across sequences, so sharding the
-sequences (and their row slots) over the batch axes keeps each row with its tokens, and a
-process packs only its own rows; the shapes are agreed across processes.
+tool responses included); the log-prob passes compute the tokens they are asked for (every
+valid one by default; a run's reference and π_old passes, the generated ones). A group never
+splits across sequences, so sharding the sequences (and their row slots) over the batch axes
+keeps each row with its tokens, and a process packs only its own rows; the shapes are agreed
+across processes.
 """
 
 from __future__ import annotations

@@ -322,7 +322,8 @@ def policy_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, place:
   `ref_logprobs` (see `tirjax.training.reference`). With `opts.packed` the step takes the
   packed batches its `prepare` makes (`tirjax.training.packed`)."""
   if opts.packed:
-    from tirjax.training import packed  # pylint: disable=import-outside-toplevel  (builds on this module)
+    # packed builds on this module: imported here, not at the top
+    from tirjax.training import packed  # pylint: disable=import-outside-toplevel
     return packed.PackedPolicyStep(graphdef, tx, place, loss_opts, opts)
   return TrainStep(graphdef, tx, policy_loss_fn(loss_opts, opts), place, opts.num_microbatches)
 
