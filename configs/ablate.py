@@ -6,8 +6,8 @@
     python -m experiments.ablate --config=configs/ablate.py:grid=smoke --workdir=/tmp/ablate_smoke
 
 Argument (comma-separated presets):
-`grid=all|estimators|portool|hidifftir|beyond|smoke|beyond_smoke|snapshot|default` (default
-all), `seeds=N` (seeds 0..N-1; default 3, smoke 2), `warm_start=per_seed|shared|none` (one SFT
+`grid=all|estimators|portool|hidifftir|beyond|smoke|beyond_smoke|snapshot|default|credit`
+(default all), `seeds=N` (seeds 0..N-1; default 3, credit 5, smoke 2), `warm_start=per_seed|shared|none` (one SFT
 per seed, one SFT for all seeds, or SFT inside every run; see `tirjax.ablation.grid`), and the
 estimator configs' presets `model`, `env`, `sampler`, `mesh`, `steps` (configs/base.py), given
 to every cell's config. Each cell runs its estimator's own config file (paper defaults:
@@ -78,10 +78,14 @@ SNAPSHOT_CELLS = SEED_ESTIMATORS + ("portool/omega1=0", "portool/fork_scale=none
 # The default's snapshot (issue 26): the seeds' two methods against GRPO, each on `make run`'s
 # design, so that the estimator (and PORTool's tree rollouts) is all that differs.
 DEFAULT_CELLS = ("grpo", "hidifftir", "portool")
+# The credit testbed (issue 37): the seeds' two methods, the step- and turn-level comparators and
+# two outcome baselines, on queries where an outcome cannot say which step went wrong.
+CREDIT_CELLS = ("grpo", "hidifftir", "portool", "matchtir_km", "gigpo",
+                "reinforce_plus_plus_baseline")
 GRIDS = {"all": tuple(dict.fromkeys(ESTIMATORS + PORTOOL + HIDIFFTIR + BEYOND)),
          "estimators": ESTIMATORS, "portool": PORTOOL, "hidifftir": HIDIFFTIR, "beyond": BEYOND,
          "smoke": ("grpo", "portool"), "beyond_smoke": BEYOND_ESTIMATORS,
-         "snapshot": SNAPSHOT_CELLS, "default": DEFAULT_CELLS}
+         "snapshot": SNAPSHOT_CELLS, "default": DEFAULT_CELLS, "credit": CREDIT_CELLS}
 # The committed snapshot (benchmarks/results/ablation_toolworld/report.md): every estimator from one
 # shared SFT warm start per answer protocol, a short RL budget that fits a 2-core CPU in about
 # an hour; its differences are expected to be within noise at this budget.
@@ -93,6 +97,14 @@ SNAPSHOT = dict(train=dict(steps=SNAPSHOT_STEPS, eval_every=0, eval_at_start=Fal
 DEFAULT_PROTOCOL = dict(
     rollout=dict(answer_protocol=base.hidifftir_protocol()["rollout"]["answer_protocol"]),
     loss=base.hidifftir_protocol()["loss"])
+# `grid=credit`: the default's protocol and design (`make run`: 1200 SFT steps on confused
+# demonstrations, 40 RL steps of 8 queries x 6 rows at T = 0.6) on the credit testbed: every
+# query a 4-hop chain with two directions in different steps (`env.chain_directions=2`), so a
+# coin-flip policy answers one query in four and a failure does not say which direction was
+# wrong; evaluations every 8 RL steps on the first 64 eval tasks (curves of 6 points), the
+# first and the last on all 256.
+CREDIT = dict(DEFAULT_PROTOCOL, env=dict(chain_directions=2, hop_weights=(0.0, 0.0, 0.0, 1.0)),
+              train=dict(eval_every=8, eval_subset=64))
 # The smoke grid: every stage (SFT warm start, tree and independent rollouts, updates, eval,
 # export, report) on the smallest sizes.
 SMOKE = dict(env=dict(train_tasks=16, eval_tasks=4),
@@ -108,7 +120,7 @@ def get_config(arg=None):
                                    **{k: base.PRESET_KEYS[k] for k in CELL_PRESETS}})
   grid = presets.get("grid", "all")
   smoke = grid in ("smoke", "beyond_smoke")
-  seeds = presets.get("seeds", "2" if smoke else "3")
+  seeds = presets.get("seeds", "2" if smoke else "5" if grid == "credit" else "3")
   if not seeds.isdigit() or int(seeds) < 1:
     raise ValueError(f"config argument seeds={seeds}: expected an integer >= 1")
   cell_presets = {k: presets[k] for k in CELL_PRESETS if k in presets}
@@ -122,7 +134,8 @@ def get_config(arg=None):
   c.overrides = ml_collections.ConfigDict(dict(train=dict(progress_bar=False)))
   if grid == "snapshot":
     presets.setdefault("warm_start", "shared")
-  extra = SMOKE if smoke else {"snapshot": SNAPSHOT, "default": DEFAULT_PROTOCOL}.get(grid, {})
+  extra = SMOKE if smoke else {"snapshot": SNAPSHOT, "default": DEFAULT_PROTOCOL,
+                               "credit": CREDIT}.get(grid, {})
   for section, values in extra.items():
     c.overrides[section] = ml_collections.ConfigDict({**c.overrides.get(section, {}), **values})
   c.cells = GRIDS[grid]

@@ -2,8 +2,9 @@
 
     python -m experiments.train --config=configs/grpo_passk.py:model=tiny --workdir=runs/grpo_passk
 
-Defaults (Chen et al. 2025 as verl's `grpo_passk` implements it): the margin divided by the
-group's std (ddof 1); the group of n = 8 rows is the k samples. PORTool's protocol otherwise
+Defaults (Tang, Zheng, Synnaeve & Munos 2025, arXiv 2503.19595, as verl's `grpo_passk`
+implements it): the margin divided by the group's std (ddof 1); the group of n = 8 rows is the
+k samples. PORTool's protocol otherwise
 (`base.portool_protocol`: independent groups, T_max = 6, no KL).
 Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, older); expected, as
 there: within eval noise (±0.02) of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).

@@ -1,14 +1,16 @@
 """What a sandbox worker per namespace costs: start-up, a call's round trip, a namespace that
-has to start again, loading ToolHop, a BFCL episode's back-end, and the tool calls of one RL
-step on ToolHop.
+has to start again, loading ToolHop, a BFCL episode's back-end and verdict, and the tool calls
+of one RL step on ToolHop.
 
     python -m experiments.bench_sandbox --json=benchmarks/results/bench_sandbox.json
 
-The same script measures the one-worker design it replaced (commit e4ecef7) when run against
-that tree, merged into the same file under another label:
+The same script measures an earlier design when run against that tree, merged into the same
+file under another label: the one-worker design (commit e4ecef7), or the worker model before
+issue 40 (fea0cdb: workers as root of their user namespace, blocking pipes, one BFCL checker
+namespace for every verdict):
 
-    git archive e4ecef7 | tar -x -C /tmp/e4ecef7
-    PYTHONPATH=/tmp/e4ecef7 python experiments/bench_sandbox.py --label=one_worker_e4ecef7 \\
+    git archive fea0cdb | tar -x -C /tmp/fea0cdb
+    PYTHONPATH=/tmp/fea0cdb python experiments/bench_sandbox.py --label=before_issue40_fea0cdb \\
         --json=benchmarks/results/bench_sandbox.json
 
 The RL step replays the tool calls of `--queries` random ToolHop tasks with `--episodes`
@@ -118,7 +120,7 @@ def measure_toolhop() -> dict:
 def measure_bfcl() -> dict:
   if importlib.util.find_spec("bfcl_eval") is None:
     return {"skipped": "bfcl_eval is not installed"}
-  from tirjax.env.datasets.bfcl import load_bfcl
+  from tirjax.env.datasets.bfcl import checker_verdict, load_bfcl
   from tirjax.env.sandbox import Sandbox
   with Sandbox() as sb:
     tasks = load_bfcl(sb, categories=("multi_turn_base",), limit=FLAGS.bfcl_sessions)
@@ -126,7 +128,16 @@ def measure_bfcl() -> dict:
     samples = []
     for task in tasks:
       samples.append(_timed(lambda t=task: t.session().close()))
-    return {"session": _stats(samples), "total_s": time.perf_counter() - start}
+    out = {"session": _stats(samples), "total_s": time.perf_counter() - start}
+    verdicts = []  # bfcl-eval's checker on an episode without calls
+    for task in tasks:
+      gt, meta = task.metadata["ground_truth"], task.metadata
+      entry = {"id": task.task_id, "initial_config": meta["initial_config"],
+               "involved_classes": meta["involved_classes"]}
+      verdicts.append(_timed(lambda gt=gt, entry=entry: checker_verdict(
+          sb, [[] for _ in gt], gt, entry, meta["category"])))
+    out["verdict"] = _stats(verdicts)
+    return out
 
 
 def main(_):

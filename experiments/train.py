@@ -29,6 +29,7 @@ from ml_collections import config_flags
 
 from tirjax import distributed, rundir, sharding
 from tirjax.checkpoint import CheckpointOptions, Checkpointer, TrainState
+from tirjax.credit.fidelity import episode_labels
 from tirjax.episodes import judging, rollout
 from tirjax.models.hf_io import export_hf
 from tirjax.rollouts import Rollouts
@@ -37,7 +38,7 @@ from tirjax.trainer import tasks as tasks_lib
 from tirjax.trainer.direction import direction_preference
 from tirjax.trainer.evaluation import evaluate as evaluate_policy
 from tirjax.trainer.progress import Progress, summary_table
-from tirjax.trainer.rl_metrics import PhaseClock, rl_metrics
+from tirjax.trainer.rl_metrics import PhaseClock, credit_metrics, rl_metrics
 from tirjax.trainer.sft_data import SFTData
 from tirjax.trainer.tasks import TaskSource, load_tokenizer, tokenizer_dir
 from tirjax.training.batches import SFTBatch, longest_row, policy_batch, trim_tokens
@@ -163,6 +164,7 @@ class StepBatch:
   episodes: list
   stats: dict  # the sampler's
   extra_rounds: int  # DAPO's refill rounds
+  labels: Optional[list] = None  # per local row, its turns' labels (toolworld: credit/...)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,29 +184,36 @@ class Trainer:
   # this process's seconds in SFT, RL and evaluation (summary.json)
   clock: PhaseClock = dataclasses.field(default_factory=PhaseClock)
 
-  def evaluate(self, state: TrainState) -> dict:
+  def evaluate(self, state: TrainState, subset: bool = False) -> dict:
     """Hands `state`'s weights to the sampler and evaluates them (greedy by default), each
     process its block of the tasks (all get every metric); on toolworld also the policy's
-    preference for the directions its questions state."""
+    preference for the directions its questions state. `subset`: only the first
+    `train.eval_subset` tasks, every metric named `eval/subset/...` (a curve's point)."""
     exp, data = self.exp, self.data
-    start, stop = distributed.task_block(len(data.eval_tasks))
+    n = exp.train.eval_subset
+    tasks = data.eval_tasks[:n] if subset else data.eval_tasks
+    start, stop = distributed.task_block(len(tasks))
     with self.clock("eval"):
       params = weights.sampler_params(state)
       self.sampler.update(params, state.policy_version)
-      result = evaluate_policy(self.sampler, data.tokenizer, data.eval_tasks, exp.rollout,
+      result = evaluate_policy(self.sampler, data.tokenizer, tasks, exp.rollout,
                                data.judge, exp.sampler.eval_temperature, seed=exp.seed,
                                progress=self.progress.evaluation(stop - start),
                                answer_in_tool_message=exp.env.answer_in_tool_message,
-                               samples=exp.sampler.eval_samples)
+                               samples=0 if subset else exp.sampler.eval_samples,
+                               subset=0 if subset else n)
       if exp.env.name == "toolworld":
         result.update(direction_preference(nnx.merge(self.graphdef, params), data.tokenizer,
-                                           data.eval_tasks, exp.rollout.answer_protocol))
+                                           tasks, exp.rollout.answer_protocol))
+      if subset:
+        result = {k.replace("eval/", "eval/subset/", 1): v for k, v in result.items()}
       return result
 
-  def evaluate_and_log(self, state: TrainState, step: int, stage: Optional[str] = None) -> dict:
+  def evaluate_and_log(self, state: TrainState, step: int, stage: Optional[str] = None,
+                       subset: bool = False) -> dict:
     """`evaluate`, written as the metrics' eval row `step`; with `stage` ("sft": after the warm
     start, "start": before RL without one) also the run's first evaluation (AFTER_SFT)."""
-    result = self.evaluate(state)
+    result = self.evaluate(state, subset)
     if stage is not None:
       processes.write_json(os.path.join(self.workdir, AFTER_SFT), result)
     self.writer.write("eval", step, {**result, "eval/stage": stage} if stage else result)
@@ -341,8 +350,10 @@ def _rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]
     stats = _step_metrics(exp, batch, adv, updates, clock, old_recomputed=own_logprobs is not None)
     done, last = i + 1, i + 1 == exp.train.steps
     if (exp.train.eval_every and done % exp.train.eval_every == 0) or last:
+      subset = exp.train.eval_subset > 0 and not last  # the last is the run's result
       with clock("eval"):
-        last_eval = trainer.evaluate_and_log(state, done)
+        result = trainer.evaluate_and_log(state, done, subset=subset)
+      last_eval = last_eval if subset else result
       stats["time/eval_s"] = clock.seconds["eval"]
     if done % exp.train.log_every == 0:
       trainer.writer.write("rl", done, stats)
@@ -361,9 +372,11 @@ def _sample(trainer: Trainer, i: int) -> StepBatch:
   judged (groups refilled by DAPO's dynamic sampling), then the step's global batch."""
   exp, data, share = trainer.exp, trainer.data, trainer.share
   rng = np.random.default_rng([exp.seed, i])
+  sampled = {}  # task_id -> task, to label the turns of its rows
 
   def sample(queries):
     tasks = share.tasks([data.train_tasks[q] for q in queries])
+    sampled.update((t.task_id, t) for t in tasks)
     return rollout(trainer.sampler, data.tokenizer, tasks, share.rollout, data.judge, rng,
                    first_query=share.first_query)
   batch = sample(data.queries.step(i))
@@ -375,7 +388,10 @@ def _sample(trainer: Trainer, i: int) -> StepBatch:
         exp.train.dynamic_sampling_tries)
   # The rows' longest length (every process's), not the context bound.
   local = trim_tokens(rollouts, longest=distributed.global_max(longest_row(rollouts)))
-  return StepBatch(share.global_rollouts(local), local, episodes, batch.stats, extra_rounds)
+  labels = (episode_labels(episodes, sampled.get, local.num_rows)
+            if exp.env.name == "toolworld" else None)  # turns labelled from the plan
+  return StepBatch(share.global_rollouts(local), local, episodes, batch.stats, extra_rounds,
+                   labels)
 
 
 def _with_reference_and_old_logprobs(rollouts: Rollouts, reference, own_logprobs, state,
@@ -399,7 +415,11 @@ def _step_metrics(exp: resolve.Experiment, batch: StepBatch, adv, updates: list,
   stats.update(update_stats)
   stats.update(clock.metrics(batch.stats))
   stats["dapo/extra_rounds"] = batch.extra_rounds
-  return distributed.reduce_stats(stats)  # every process's rows
+  stats = distributed.reduce_stats(stats)  # every process's rows
+  if batch.labels is not None:  # already over every process's turns
+    stats.update(credit_metrics(batch.local, processes.StepShare.local_advantages(adv),
+                                batch.labels))
+  return stats
 
 
 def _final(trainer: Trainer, state: TrainState, last_eval: Optional[dict]) -> dict:

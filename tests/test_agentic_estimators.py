@@ -17,6 +17,7 @@ VARIANTS = (
     ("gigpo", GiGPOOptions(anchor="prefix")),
     ("gigpo", GiGPOOptions(gamma=1.0, omega=0.5, zscore=segments.ZScore(scale="none"))),
     ("gigpo", GiGPOOptions(gamma=0.0, zscore=segments.ZScore(ddof=0, singleton="raw"))),
+    ("gigpo", GiGPOOptions(episode_stats="step")),
     ("tree_grpo", TreeGRPOOptions()),
     ("tree_grpo", TreeGRPOOptions(segments.ZScore(scale="none"))),
 )
@@ -80,6 +81,21 @@ def test_gigpo_worked_group():
   np.testing.assert_allclose(np.asarray(prefix.steps)[:2, 1], episode[:2], rtol=1e-5, atol=2e-6)
 
 
+def test_gigpo_episode_statistics_per_trajectory_or_per_step():
+  """Rows (R = 1, 1 step) and (R = 0, 3 steps). Per trajectory: mean 0.5, std 1/√2 → ±1/√2.
+  Per step (verl-agent's shipped default): values (1, 0, 0, 0), mean 0.25, std 0.5 →
+  (1.5, −0.5)."""
+  rows = [RowRecord(outcome=1, steps=[StepRecord(calls=[ADD])]),
+          RowRecord(outcome=0, steps=[StepRecord(calls=[MUL]), StepRecord(calls=[ADD]),
+                                      StepRecord(calls=[MUL])])]
+  r = build_rollouts([GroupRecord(gt_calls=[ADD], rows=rows)])
+  est = advantages.get("gigpo")
+  np.testing.assert_allclose(est(r, GiGPOOptions(omega=0.0)).rows, [2 ** -0.5, -2 ** -0.5],
+                             rtol=1e-5)
+  np.testing.assert_allclose(est(r, GiGPOOptions(omega=0.0, episode_stats="step")).rows,
+                             [1.5, -0.5], rtol=1e-5)
+
+
 def test_tree_grpo_worked_tree():
   """Two trees under one query: tree a = rows (1, -1), tree b = rows (1, 1, -1).
   Inter: R = (1, -1, 1, 1, -1), mean 0.2, std √1.2. Intra a: ±1/√2; intra b: mean 1/3,
@@ -94,6 +110,18 @@ def test_tree_grpo_worked_tree():
   out = advantages.get("tree_grpo")(r)
   np.testing.assert_allclose(out.rows, inter + intra, rtol=1e-5, atol=2e-6)
   np.testing.assert_allclose(out.extras["intra_tree"], intra, rtol=1e-5, atol=2e-6)
+
+
+def test_tree_grpo_on_one_row_trees_is_grpo_or_the_codes_raw_reward():
+  """R = (1, 0, 0) on independent rows: SPEC §3 gives the one-row trees 0 (GRPO's
+  (1.155, −0.577, −0.577)); `singleton="raw"` adds the raw reward, as Tree-GRPO's code does."""
+  r = build_rollouts([GroupRecord(rows=[RowRecord(outcome=o, steps=[StepRecord()])
+                                        for o in (1, 0, 0)])])
+  grpo = np.array([2, -1, -1]) / np.sqrt(3)
+  est = advantages.get("tree_grpo")
+  np.testing.assert_allclose(est(r).rows, grpo, rtol=1e-5)
+  raw = TreeGRPOOptions(segments.ZScore(singleton="raw"))
+  np.testing.assert_allclose(est(r, raw).rows, grpo + [1, 0, 0], rtol=1e-5)
 
 
 def test_gigpo_state_anchor_needs_state_ids():

@@ -133,3 +133,61 @@ def _find(haystack, needle) -> int:
     if list(haystack[i:i + len(needle)]) == list(needle):
       return i
   return -1
+
+
+# -- verdicts no episode can touch (issue 40 §9, SPEC §6) --------------------------------------
+
+CHECKER = "bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker"
+# Code the checker would `eval`: from then on, the checker says valid to every episode ...
+ALWAYS_VALID = (f"setattr(__import__('sys').modules['{CHECKER}'], 'multi_turn_checker', "
+                "lambda *a, **k: {'valid': True})")
+# ... or, during this very verdict, the state and response checks pass whatever they compare.
+CHECKS_PASS = [f"setattr(__import__('sys').modules['{CHECKER}'], '{name}', "
+               "lambda *a, **k: {'valid': True})" for name in ("state_checker",
+                                                               "response_checker")]
+
+
+def _no_calls(task):
+  return [[ref.END_TURN] for _ in task.metadata["gt_turns"]]
+
+
+def test_the_checker_injection_of_issue_40_scores_false_in_the_next_episode(tasks):
+  """Layers: the parser (argument names are identifiers), a fresh checker per verdict."""
+  task = tasks["multi_turn_base_0"]
+  control, _ = ref.project_verdict(task, _no_calls(task))
+  inject = {"name": "len", "arguments": {f"a={ALWAYS_VALID},b": 1}}
+  forged, turn_calls = ref.project_verdict(task, [[[inject], ref.END_TURN]] + _no_calls(task))
+  assert turn_calls[0] == []  # a malformed call: it was never decoded
+  after, _ = ref.project_verdict(task, _no_calls(task))
+  assert control is False and forged is False and after is False
+
+
+def test_each_verdict_comes_from_a_checker_no_earlier_verdict_reached(sandbox, tasks):
+  """Layer: a fresh sandbox worker per verdict. The checker `eval`s the first verdict's calls
+  (given straight to it, past the parser); the second verdict is not changed by them."""
+  task = tasks["multi_turn_base_0"]
+  gt, entry = task.metadata["ground_truth"], {
+      "id": task.task_id, "initial_config": task.metadata["initial_config"],
+      "involved_classes": task.metadata["involved_classes"]}
+  category = task.metadata["category"]
+  decoded = [[[f"len(a={ALWAYS_VALID},b=1)"]]] + [[] for _ in gt[1:]]
+  assert bfcl.checker_verdict(sandbox, decoded, gt, entry, category)["valid"] is False
+  assert bfcl.checker_verdict(sandbox, [[] for _ in gt], gt, entry, category)["valid"] is False
+  assert sandbox.live_workers == 0 or not any(ns.startswith("bfcl/checker") for ns in
+                                              sandbox._workers)
+
+
+def test_a_call_of_a_name_outside_the_entrys_functions_never_reaches_the_checkers_eval(tasks):
+  """Layer: `only_methods`. With identifier names only, bfcl-eval's checker would evaluate a
+  call of its own `execute_multi_turn_func_call`, which `eval`s the strings it is given:
+  enough to pass this very episode."""
+  task = tasks["multi_turn_base_0"]
+  exploit = {"name": "execute_multi_turn_func_call", "arguments": {
+      "func_call_list": CHECKS_PASS, "initial_config": {}, "involved_classes": [],
+      "model_name": "m", "test_entry_id": "e"}}
+  steps = [[[exploit], ref.END_TURN] for _ in task.metadata["gt_turns"]]
+  forged, turn_calls = ref.project_verdict(task, steps)
+  assert turn_calls[0][0][0].startswith("execute_multi_turn_func_call(")  # it was decoded
+  assert forged is False
+  assert bfcl.only_methods([[["cd(folder='x')", "len(x=1)"]]], {"cd"}) == [[[
+      "cd(folder='x')", "len__is_not_a_function_of_this_entry()"]]]

@@ -12,6 +12,8 @@ from hypothesis import given, strategies as st
 from tirjax.env import judge as J
 from tirjax.env.executor import ToolEnv
 from tirjax.env.tools import Task, Tool
+from tirjax.episodes import judging
+from tirjax.trainer import sections
 
 # -- rule-based verifier -------------------------------------------------------------------
 
@@ -249,6 +251,19 @@ def test_llm_judge_no_vote_false_retries_and_no_answer(stub):
   assert j.votes == ("true",) and len(stub.requests) == 2
   j = stub.run([], J.Trajectory("q", [], None, "3"))
   assert j == J.Judgement("false", (), "no_answer") and stub.requests == []
+
+
+@pytest.mark.parametrize("abstention, verdict", [("earned", "false"),
+                                                 ("claimed", J.UNABLE_TO_ANSWER)])
+def test_configured_llm_judge_falls_back_on_the_configured_abstention_rule(stub, abstention,
+                                                                           verdict):
+  """Issue 42: the LLM judge the trainer builds (`judging.make_judge`, judge.kind="llm")
+  judges by the rule of `judge.abstention` when no vote is valid."""
+  stub.script, stub.requests = ["no idea"] * 5, []
+  judge = judging.make_judge(sections.JudgeOptions(
+      kind="llm", base_url=stub.url, model="judge-model", abstention=abstention))
+  j = judge(J.Trajectory("What is 1 + 2?", [], "I cannot answer this question.", "3"))
+  assert (j.verdict, j.source) == (verdict, "rule") and len(stub.requests) == 5
 
 
 def test_trajectory_of_an_episode():

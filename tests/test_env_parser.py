@@ -214,13 +214,32 @@ def test_single_object_instead_of_array(call):
 
 
 @settings(max_examples=200)
-@given(st.text(min_size=1, max_size=12).filter(lambda s: s not in ARG_TYPES and
-                                                s != "response_gen"))
+@given(st.from_regex(r"[^\W\d]\w{0,11}", fullmatch=True).filter(
+    lambda s: s.isidentifier() and s not in ARG_TYPES and s != "response_gen"))
 def test_unknown_tool_lists_known_names(name):
   r = run(step([{"name": name, "arguments": {}}, {"name": "ping", "arguments": {}}]))
   assert r.checks_passed == 3
   assert "unknown tool; known tools: " + KNOWN in r.error
   assert json.loads(r.response_content)[1] == {"name": "ping", "result": "pong"}
+
+
+@settings(max_examples=200)
+@given(st.text(min_size=0, max_size=12).filter(lambda s: not s.isidentifier()), st.booleans())
+def test_a_name_that_is_not_an_identifier_makes_the_call_malformed(name, as_argument):
+  """SPEC §6, Verdicts: call strings that a checker evaluates are built of these names, so
+  nothing else gets that far: the step fails check 3 and none of its calls runs."""
+  call = ({"name": "add", "arguments": {name: 1, "b": 2}} if as_argument else
+          {"name": name, "arguments": {}})
+  r = run(step([{"name": "ping", "arguments": {}}, call]))
+  assert r.checks_passed == 2 and "is not an identifier" in r.error
+  assert r.calls == [] and json.loads(r.response_content) == [{"error": r.error}]
+
+
+def test_the_checker_injection_of_issue_40_is_a_malformed_call():
+  code = "__import__('os').system('id')"
+  r = run(step([{"name": "len", "arguments": {f"a={code},b": 1}}]))
+  assert r.checks_passed == 2 and r.calls == []
+  assert 'the argument name "a=__import__' in r.error
 
 
 @settings(max_examples=200)

@@ -12,22 +12,13 @@ import pytest
 from tirjax.env.executor import ToolEnvOptions, ToolEnv
 from tirjax.env.sandbox import Sandbox, SandboxLimits, SandboxTool, kernel_isolation_available
 from tirjax.env.tools import Task, Tool, ToolError
-from tirjax.testing.sandbox_probes import cpu_ticks, libseccomp_loads
+from tirjax.testing.sandbox_probes import HOOK_OFF, cpu_ticks, libseccomp_loads, worker_pid
 
 LIMITS = SandboxLimits(timeout_s=2.0, grace_s=1.0, memory_mb=384, max_file_mb=4,
                        scratch_mb=8, max_output_chars=100_000)
 
-ATTACKER = '''
+ATTACKER = HOOK_OFF + '''
 import gc, os, sys
-
-def hook_off():
-    """Switches the audit hook off for this process: its re-entrancy guard, found by gc."""
-    for fn in gc.get_objects():
-        code = getattr(fn, "__code__", None)
-        if code is not None and fn.__name__ == "hook" and "busy" in code.co_freevars:
-            fn.__closure__[code.co_freevars.index("busy")].cell_contents.append(1)
-            return True
-    return False
 
 def forge_replies():
     """Rewrites every reply this interpreter sends from now on."""
@@ -175,11 +166,6 @@ def test_with_the_hook_off_the_kernel_still_refuses(sandbox):
   assert sandbox.call("attacker", "threads", {}) == 1
 
 
-def _worker_pid(sb, ns):
-  with open(f"/proc/self/fdinfo/{sb._workers[ns].pidfd}") as f:  # the owner's view of its pid
-    return int(next(line for line in f if line.startswith("Pid:")).split()[1])
-
-
 def _stopped_with_alarm_pending(pid):
   """Whether the process is stopped with a SIGALRM waiting (a running one may show it pending
   for a moment, until it is scheduled to take it)."""
@@ -194,7 +180,7 @@ def test_nothing_the_tool_left_behind_runs_between_calls(sandbox):
   Threads are refused now, but a signal handler armed by a timer runs outside the call too.
   Between calls the worker is stopped: the timer's signal stays pending, no CPU is used, and
   the next call, which runs the handler, is killed at its time-out."""
-  pid = _worker_pid(sandbox, "attacker")
+  pid = worker_pid(sandbox, "attacker")
   assert sandbox.call("attacker", "spin_after_return", {}) == "armed"
   start = cpu_ticks(pid)
   deadline = time.monotonic() + 30

@@ -12,12 +12,14 @@ from tirjax.env.tools import UNABLE_TO_ANSWER
 from tirjax.config import config_from_dataclass, dataclass_from_config
 from tirjax.env.toolworld import (DemoOptions, Difficulty, make_demos,
                                   make_tasks)
-from tirjax.episodes import ArpoOptions, RolloutOptions, Shapes, rollout
+from tirjax.episodes import ArpoOptions, RolloutOptions, Shapes, judging, rollout
 from tirjax.episodes.options import TreeOptions
 from tirjax.sampling.interface import Sample
 from tirjax.testing.bookkeeping import check_bookkeeping
 from tirjax.testing.scripted_samplers import (RandomSampler, ScriptedSampler, TextSampler,
                                               assistant_steps, distinct_questions)
+from tirjax.testing.short_runs import short_config
+from tirjax.trainer import resolve
 
 # One padded shape for the whole file: call_similarity compiles once.
 SHAPES = Shapes(num_rows=64, max_steps=10, max_calls=4, max_gt_calls=8, max_tokens=1024,
@@ -118,6 +120,25 @@ def test_down_queries_abstained_on_earn_unable_to_answer_only_where_unanswerable
   r = batch.rollouts
   assert np.asarray(r.outcome)[:16].tolist() == [-1.0] * 16
   assert np.asarray(r.answered)[:16].all() and not np.asarray(r.answer_score).any()
+
+
+@pytest.mark.parametrize("abstention, verdict, outcome", [("earned", "false", -1.0),
+                                                       ("claimed", UNABLE_TO_ANSWER, 0.0)])
+def test_judge_abstention_setting_reaches_the_episodes_verdicts(tokenizer, tasks, demos,
+                                                                abstention, verdict, outcome):
+  """Issue 42: `judge.abstention` from the config, through the judge the trainer builds
+  (`judging.make_judge` of the resolved `judge` section), to the episodes' verdicts and
+  rewards: abstaining on an answerable task is false under "earned" (SPEC §6) and
+  unable_to_answer (R_out = 0) under "claimed"."""
+  config = short_config("grpo", **{"judge.abstention": abstention})
+  judge = judging.make_judge(resolve.resolve(config).judge)
+  down = [t for t in tasks if t.metadata["down"] is not None][:8]
+  real = [dataclasses.replace(t, answer=t.metadata["answer_if_up"]) for t in down]
+  batch = rollout(ScriptedSampler(tokenizer, tasks, demos), tokenizer, real, options(n=1),
+                  judge=judge)
+  assert {(e.answer, e.verdict, e.outcome) for e in batch.episodes} == {
+      (UNABLE_TO_ANSWER, verdict, outcome)}
+  assert np.asarray(batch.rollouts.outcome)[:len(real)].tolist() == [outcome] * len(real)
 
 
 def test_unfinished_rows_get_minus_one_without_a_judge_call(tokenizer, tasks):

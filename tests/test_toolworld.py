@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 
 from tirjax.env.tools import TERMINAL_TOOL, UNABLE_TO_ANSWER, ToolError
+from tirjax.env.toolworld.demos import flip as flip_direction
 from tirjax.env.toolworld import plan as plan_lib
 from tirjax.env.toolworld.queries import DIRECTION_TOOLS, TEMPLATES, Unfit
 from tirjax.env.toolworld.tasks import Difficulty, make_tasks, split_of, task_from_metadata
@@ -26,7 +27,9 @@ ALL_HOPS = Difficulty(hop_weights=(1, 1, 1, 1), p_parallel=0.5, p_down=0.25)
 def tasks():
   return (make_tasks("train", 500, seed=0, difficulty=ALL_HOPS)
           + make_tasks("eval", 150, seed=7, difficulty=ALL_HOPS)
-          + make_tasks("train", 150, seed=3))
+          + make_tasks("train", 150, seed=3)
+          + make_tasks("train", 60, seed=5, difficulty=Difficulty(hop_weights=(0, 0, 0, 1),
+                                                                  chain_directions=2)))
 
 
 def _call_tool(task, call):
@@ -191,6 +194,13 @@ def test_wrong_answers_differ_from_the_reference(tasks):
       kind, value = _run_plan(task, plan[:-1] + [wrong])
       assert kind == "result" and not _same_answer(_answer_text(value), task.answer)
       checked += 1
+      continue
+    if TEMPLATES[task.metadata["template"]].directions > 1:  # a chain: each direction matters
+      for k, call in enumerate(plan):
+        if call["name"] in DIRECTION_TOOLS:
+          kind, value = _run_plan(task, plan[:k] + [flip_direction(call)] + plan[k + 1:])
+          assert kind == "result" and not _same_answer(_answer_text(value), task.answer), task
+          checked += 1
       continue
     # A wrong entity in the first look-up changes the answer whenever that look-up changes.
     first = plan[0]
@@ -382,6 +392,37 @@ def test_p_direction_draws_queries_that_hinge_on_a_direction():
   for split, want in (("train", "59c8cb21493d13f3"), ("eval", "590f42a0cc96159f")):
     text = "\n".join(f"{t.question}|{t.answer}" for t in make_tasks(split, 300, seed=0))
     assert hashlib.sha256(text.encode()).hexdigest()[:16] == want
+
+
+def test_chain_templates_take_each_direction_in_a_step_of_its_own():
+  """`Template.directions` counts the plan's direction calls; a chain's are in different steps
+  (so that a turn-level estimator can tell them apart), and `chain_directions` draws only
+  chains, which no other setting draws."""
+  chains = [t for t in TEMPLATES.values() if t.directions > 1]
+  assert chains
+  rng = random.Random(0)
+  for t in TEMPLATES.values():
+    for _ in range(5):
+      while True:
+        try:
+          _, calls = t.build(rng, make_world(rng))
+          break
+        except Unfit:
+          continue
+      assert t.directions == sum(c["name"] in DIRECTION_TOOLS for c in calls), t.name
+  difficulty = Difficulty(hop_weights=(0, 0, 0, 1), chain_directions=2, p_down=0.0)
+  drawn = make_tasks("train", 60, seed=0, difficulty=difficulty)
+  assert {t.metadata["template"] for t in drawn} == {t.name for t in chains}
+  for task in drawn:
+    steps = [s for s, step in enumerate(task.gt_calls) for c in step
+             if c["name"] in DIRECTION_TOOLS]
+    assert len(steps) == len(set(steps)) == 2, task.question
+  others = make_tasks("train", 400, seed=0, difficulty=Difficulty(p_direction=1.0))
+  assert not {t.metadata["template"] for t in others} & {t.name for t in chains}
+  with pytest.raises(ValueError, match="chain_directions=2.*hops"):
+    Difficulty(chain_directions=2)  # the default hop mix weighs hops no chain has
+  with pytest.raises(ValueError, match="chain_directions=3"):
+    Difficulty(hop_weights=(0, 0, 0, 1), chain_directions=3)
 
 
 def test_task_rebuilds_from_json_metadata(tasks):

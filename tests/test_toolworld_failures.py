@@ -12,7 +12,8 @@ from tirjax.env.executor import ToolEnv, ToolEnvOptions
 from tirjax.env.tools import UNABLE_TO_ANSWER
 from tirjax.env.toolworld import Difficulty, make_tasks
 from tirjax.env.toolworld.demos import corrupt, flip
-from tirjax.env.toolworld.failures import KINDS, failure_kind, failure_shares
+from tirjax.env.toolworld.failures import (KINDS, RIGHT, failure_kind, failure_shares,
+                                           turn_labels)
 from tirjax.env.toolworld.world import COMPANY_FIELDS, PERSON_FIELDS
 
 PROTOCOL = "answer_tag"
@@ -111,3 +112,47 @@ def test_shares_sum_with_the_successes_to_one():
   assert shares["eval/failure/direction"] == pytest.approx(0.4)
   assert sum(shares.values()) + kinds.count(None) / len(kinds) == pytest.approx(1.0)
   assert failure_shares([]) == {}
+
+
+def labels(task, step_calls, answer, verdict):
+  results, answered, _ = run(task, step_calls, answer)
+  return turn_labels(task, results, answered, verdict)
+
+
+def test_every_turn_is_labelled_not_only_the_first_departure(tasks):
+  task = with_direction(tasks)
+  steps = gt_steps(task)
+  n = len(steps)
+  assert labels(task, steps, "1", "true") == [RIGHT] * (n + 1)
+  assert labels(task, steps, "1", "false") == [RIGHT] * n + ["answer"]
+  s, k = next((s, k) for s, step in enumerate(steps) for k, c in enumerate(step)
+              if flip(c) != c)
+  flipped = [list(step) for step in steps]
+  flipped[s][k] = flip(steps[s][k])
+  # the flipped step is wrong; the steps after it are judged on their own calls (the plan's)
+  want = [RIGHT] * n + ["answer"]
+  want[s] = "direction"
+  assert labels(task, flipped, "1", "false") == want
+  unknown = [{"name": "teleport", "arguments": {}}]
+  assert labels(task, [unknown] + steps + [steps[0]], "1", "false") == (
+      ["tool"] + [RIGHT] * n + ["repeat", "answer"])
+  assert labels(task, [steps[0]], None, "false") == [RIGHT]  # no answer: no answering turn
+
+
+def test_a_step_with_one_wrong_call_among_right_ones_is_wrong(tasks):
+  task = next(t for t in tasks if len(t.gt_calls[0]) > 1
+              and any(c["name"] in LOOKUPS for c in t.gt_calls[0]))
+  steps = gt_steps(task)
+  k = next(k for k, c in enumerate(steps[0]) if c["name"] in LOOKUPS)
+  steps[0][k] = corrupt(steps[0][k], random.Random(1))
+  assert labels(task, steps, "1", "false")[0] == "miscopy"
+
+
+def test_format_and_the_best_verdict_of_an_unanswerable_task():
+  task = make_tasks("train", 1, seed=0, difficulty=Difficulty(p_down=1.0))[0]
+  unparsed = types.SimpleNamespace(checks_passed=2, calls=[], call_results=[])
+  answer = types.SimpleNamespace(checks_passed=5, calls=[], call_results=[])
+  assert turn_labels(task, [unparsed, answer], True, "unable_to_answer") == ["format", RIGHT]
+  assert turn_labels(task, [unparsed, answer], True, "true") == ["format", "answer"]
+  # a step that parsed but called nothing (and did not answer) made no progress
+  assert turn_labels(task, [answer, answer], True, "unable_to_answer") == ["format", RIGHT]

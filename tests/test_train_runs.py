@@ -24,7 +24,8 @@ def test_two_step_smoke_run(name, tmp_path):
   # trainer.
   extra = {"sft.steps": 2, "sft.batch_size": 2, "train.queries_per_step": 2,
            "train.mini_batch_queries": 1, "train.ppo_epochs": 2, "sampler.eval_samples": 2,
-           "rollout.temperature": 0.8, "train.tempered_policy": True} if name == "hidifftir" else {}
+           "rollout.temperature": 0.8, "train.tempered_policy": True, "train.eval_every": 1,
+           "train.eval_subset": 1} if name == "hidifftir" else {}
   summary = run(short_config(name, **extra), str(tmp_path))
   status = json.load(open(tmp_path / "status.json"))
   assert status["state"] == "finished"
@@ -46,8 +47,14 @@ def test_two_step_smoke_run(name, tmp_path):
   assert all(("sampler/logprob_gap_max" in r)
              == (name != "hidifftir" and r["loss/metrics/ratio/count"] > 0) for r in rl)
   assert 0 <= rl[0]["groups/mixed_share"] <= 1
+  assert all(0 <= r["credit/no_signal"] <= 1 for r in rl)  # toolworld: turns labelled
   if name == "hidifftir":
     assert [r["step"] for r in records if r["phase"] == "sft"] == [1, 2]
+    # eval_subset: the evaluation between the first and the last is on the subset only
+    evals = {r["step"]: r for r in records if r["phase"] == "eval"}
+    assert sorted(evals) == [0, 1, 2] and "eval/accuracy" not in evals[1]
+    assert all("eval/subset/accuracy" in evals[s] for s in evals)
+    assert "eval/accuracy" in evals[0] and "eval/accuracy" in evals[2]
     for stage in ("after_sft", "after_rl"):
       m = summary[stage]
       assert 0 <= m["eval/pass@1"] <= m["eval/pass@2"] <= 1
@@ -59,6 +66,22 @@ def test_two_step_smoke_run(name, tmp_path):
       assert len(failures) == len(FAILURE_KINDS)
       assert sum(failures.values()) + m["eval/sampled_accuracy"] == pytest.approx(1.0)
     assert (tmp_path / "reference").exists()  # the KL reference, kept for restarts
+
+
+@pytest.mark.slow
+def test_tempered_policy_first_update_has_ratio_one(tmp_path):
+  """Issue 42: on the tempered policy (`train.tempered_policy`) the trainer recomputes π_old
+  at the step's temperature (the samplers report the raw model's log-probs), so a step's
+  one update starts at π_old = π: ρ = 1 on every token. π_old left as the sampler's is the
+  untempered policy, and ρ spreads (std 0.06 at T = 0.8)."""
+  run(short_config("hidifftir", steps=1, **{
+      "rollout.temperature": 0.8, "train.tempered_policy": True, "env.eval_tasks": 1,
+      "train.export_final": False}), str(tmp_path))
+  [rl] = [r for r in read_metrics(tmp_path) if r["phase"] == "rl"]
+  assert rl["updates/count"] == 1 and rl["loss/metrics/ratio/count"] > 0
+  for key in ("min", "max", "mean"):
+    assert rl[f"loss/metrics/ratio/{key}"] == pytest.approx(1.0, abs=1e-6), key
+  assert rl["loss/metrics/ratio/std"] <= 1e-6
 
 
 def _final_params(workdir):

@@ -8,6 +8,7 @@ import math
 import os
 import struct
 import subprocess
+import types
 import zlib
 
 import pytest
@@ -77,7 +78,52 @@ def test_records_reach_wandb_once_each_when_their_checkpoint_commits(tmp_path):
   assert run["summary"]["after_rl/eval/accuracy"] == 0.5
   wid = json.load(open(tmp_path / "wandb" / "tirjax.json"))["id"]
   dirs = wandb_logger.run_dirs(str(tmp_path))
-  assert len(dirs) == 2 and all(d.endswith(f"-{wid}") for d in dirs)  # one W&B run, resumed
+  # one W&B run, resumed (the second folder's name ends in "-1" when both starts fell in
+  # one second: what the logs record tells the run, not the names)
+  assert len(dirs) == 2 and wandb_logger.run_dirs(str(tmp_path), wid) == dirs
+  assert [wandb_logger.recorded_run_id(d) for d in dirs] == [wid, wid]
+
+
+@pytest.fixture
+def one_second(monkeypatch):
+  """W&B's start clock stopped at one instant: every start falls in the same second, so
+  each resume's folder gets the next suffix (`...-<id>-1`, `-2`, ...). Only the start time
+  W&B names its folder by is fixed (`wandb_init` reads the clock for nothing else)."""
+  from wandb.sdk import wandb_init  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(wandb_init, "time", types.SimpleNamespace(time=lambda: 1.7e9))
+
+
+def test_quick_restarts_send_each_row_once(tmp_path, one_second):
+  """Issue 42: five starts of one run in one second, each resumed from the last checkpoint,
+  sending one step each; a resume that missed the suffixed folders sent [1, 2, 2, 3, 4, 4, 5]
+  (it read W&B's rows from the first folder only)."""
+  del one_second
+  config = {"seed": 3}
+  for k in range(5):
+    w = rundir.MetricsWriter(str(tmp_path), ("wandb",), "grpo-0123", config)
+    w.truncate_after(rundir.phase_steps({"phase": "rl", "sft_step": 0, "rl_step": k}))
+    w.write("rl", k + 1, {"loss/loss": float(k + 1)})
+    w.checkpointed({"phase": "rl", "sft_step": 0, "rl_step": k + 1})
+    w.summarize({"rl_steps": k + 1})
+    w.close()
+  assert [r["rl/step"] for r in assert_mirrors_metrics(tmp_path)] == [1, 2, 3, 4, 5]
+  wid = json.load(open(tmp_path / "wandb" / "tirjax.json"))["id"]
+  dirs = wandb_logger.run_dirs(str(tmp_path), wid)
+  names = [os.path.basename(d) for d in dirs]
+  assert names == [names[0]] + [f"{names[0]}-{i}" for i in range(1, 5)]  # one second
+  assert wandb_logger.read_run(str(tmp_path))["summary"]["rl_steps"] == 5  # the last start's
+
+
+def test_run_folders_are_ordered_by_start_and_others_ignored(tmp_path):
+  """Oldest first: by start second, then W&B's suffixes as numbers (-2 before -10); what is
+  not a W&B run folder is left out."""
+  starts = ["offline-run-20240101_000000-x-1a2b3c", "offline-run-20240101_000001-x-1a2b3c"]
+  starts += [f"{starts[1]}-{i}" for i in (1, 2, 10)]
+  for name in starts + ["latest-run", "my-run-notes", "run-x"]:
+    os.makedirs(tmp_path / "wandb" / name)
+  (tmp_path / "wandb" / "run-20240101_000002-file").write_text("")  # a file, not a folder
+  assert wandb_logger.run_dirs(str(tmp_path)) == [str(tmp_path / "wandb" / n) for n in starts]
+  assert wandb_logger.run_dirs(str(tmp_path), "x-1a2b3c") == []  # no log records the id
 
 
 def test_final_records_a_killed_process_never_sent_are_sent_on_resume(tmp_path):

@@ -9,8 +9,9 @@ a suffix drawn at the first start), so a resumed run continues the same W&B run 
 workdir with the same config gets its own.
 
 What W&B already holds is read back from W&B's own transaction logs in `workdir/wandb/`
-(`run-<id>.wandb`, written in online and offline mode alike), and the resumed run sends the
-final records missing there. W&B's service writes that log in blocks (every 15 s and when a
+(`run-<id>.wandb`, written in online and offline mode alike; a start's folder is found by
+the run id its log records, `run_dirs`), and the resumed run sends the final records missing
+there. W&B's service writes that log in blocks (every 15 s and when a
 block fills) and a killed process's service exits without writing its last one, so those
 rows are lost in offline mode and sent again: each final record is in the offline files
 once. Online, the service may have uploaded some of them before the kill; the server then
@@ -26,6 +27,7 @@ import glob
 import json
 import math
 import os
+import re
 import secrets
 import struct
 import warnings
@@ -39,6 +41,8 @@ from tirjax.rundir import PHASES, tag
 _HEADER = b":W&B\xe1\xbe\x00"  # W&B's transaction log: ident, magic, version
 _BLOCK = 32768  # leveldb log blocks: records are framed and split at block ends
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+# W&B's run folder: `[offline-]run-<start second>-<id>[-<n>]`
+_FOLDER = re.compile(r"(?:offline-)?run-(\d{8}_\d{6})-(.+)")
 
 
 def scalars(rec: Mapping[str, Any]) -> dict[str, float]:
@@ -52,10 +56,43 @@ def scalars(rec: Mapping[str, Any]) -> dict[str, float]:
 
 def run_dirs(workdir: str, run_id: str | None = None) -> list[str]:
   """W&B's local folders of `workdir`'s runs (online `run-*` and `offline-run-*`), oldest
-  first; only those of `run_id` when given."""
-  pattern = f"*run-*-{run_id}" if run_id else "*run-*"
-  dirs = [d for d in glob.glob(os.path.join(workdir, "wandb", pattern)) if os.path.isdir(d)]
-  return sorted(dirs, key=lambda d: os.path.basename(d).split("run-", 1)[1])
+  first; only those whose transaction log records `run_id` when given.
+
+  A folder is named `<mode>-<start second>-<id>`, and W&B appends `-1`, `-2`, ... when that
+  name is taken (a resume in the same second as the last start), so the name's tail is not
+  the id: the id is the one the folder's log records (`recorded_run_id`). A log cut before
+  W&B's first write records none, and holds no rows either."""
+  dirs = [d for d in glob.glob(os.path.join(workdir, "wandb", "*run-*"))
+          if _FOLDER.fullmatch(os.path.basename(d)) and os.path.isdir(d)]
+  if run_id is not None:
+    dirs = [d for d in dirs if recorded_run_id(d) == run_id]
+  return sorted(dirs, key=_start_order)
+
+
+def _start_order(folder: str) -> tuple[str, int, str]:
+  """Sorts W&B's folders by start: by their start second, then in one second the unsuffixed
+  name, then `-1`, `-2`, ..., `-10` (a longer tail is a later start)."""
+  second, tail = _FOLDER.fullmatch(os.path.basename(folder)).groups()
+  return second, len(tail), tail
+
+
+def recorded_run_id(folder: str) -> str | None:
+  """The W&B run id that the run record of `folder`'s transaction log holds (None: no log,
+  or one cut before its run record)."""
+  for record in _records(folder):
+    if record.WhichOneof("record_type") == "run":
+      return record.run.run_id
+  return None
+
+
+def _records(folder: str) -> Iterator[Any]:
+  """The parsed records of the transaction log(s) in one of W&B's run folders."""
+  from wandb.proto import wandb_internal_pb2  # pylint: disable=import-outside-toplevel
+  for path in sorted(glob.glob(os.path.join(folder, "run-*.wandb"))):
+    for raw in read_log(path):
+      record = wandb_internal_pb2.Record()
+      record.ParseFromString(raw)
+      yield record
 
 
 def read_log(path: str) -> Iterator[bytes]:
@@ -95,20 +132,16 @@ def read_run(workdir: str, run_id: str | None = None) -> dict[str, Any]:
   """What W&B recorded locally for `workdir` (all its processes' transaction logs, oldest
   first): {"history": [{name: value} per row, `_step`, `_runtime` and `_timestamp` included],
   "config": {key: value}, "summary": {name: value}}, the last two as their updates leave them."""
-  from wandb.proto import wandb_internal_pb2  # pylint: disable=import-outside-toplevel
   out = {"history": [], "config": {}, "summary": {}}
   for d in run_dirs(workdir, run_id):
-    for path in sorted(glob.glob(os.path.join(d, "run-*.wandb"))):
-      for raw in read_log(path):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(raw)
-        kind = record.WhichOneof("record_type")
-        if kind == "history":
-          out["history"].append(_items(record.history.item))
-        elif kind == "run":  # the config passed to wandb.init
-          out["config"].update(_items(record.run.config.update))
-        elif kind in ("config", "summary"):
-          out[kind].update(_items(getattr(record, kind).update))
+    for record in _records(d):
+      kind = record.WhichOneof("record_type")
+      if kind == "history":
+        out["history"].append(_items(record.history.item))
+      elif kind == "run":  # the config passed to wandb.init
+        out["config"].update(_items(record.run.config.update))
+      elif kind in ("config", "summary"):
+        out[kind].update(_items(getattr(record, kind).update))
   return out
 
 

@@ -22,11 +22,13 @@ from tirjax.advantages.registry import Advantages, register
 from tirjax.rollouts import Rollouts
 
 _ANCHORS = ("state", "prefix")
+_EPISODE_STATS = ("trajectory", "step")
 
 
 @dataclasses.dataclass(frozen=True)
 class GiGPOOptions:
-  """Defaults are verl-agent's (γ = 0.95, ω = 1, "mean_std_norm").
+  """Defaults are the paper's and verl-agent's (γ = 0.95, ω = 1, "mean_std_norm"), except
+  where `episode_stats` says.
 
   Attributes:
     gamma: γ of the step's discounted return γ^(T_j − t) · R_out (t 1-based; Eq. 5 with the
@@ -36,17 +38,25 @@ class GiGPOOptions:
       responses so far, the policy's own text ignored); "prefix": steps with the same parent
       node (the same tokens so far; on independent rollouts only the first steps group).
     zscore: conventions of both z-scores; `scale="none"` is verl-agent's "mean_norm".
+    episode_stats: over what the episode term's mean and std are taken. "trajectory" (the
+      paper's Eq. 3): each trajectory of the group once. "step": each trajectory once per
+      step it took, as verl-agent's shipped `episode_norm_reward` does
+      (`compute_mean_std_cross_steps=True`, which its trainer never changes), so that long
+      trajectories weigh more. A group with rows (R = 1, 1 step) and (R = 0, 3 steps) gets
+      A^E = ±0.707 under "trajectory" and (1.5, −0.5) under "step".
   """
 
   gamma: float = 0.95
   omega: float = 1.0
   anchor: str = "state"
   zscore: segments.ZScore = segments.ZScore()
+  episode_stats: str = "trajectory"
 
   def __post_init__(self):
     option_checks.lies_in("gamma", self.gamma, 0, 1)
     option_checks.finite_at_least("omega", self.omega, 0)
     option_checks.one_of("anchor", self.anchor, _ANCHORS)
+    option_checks.one_of("episode_stats", self.episode_stats, _EPISODE_STATS)
     if not isinstance(self.zscore, segments.ZScore):
       raise ValueError(f"zscore: must be a segments.ZScore, got {type(self.zscore).__name__}")
 
@@ -61,6 +71,19 @@ def anchor_segments(r: Rollouts, anchor: str):
   return r.state_id, r.num_rows * r.max_steps
 
 
+def episode_advantage(r: Rollouts, opts: GiGPOOptions):
+  """A^E `[B]`: the z-score of R_out among the query's rows, each row counted once
+  ("trajectory") or once per valid step ("step", verl-agent's)."""
+  if opts.episode_stats == "trajectory":
+    return group_zscore(r, r.outcome, opts.zscore)
+  per_step = jnp.broadcast_to(r.outcome[:, None], r.step_valid.shape)
+  group = jnp.broadcast_to(r.group_id[:, None], r.step_valid.shape)
+  mask = r.step_valid & r.row_valid[:, None]
+  z = segments.zscore(per_step, group, mask, r.num_rows, opts.zscore)
+  # every step of a row holds the same z; a row without steps gets 0
+  return jnp.sum(z, axis=1) / jnp.maximum(jnp.sum(mask, axis=1), 1)
+
+
 @register("gigpo", GiGPOOptions)
 def gigpo(r: Rollouts, opts: GiGPOOptions) -> Advantages:
   """GiGPO: A(s_{j,t}) = A^E(τ_j) + ω · A^S(s_{j,t}).
@@ -70,7 +93,7 @@ def gigpo(r: Rollouts, opts: GiGPOOptions) -> Advantages:
   (row, step) pairs: on trees a shared node counts once per row through it, as its tokens do
   in the loss. A step group of one gets A^S = 0 (SPEC §3; verl-agent's mean of one gives 0 too).
   """
-  episode = group_zscore(r, r.outcome, opts.zscore)
+  episode = episode_advantage(r, opts)
   ret = outcome_terms(r, opts.gamma)
   key, num_keys = anchor_segments(r, opts.anchor)
   step = segments.zscore(ret, key, r.step_valid, num_keys, opts.zscore)

@@ -9,6 +9,12 @@ PORTool's sampler (rollout mode "tree", Algorithm 1's selection kept): the query
 are drawn independently, like Tree-GRPO's M initial chains, and each first step roots one tree,
 so a row's tree is its first node. With independent rollouts every tree is one row and
 Tree-GRPO is GRPO.
+
+One difference from Tree-GRPO's code, declared: a tree of one row has no intra-tree spread.
+SPEC §3 gives such a group 0 (`ZScore.singleton="zero"`, the default), so independent rows give
+GRPO exactly; Tree-GRPO's code returns the raw reward there, so three independent rows with
+R = (1, 0, 0) get (1.155, −0.577, −0.577) here and (2.155, −0.577, −0.577) in its code.
+`TreeGRPOOptions(zscore=ZScore(singleton="raw"))` reproduces the code's figures.
 """
 
 from __future__ import annotations

@@ -239,7 +239,9 @@ def best_rows(r: Rollouts) -> tuple[jax.Array, jax.Array]:
 def grpo_passk(r: Rollouts, opts: PassKOptions) -> Advantages:
   """pass@k: A = (R_max − R_second)/(std_g + eps) on each group's best row, 0 elsewhere.
 
-  Chen et al. 2025, "Pass@k Training" (arXiv 2503.19595, as verl cites it): with the group as
+  Tang, Zheng, Synnaeve & Munos 2025, "Optimizing Language Models for Inference Time
+  Objectives using Reinforcement Learning" (arXiv 2503.19595, the paper verl's code cites;
+  not Chen et al.'s "Pass@k Training"): with the group as
   k samples, only the row that decides max_k R is pushed, by its margin over the next best;
   verl's `compute_grpo_passk_outcome_advantage` (which raises on a group of one; here SPEC §3
   gives it 0). `zscore.scale="none"` drops the std. Tied best rows: the margin is 0, so which

@@ -1,10 +1,17 @@
 """The owner's side of the sandbox's processes (`sandbox.py` uses it): what the machine
 permits, the zygote, and one worker per namespace with its own pipes.
 
-The zygote (`_sandbox_worker.py`) is started once per `Sandbox`, under `unshare` where user
-namespaces exist. A worker is asked of it over a Unix socket: the owner sends the worker's
-ends of two fresh pipes and gets back a pidfd, through which it kills the worker (a pidfd
-reaches a process in another PID namespace, and never a recycled pid).
+The zygote (`_sandbox_worker.py`) is started once per `Sandbox`, with an empty environment;
+where user namespaces exist it enters one and asks the owner to write its id maps (only a
+process outside the namespace may map more than its own id). A worker is asked of it over a
+Unix socket: the owner sends the worker's ends of two fresh pipes and gets back a pidfd,
+through which it kills the worker (a pidfd reaches a process in another PID namespace, and
+never a recycled pid).
+
+The owner never waits on a worker without a deadline: its ends of the pipes are non-blocking,
+a request is written and its reply read by the call's deadline, and a worker that stops
+reading, or sends anything but the checked reply to the request in flight
+(`_sandbox_wire.check_reply`), is killed.
 """
 
 from __future__ import annotations
@@ -17,60 +24,56 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Optional, Union
 
+from tirjax.env import _sandbox_files as files
+from tirjax.env import _sandbox_wire as wire
 from tirjax.env.tools import ToolError
 
 _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_worker.py")
-NOBODY = 65534
-NET_ONLY = ["--map-root-user", "--net"]
-CONTAINED = NET_ONLY + ["--pid", "--fork", "--kill-child", "--mount", "--mount-proc"]
-SCRATCH_PREFIX = "tirjax-sandbox-"
+NOBODY = 65534  # the uid and gid workers run as when the owner is root
+# The `unshare` flags that probe each mode (the zygote makes the namespaces itself).
+MODES = {"contained": ["--map-root-user", "--net", "--ipc", "--pid", "--fork", "--kill-child",
+                       "--mount", "--mount-proc"],
+         "network": ["--map-root-user", "--net", "--ipc"]}
 START_S = 30.0  # the most a zygote or a worker may take to come up on a loaded machine
+# The zygote's environment: nothing of the owner's (API keys, tokens) reaches tool code.
+ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
 
 _PROBED: dict[str, bool] = {}
-_NOBODY_RUNS_PYTHON: list = []
 
 
-def as_user() -> dict:
-  """Popen arguments that drop root to nobody; nothing when not root, or when nobody cannot
-  run this interpreter (e.g. one installed under a private /root)."""
-  if os.geteuid() != 0:
-    return {}
-  drop = dict(user=NOBODY, group=NOBODY, extra_groups=[])
-  if not _NOBODY_RUNS_PYTHON:
-    try:
-      runs = subprocess.run([sys.executable, "-I", "-c", ""], cwd="/", capture_output=True,
-                            timeout=30, **drop).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-      runs = False
-    _NOBODY_RUNS_PYTHON.append(runs)
-  return drop if _NOBODY_RUNS_PYTHON[0] else {}
-
-
-def unshare_works(flags: list[str]) -> bool:
-  key = " ".join(flags)
-  if key not in _PROBED:
+def unshare_works(mode: str) -> bool:
+  """Whether this user can make the namespaces of `mode` here (probed once per process)."""
+  if mode not in _PROBED:
     exe = shutil.which("unshare")
     try:
-      _PROBED[key] = exe is not None and subprocess.run(
-          [exe, *flags, "true"], capture_output=True, timeout=10, **as_user()).returncode == 0
+      _PROBED[mode] = exe is not None and subprocess.run(
+          [exe, *MODES[mode], "true"], capture_output=True, timeout=10).returncode == 0
     except (OSError, subprocess.SubprocessError):
-      _PROBED[key] = False
-  return _PROBED[key]
+      _PROBED[mode] = False
+  return _PROBED[mode]
 
 
-def remove_orphaned_scratch() -> None:
-  """Scratch folders whose owning process is gone (it was killed before it could clean up)."""
-  tmp = tempfile.gettempdir()
-  for name in os.listdir(tmp):
-    if not name.startswith(SCRATCH_PREFIX):
-      continue
-    owner = name[len(SCRATCH_PREFIX):].split("-", 1)[0]
-    if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
-      shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+def worker_ids() -> Optional[list]:
+  """The uid and gid workers drop to: nobody's when the owner is root; None otherwise (they
+  keep the owner's own, unprivileged, ids)."""
+  return [NOBODY, NOBODY] if os.geteuid() == 0 else None
+
+
+def write_id_maps(pid: int) -> None:
+  """The id maps of process `pid`'s new user namespace: root inside is the owner, and, for an
+  owner that is root, nobody inside is nobody outside (the workers' ids)."""
+  if os.geteuid() == 0:
+    both = f"0 0 1\n{NOBODY} {NOBODY} 1\n"
+    maps = [("uid_map", both), ("gid_map", both)]
+  else:
+    maps = [("setgroups", "deny"), ("uid_map", f"0 {os.geteuid()} 1\n"),
+            ("gid_map", f"0 {os.getegid()} 1\n")]
+  for name, text in maps:
+    with open(f"/proc/{pid}/{name}", "w") as f:
+      f.write(text)
 
 
 def kill_group(pid: int) -> None:
@@ -80,9 +83,12 @@ def kill_group(pid: int) -> None:
     pass
 
 
-def _wait_readable(fd: int, deadline: float) -> bool:
+def _wait(fd: int, deadline: float, write: bool = False) -> bool:
   left = deadline - time.monotonic()
-  return left > 0 and bool(select.select([fd], [], [], left)[0])
+  if left <= 0:
+    return False
+  ready = select.select([], [fd], [], left)[1] if write else select.select([fd], [], [], left)[0]
+  return bool(ready)
 
 
 def _signal(pidfd: int, signum: int) -> bool:
@@ -99,87 +105,114 @@ def _kill(pidfd: int) -> bool:
   return _signal(pidfd, signal.SIGKILL)
 
 
+def inspect(pidfd: int) -> dict:
+  """What the owner itself reads of a worker's process, which no tool code can forge: that it
+  runs as no root id and with no_new_privs, and in an IPC namespace not the owner's."""
+  try:
+    with open(f"/proc/self/fdinfo/{pidfd}") as f:
+      pid = next(int(line.split()[1]) for line in f if line.startswith("Pid:"))
+    with open(f"/proc/{pid}/status") as f:
+      status = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    ipc = os.readlink(f"/proc/{pid}/ns/ipc") != os.readlink("/proc/self/ns/ipc")
+  except (OSError, StopIteration, ValueError):
+    return {"unprivileged_user": False, "no_new_privs": False, "ipc_namespace": False}
+  ids = status["Uid"].split() + status["Gid"].split() + status["Groups"].split()
+  return {"unprivileged_user": "0" not in ids, "no_new_privs": status["NoNewPrivs"] == "1",
+          "ipc_namespace": ipc}
+
+
 class WorkerProcess:
-  """One namespace's worker: its request and reply pipes, and a pidfd to kill it by.
+  """One namespace's worker: its request and reply pipes (non-blocking on the owner's side),
+  and a pidfd to kill it by.
 
   Between requests the worker is stopped (SIGSTOP, which no handler can catch): tool code can
   leave nothing running after its call returns, not even a signal handler armed by a timer, so
   a worker uses CPU only while the owner waits for its reply, bounded by the time-out."""
 
-  def __init__(self, pidfd: int, requests: int, replies: int, scratch: str, max_line: int):
-    self.pidfd, self.scratch, self._max_line = pidfd, scratch, max_line
+  def __init__(self, pidfd: int, requests: int, replies: int, name: str, max_line: int):
+    self.pidfd, self.name, self._max_line = pidfd, name, max_line
     self._requests, self._replies = requests, replies
+    for fd in (requests, replies):
+      os.set_blocking(fd, False)
     self._buf = b""
 
-  def send(self, request: dict) -> bool:
-    """Resumes the worker and writes one request line; False if the worker is gone."""
-    data = json.dumps(request).encode() + b"\n"
+  def send(self, request: dict, deadline: float) -> Optional[str]:
+    """Resumes the worker and writes one request line by `deadline`: None once written, else
+    "timeout" (it stopped reading) or "eof" (it is gone)."""
+    data = memoryview(json.dumps(request).encode() + b"\n")
     _signal(self.pidfd, signal.SIGCONT)
-    try:
-      while data:
+    while data:
+      try:
         data = data[os.write(self._requests, data):]
-    except OSError:
-      return False
-    return True
+      except BlockingIOError:  # the pipe is full: wait until the worker reads, or give up
+        if not _wait(self._requests, deadline, write=True):
+          return "timeout"
+      except OSError:
+        return "eof"
+    return None
 
   def read(self, deadline: float, request_id: Optional[int]) -> Union[dict, str]:
-    """The reply to `request_id` (None: the start-up line), or "timeout" / "eof" /
-    "too_large". Lines that are not JSON replies to it (written by tool code) are dropped."""
-    while True:
-      while b"\n" not in self._buf:
-        if len(self._buf) > self._max_line:
-          return "too_large"
-        if not _wait_readable(self._replies, deadline):
-          return "timeout"
-        chunk = os.read(self._replies, 1 << 16)
-        if not chunk:
-          return "eof"
-        self._buf += chunk
-      line, self._buf = self._buf.split(b"\n", 1)
+    """The checked reply to `request_id` (None: the start-up line), or "timeout" / "eof" /
+    "too_large"; raises `wire.ReplyError` for a line that is not that reply. The worker is
+    stopped again as soon as its line is complete."""
+    while b"\n" not in self._buf:
+      if len(self._buf) > self._max_line:
+        return "too_large"
+      if not _wait(self._replies, deadline):
+        return "timeout"
       try:
-        reply = json.loads(line)
-      except ValueError:
+        chunk = os.read(self._replies, 1 << 16)
+      except BlockingIOError:
         continue
-      if isinstance(reply, dict) and reply.get("id") == request_id and "ok" in reply:
-        _signal(self.pidfd, signal.SIGSTOP)  # until the next request
-        return reply
+      if not chunk:
+        return "eof"
+      self._buf += chunk
+    _signal(self.pidfd, signal.SIGSTOP)  # until the next request
+    line, self._buf = self._buf.split(b"\n", 1)
+    return wire.check_reply(line, request_id, self._max_line)
 
   def kill(self) -> None:
-    """SIGKILL, then waits (briefly) until it is gone and removes its scratch folder."""
+    """SIGKILL, then waits (briefly) until it is gone."""
     if _kill(self.pidfd):
-      _wait_readable(self.pidfd, time.monotonic() + 5.0)  # readable once it has exited
+      _wait(self.pidfd, time.monotonic() + 5.0)  # readable once it has exited
     for fd in (self.pidfd, self._requests, self._replies):
       os.close(fd)
-    shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 class Zygote:
   """The process that forks the workers, started on first use."""
 
-  def __init__(self, root: str, cfg: dict, namespaces: list[str], max_line: int):
-    self.root, self.cfg, self.namespaces, self.max_line = root, cfg, namespaces, max_line
+  def __init__(self, root: str, cfg: dict, mode: str, max_line: int):
+    self.root, self.cfg, self.mode, self.max_line = root, cfg, mode, max_line
     self.proc: Optional[subprocess.Popen] = None
     self._sock: Optional[socket.socket] = None
-    self._spawned = 0
+    self._imports = 0
 
   def start(self) -> dict:
     """Starts the zygote; returns the layers it reports."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    cfg = dict(self.cfg, scratch=self.root, control=theirs.fileno(),
-               contain=self.namespaces is CONTAINED)
-    cmd = [sys.executable, "-I", "-B", _WORKER, json.dumps(cfg)]
-    if as_user():
-      os.chown(self.root, NOBODY, NOBODY)
-    if self.namespaces:
-      cmd = [shutil.which("unshare"), *self.namespaces] + cmd
+    cfg = dict(self.cfg, scratch=self.root, control=theirs.fileno(), mode=self.mode,
+               worker_ids=worker_ids())
     try:
-      self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, start_new_session=True,
-                                   cwd=self.root, pass_fds=(theirs.fileno(),), **as_user())
+      self.proc = subprocess.Popen(
+          [sys.executable, "-I", "-B", _WORKER, json.dumps(cfg)], stdin=subprocess.DEVNULL,
+          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+          cwd="/", env=ENVIRONMENT, pass_fds=(theirs.fileno(),))
     finally:
       theirs.close()
     self._sock = ours
-    ready, _ = self._receive(time.monotonic() + START_S, None)
+    deadline = time.monotonic() + START_S
+    if self.mode != "none":
+      asked, _ = self._receive(deadline, "map")
+      try:
+        if not (asked or {}).get("ok"):
+          raise OSError((asked or {}).get("error", "no answer"))
+        write_id_maps(self.proc.pid)
+        self._sock.send(b"mapped")
+      except OSError as e:
+        self.close()
+        raise ToolError(f"the sandbox's zygote could not enter its namespaces ({e})") from None
+    ready, _ = self._receive(deadline, None)
     if not (ready or {}).get("ok"):
       self.close()
       raise ToolError("the sandbox's zygote process failed to start")
@@ -188,12 +221,7 @@ class Zygote:
   def spawn(self) -> tuple[WorkerProcess, dict]:
     """A new worker with a scratch folder of its own, and the layers it reports."""
     deadline = time.monotonic() + START_S
-    self._spawned += 1
-    name = str(self._spawned)
-    scratch = os.path.join(self.root, name)
-    os.makedirs(scratch)
-    if as_user():
-      os.chown(scratch, NOBODY, NOBODY)
+    name = files.new_name()
     requests_r, requests_w = os.pipe()
     replies_r, replies_w = os.pipe()
     try:
@@ -208,20 +236,37 @@ class Zygote:
     if not (answer or {}).get("ok") or len(fds) != 1:
       for fd in (requests_w, replies_r, *fds):
         os.close(fd)
-      shutil.rmtree(scratch, ignore_errors=True)
       why = (answer or {}).get("error", "the zygote did not answer")
       raise ToolError(f"the sandbox worker failed to start ({why})")
-    worker = WorkerProcess(fds[0], requests_w, replies_r, scratch, self.max_line)
-    ready = worker.read(deadline, None)
+    worker = WorkerProcess(fds[0], requests_w, replies_r, name, self.max_line)
+    try:
+      ready = worker.read(deadline, None)
+    except wire.ReplyError as e:
+      ready = str(e)
     if not isinstance(ready, dict):
-      worker.kill()
+      self.remove(worker)
       raise ToolError(f"the sandbox worker failed to start ({ready})")
-    return worker, ready.get("enforced", {})
+    return worker, {**ready["enforced"], **inspect(worker.pidfd)}
+
+  def remove(self, worker: WorkerProcess) -> None:
+    """Kills `worker` and removes its scratch folder: a tree on the host's disk without
+    namespaces; else the zygote's empty mount point (its tmpfs went with the worker)."""
+    worker.kill()
+    if self.mode != "contained":
+      try:
+        files.remove_tree(os.path.join(self.root, worker.name))
+      except OSError:
+        pass  # what is left goes with the scratch root
+    elif self._sock is not None:
+      try:
+        self._sock.send(json.dumps({"op": "remove", "request": worker.name}).encode())
+      except OSError:
+        pass  # the zygote is gone, and its tmpfs with it
 
   def preload(self, modules: list[str]) -> dict:
     """Has the zygote import `modules`; returns {module: error} of those that failed."""
-    self._spawned += 1
-    name = f"import-{self._spawned}"
+    self._imports += 1
+    name = f"import-{self._imports}"
     self._sock.send(json.dumps({"op": "import", "request": name,
                                 "modules": list(modules)}).encode())
     answer, _ = self._receive(time.monotonic() + START_S, name)
@@ -233,7 +278,7 @@ class Zygote:
     """The zygote's answer about worker `name` (None: its start-up), with the fds it carries;
     (None, []) at the deadline or when the zygote is gone. A late answer about an earlier
     worker (one given up on) is dropped, and that worker killed."""
-    while _wait_readable(self._sock.fileno(), deadline):
+    while _wait(self._sock.fileno(), deadline):
       message, fds, _, _ = socket.recv_fds(self._sock, 1 << 16, 1)
       if not message:
         break

@@ -1,31 +1,36 @@
 """The sandbox's processes: a zygote, and a worker per namespace forked from it (see
 `sandbox.py`).
 
-`Sandbox` starts the zygote as `python -I -B _sandbox_worker.py CONFIG_JSON`, under
-`unshare --map-root-user --net --pid --fork --mount --mount-proc` where the machine permits
-it. The zygote imports nothing from tirjax (so it starts fast and cheap), makes its view of
-the filesystem read-only (`_sandbox_kernel.contain`) and then forks a worker for each
-request on its control socket (a Unix socket that carries the worker's two pipes in, and a
-pidfd of the worker out). It runs no tool code; it may import installed packages' modules
-that the owner names (`Sandbox.preload`), which its workers then share.
+`Sandbox` starts the zygote as `python -I -B _sandbox_worker.py CONFIG_JSON` with an empty
+environment. Where the machine permits it, the zygote enters a user namespace of its own
+(the owner writes its id maps: root to the owner's own id and, for an owner that is root, the
+unprivileged id the workers run as), then network, IPC, PID and mount namespaces; it makes its
+view of the filesystem read-only with a private tmpfs over the scratch root
+(`_sandbox_kernel.contain`), and then forks a worker for each request on its control socket
+(a Unix socket that carries the worker's two pipes in, and a pidfd of the worker out). It
+imports nothing from tirjax (so it starts fast and cheap) and runs no tool code; it may import
+installed packages' modules that the owner names (`Sandbox.preload`), which its workers then
+share.
 
 Each worker serves one namespace, so no tool shares an interpreter, a reply pipe or an audit
-hook with another. Before any tool code runs it gets its own PID, mount and network
+hook with another. Before any tool code runs it gets its own PID, mount, network and IPC
 namespaces (it is their first process: it sees no other process), its own /proc and a
-size-limited tmpfs as its scratch folder; it lowers its resource limits, drops every
-capability, installs a seccomp filter that refuses new processes and threads (it never starts
-one), signals, ptrace, mounts and namespaces (`_sandbox_kernel`), and then the audit hook
-(PEP 578: friendly errors for network, processes, threads, native code, limit changes and
-writes outside the scratch folder; a first layer, not the boundary). It speaks
-newline-delimited JSON on its own pipes:
+size-limited tmpfs as its scratch folder, the only writable mount it sees; it clears its
+environment, lowers its resource limits, becomes an unprivileged user with no capabilities
+and no_new_privs, installs a seccomp filter that refuses new processes and threads (it never
+starts one), signals, ptrace, mounts, namespaces, memfd and IPC objects, io_uring,
+userfaultfd and the keyrings (`_sandbox_kernel`), and then the audit hook (PEP 578: friendly
+errors for network, processes, threads, native code, limit changes and writes outside the
+scratch folder; a first layer, not the boundary). It speaks newline-delimited JSON on its own
+pipes, one reply per request (`_sandbox_wire`):
 
   {"op": "exec", "ns": str, "code": str, "variables": {...}}  run code in namespace `ns`
   {"op": "call", "ns": str, "target": "f" | "obj.method", "arguments": {...}}
   -> {"ok": true, "result": <JSON>, "stdout": str} | {"ok": false, "error": str, "stdout": str}
 
-Every request carries an `id` that its reply echoes, so that a line tool code manages to
-write to the reply pipe cannot shift later replies (the sandbox drops lines that do not answer
-the request in flight). Its first line reports the layers in force ("enforced").
+Every request carries an `id` that its reply echoes; the owner checks each line before it
+trusts it and kills a worker whose line is not the reply to the request in flight. Its first
+line reports the layers in force ("enforced").
 """
 
 import builtins
@@ -34,7 +39,6 @@ import io
 import json
 import os
 import resource
-import shutil
 import signal
 import socket
 import sys
@@ -125,7 +129,8 @@ def apply_limits(cfg: dict) -> None:
   fsize = int(cfg["max_file_bytes"])
   resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
   resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-  # Not enforced by the kernel for root; the audit hook refuses process creation regardless.
+  # No new process for the worker's user (seccomp refuses them already; the kernel does not
+  # apply this limit to root, which a worker never is).
   resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
 
 
@@ -134,7 +139,8 @@ def _on_alarm(signum, frame):
 
 
 def _jsonable(value, max_chars: int):
-  """The value itself if it is JSON (no NaN), else its str(); refuses oversized outputs."""
+  """The value itself if it is JSON (no NaN), else its str(); refuses oversized outputs and
+  ones nested deeper than the owner accepts."""
   try:
     text = json.dumps(value, ensure_ascii=False, allow_nan=False)
   except (TypeError, ValueError, RecursionError):
@@ -142,6 +148,8 @@ def _jsonable(value, max_chars: int):
     text = json.dumps(value, ensure_ascii=False)
   if len(text) > max_chars:
     raise ValueError(f"tool output too large: {len(text)} characters (limit {max_chars})")
+  if wire.deeper_than(text.encode("utf-8", "surrogatepass"), wire.MAX_DEPTH):
+    raise ValueError(f"tool output nests deeper than {wire.MAX_DEPTH} lists and objects")
   return value
 
 
@@ -158,7 +166,7 @@ class Worker:
     reply = self._handle(req)
     reply["id"] = req.get("id")
     if not reply["ok"]:
-      reply["error"] = _limited(reply["error"], self.limit)
+      reply["error"] = wire.held_to(reply["error"], self.limit)
     self._restore_builtins()  # again: the result's __str__ is tool code too
     return reply
 
@@ -217,11 +225,7 @@ class Worker:
     return fn(**req.get("arguments", {}))
 
   def _stdout(self, out: io.StringIO) -> str:
-    return _limited(out.getvalue(), self.limit)
-
-
-def _limited(text: str, limit: int) -> str:
-  return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more]"
+    return wire.held_to(out.getvalue(), self.limit)
 
 
 def _limited_str(error: BaseException, limit: int) -> str:
@@ -230,18 +234,21 @@ def _limited_str(error: BaseException, limit: int) -> str:
     text = str(error)
   except BaseException:  # noqa: BLE001 - a hostile __str__
     return "<error message could not be read>"
-  return _limited(text, limit)
+  return wire.held_to(text, limit)
 
 
-def _load_kernel():
-  """`_sandbox_kernel.py` from this file's folder, loaded by path (tool code's sys.path gains
+def _load(name: str):
+  """`name`.py from this file's folder, loaded by path (tool code's sys.path gains
   nothing)."""
   import importlib.util
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_kernel.py")
-  spec = importlib.util.spec_from_file_location("_sandbox_kernel", path)
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+  spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+wire = _load("_sandbox_wire")
 
 
 def _threads_refused() -> bool:
@@ -265,6 +272,10 @@ def _close_fds_but(keep) -> None:
   os.closerange(low, os.sysconf("SC_OPEN_MAX"))
 
 
+def _ids(cfg: dict):
+  return None if cfg.get("worker_ids") is None else tuple(cfg["worker_ids"])
+
+
 def run_worker(cfg: dict, kernel, fds: list, scratch: str, contained: bool,
                zygote: int) -> None:
   """The worker, in a child of the zygote: it sets up its layers, innermost last, then
@@ -274,15 +285,17 @@ def run_worker(cfg: dict, kernel, fds: list, scratch: str, contained: bool,
     _close_fds_but(fds)
     requests = os.fdopen(fds[0], "r", encoding="utf-8")
     replies = os.fdopen(fds[1], "w", encoding="utf-8")
-    enforced = {"pid_namespace": False, "scratch_quota": False}
+    enforced = {"pid_namespace": False, "scratch_quota": False, "writable_mounts_noexec": False}
     if contained:
-      enforced.update(kernel.isolate(scratch, int(cfg["scratch_bytes"])))
+      enforced.update(kernel.isolate(scratch, int(cfg["scratch_bytes"]), _ids(cfg)))
     elif not kernel.die_with_parent(signal.SIGKILL) or os.getppid() != zygote:
       return  # the zygote is already gone, or the worker could not be tied to it
     os.chdir(scratch)
-    os.environ.update(HOME=scratch, TMPDIR=scratch)
+    # Nothing of the owner's environment (API keys, tokens) reaches tool code.
+    os.environ.clear()
+    os.environ.update(HOME=scratch, TMPDIR=scratch, PATH="/usr/bin:/bin")
     apply_limits(cfg)
-    enforced["capabilities_dropped"] = kernel.drop_capabilities()
+    enforced["capabilities_dropped"] = kernel.drop_privileges(_ids(cfg))
     enforced["seccomp"] = kernel.refuse_syscalls()
     enforced["threads_refused"] = _threads_refused()
     forbid_threads()
@@ -309,10 +322,14 @@ def _answer(control, reply: dict, pidfd=None) -> None:
 
 def spawn(control, cfg: dict, kernel, fds: list, scratch: str, contained: bool) -> None:
   """Forks a worker for one namespace and answers the owner with its pidfd (a handle that
-  reaches it across PID namespaces). Contained, a short-lived child makes the new
-  namespaces and forks the worker as their first process, then answers and exits."""
+  reaches it across PID namespaces). Its mount point `scratch` is made here (named by the
+  owner, unpredictably; a name that exists is an error). Contained, a short-lived child makes
+  the new namespaces and forks the worker as their first process, then answers and exits."""
   zygote, name = os.getpid(), os.path.basename(scratch)  # the name tells answers apart
   try:
+    os.mkdir(scratch, 0o700)
+    if _ids(cfg) is not None:
+      os.chown(scratch, *_ids(cfg))
     if not contained:
       pid = os.fork()
       if pid == 0:
@@ -322,7 +339,7 @@ def spawn(control, cfg: dict, kernel, fds: list, scratch: str, contained: bool) 
       try:
         if not kernel.new_namespaces():
           _answer(control, {"ok": False, "request": name,
-                            "error": "no new PID, mount and network namespaces"})
+                            "error": "no new PID, mount, network and IPC namespaces"})
         else:
           signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # its pid stays valid until opened
           pid = os.fork()
@@ -352,18 +369,49 @@ def preload(modules: list) -> dict:
   return errors
 
 
+def _interpreter_paths(root: str) -> list:
+  """What a worker reads after it dropped its privileges: the interpreter's library and
+  packages (imports made by tool code), and the scratch root."""
+  return [root, sys.prefix, sys.base_prefix, *(p for p in sys.path if os.path.isdir(p))]
+
+
+def enter_namespaces(control, kernel, contained: bool) -> None:
+  """The zygote's user namespace (its id maps written by the owner, asked for on the control
+  socket), then its network, IPC and, `contained`, PID and mount namespaces. Contained, the
+  process forks: its child, the first process of the new PID namespace, goes on as the
+  zygote (its workers die with it), and this one waits for it and exits with it."""
+  if not kernel.new_user_namespace():
+    _answer(control, {"ok": False, "request": "map", "error": "no user namespace"})
+    os._exit(1)
+  _answer(control, {"ok": True, "request": "map"})
+  if control.recv(64) != b"mapped" or not kernel.zygote_namespaces(contained):
+    os._exit(1)
+  if contained:
+    child = os.fork()
+    if child:
+      control.close()
+      _, status = os.waitpid(child, 0)
+      os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    kernel.die_with_parent(signal.SIGKILL)
+
+
 def main() -> None:
-  """The zygote: prepared once (imports, read-only view, libseccomp), it forks a worker per
-  request on its control socket. It runs no tool code. When the owner's end of the socket
-  closes (the owner closed the sandbox or died, even by SIGKILL) it empties the scratch
-  folder and exits, and its workers die with it: as the PID namespace's init, or by the
-  parent-death signal outside one."""
+  """The zygote: prepared once (namespaces, imports, read-only view, libseccomp), it forks a
+  worker per request on its control socket. It runs no tool code. When the owner's end of
+  the socket closes (the owner closed the sandbox or died, even by SIGKILL) it exits, and its
+  workers die with it: as the PID namespace's init (their tmpfs folders and its own go with
+  their mount namespaces), or by the parent-death signal outside one."""
   cfg = json.loads(sys.argv[1])
   control = socket.socket(fileno=int(cfg.pop("control")))
+  kernel = _load("_sandbox_kernel")
   root = os.path.realpath(cfg["scratch"])
-  kernel = _load_kernel()
-  contained = bool(cfg.get("contain"))
-  enforced = {"readonly_filesystem": contained and kernel.contain(root)}
+  contained = cfg["mode"] == "contained"
+  if cfg["mode"] != "none":
+    enter_namespaces(control, kernel, contained)
+  exposed = _interpreter_paths(root) if _ids(cfg) is not None else []
+  enforced = {"readonly_filesystem": contained and kernel.contain(root, exposed)}
+  if exposed and not contained:  # the interpreter's folders, where root can unshare a view
+    kernel.private_view(exposed)
   kernel.load_libseccomp()  # once, here: each worker installs its own filter from it
   signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # exited workers are reaped by the kernel
   _answer(control, {"ok": True, "enforced": enforced})
@@ -375,13 +423,15 @@ def main() -> None:
     if not message:
       break
     request = json.loads(message)
+    scratch = os.path.join(root, os.path.basename(request["request"]))
     if request["op"] == "import":
       _answer(control, {"ok": True, "request": request["request"],
                         "errors": preload(request["modules"])})
+    elif request["op"] == "remove":  # a dead worker's (empty) mount point
+      with contextlib.suppress(OSError):
+        os.rmdir(scratch)
     else:
-      spawn(control, cfg, kernel, fds, os.path.join(root, request["request"]), contained)
-  for name in os.listdir(root):
-    shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+      spawn(control, cfg, kernel, fds, scratch, contained)
   os._exit(0)
 
 

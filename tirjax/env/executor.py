@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from tirjax import option_checks
 from tirjax.env import verify
+from tirjax.env._sandbox_wire import held_to  # one rule for every text held to a limit
 from tirjax.env.parser import NUM_CHECKS, ParseLimits, StepParser, format_reward
 from tirjax.env.tools import ANSWER_PROTOCOLS, TERMINAL_TOOL, Task, ToolError, agent_tools
 
@@ -287,15 +288,6 @@ class ToolEnv:
         del candidates[i]
         return True
     return False
-
-
-def held_to(text: str, limit: int) -> str:
-  """`text` if it has at most `limit` characters, else its start and a note of its length,
-  `limit` characters in all."""
-  if len(text) <= limit:
-    return text
-  note = f" ... [{len(text)} characters, cut to {limit}]"
-  return text[:limit - len(note)] + note if len(note) < limit else text[:limit]
 
 
 def _as_json(value: Any) -> Any:

@@ -10,48 +10,59 @@ when next called (one marked stateful also replays its successful calls, as afte
 that was killed), so an episode's state survives both.
 
 What is enforced, from the outside in. The kernel contains the tool code where the machine
-permits it (`Sandbox.enforced` says what was in force, layer by layer); the audit hook is a
-defence in depth that gives friendly errors, not the boundary:
+permits it (`Sandbox.enforced` says what was in force, layer by layer; the owner reads some of
+it off each worker's process itself); the audit hook is a defence in depth that gives friendly
+errors, not the boundary:
 
 * a separate process per namespace with a wall-clock limit: the tool gets `timeout_s` (an
   interval timer raises inside it), and a worker that has not answered `grace_s` later is
   killed (through a pidfd); between requests it is stopped (SIGSTOP), so nothing tool code
   leaves behind (a signal handler armed by a timer) runs outside a call;
-* `unshare --map-root-user --net --pid --fork --kill-child --mount --mount-proc` for the
-  zygote, then for each worker its own PID namespace (it is their init and sees no other
-  process), mount namespace (every mount read-only and nodev, its own /proc) and empty network
-  namespace;
-* a scratch folder per worker: a tmpfs of `scratch_mb` in its own mount namespace, private
-  to it and gone with it; RLIMIT_FSIZE (`max_file_mb`) bounds one file, RLIMIT_AS
-  (`memory_mb`: an allocation beyond it raises MemoryError in the tool) the memory, no core
-  files;
-* no capabilities (root of the user namespace would hold them all) and not dumpable;
+* an owner that never blocks on a worker: its pipe ends are non-blocking, writing a request
+  and reading its reply share the call's deadline, and a worker that stops reading is killed;
+  a reply is checked before it is trusted (a byte cap, its nesting measured before parsing,
+  its schema, the id of the request in flight), and `max_output_chars` is applied again to
+  what arrived; a worker whose reply fails is killed;
+* the zygote in user, network, IPC, PID and mount namespaces of its own; each worker then in
+  its own PID namespace (it is their init and sees no other process), mount namespace (every
+  mount read-only, nosuid and nodev, its own /proc) and empty network and IPC namespaces;
+* never root: where the owner is root, the zygote's user namespace maps root to root and
+  nobody to nobody, and each worker becomes nobody (uid and gid 65534, no groups) once its
+  interpreter is loaded; folders on the way to the interpreter that nobody may not enter
+  (pyenv under a private /root) are shown to it through read-only bind mounts in the
+  zygote's mount namespace, and nothing else of them. Otherwise a worker keeps the owner's
+  unprivileged ids. No capabilities, no_new_privs, not dumpable;
+* one writable place: a tmpfs of `scratch_mb` per worker in its own mount namespace, nosuid,
+  nodev and noexec, private to it and gone with it. Its mount point lies in a tmpfs the
+  zygote lays over `Sandbox.scratch`, read-only to the workers, so nothing a worker does
+  reaches the host's disk (that folder stays empty); the names of the mount points are
+  random. RLIMIT_FSIZE (`max_file_mb`) bounds one file, RLIMIT_AS (`memory_mb`: an
+  allocation beyond it raises MemoryError in the tool) the memory, no core files;
 * a seccomp filter (libseccomp) under which the kernel refuses every new process and every
   new thread (a worker runs none: clone is refused with or without CLONE_THREAD, clone3 with
-  ENOSYS), signals and ptrace to other processes, mounts and namespace changes;
-* started by root, the zygote runs as `nobody` (uid 65534) where nobody can run the
-  interpreter, with RLIMIT_NPROC = 0 and no write permission on the system's files;
+  ENOSYS), signals and ptrace to other processes, mounts and namespace changes, memory that
+  RLIMIT_AS does not count (memfd, SysV and POSIX IPC objects), io_uring, userfaultfd and
+  the keyrings;
+* an empty environment: nothing of the owner's (API keys) reaches tool code;
 * a lifeline: the zygote exits when its owner's end of the control socket closes (the owner
-  died, even by SIGKILL), emptying the scratch folder, and its workers die with it; scratch
-  folders of dead owners are removed by the next Sandbox;
+  died, even by SIGKILL), and its workers and their tmpfs folders go with it; scratch
+  folders of dead owners are removed by the next Sandbox, by a walk no tree breaks;
 * the audit hook (PEP 578) refuses sockets and the network modules, process creation, new
   threads, `ctypes`, `resource.setrlimit`, and writes outside the scratch folder (the
   worker's cwd, HOME, TMPDIR) with a message naming what was refused. Tool code can switch it
-  off in its own worker (it is Python, reachable through `gc`); every layer above still holds;
-* outputs and error messages beyond `max_output_chars` are cut; replies echo their request's
-  id, so a line tool code writes to its reply pipe cannot shift later replies.
+  off in its own worker (it is Python, reachable through `gc`); every layer above still holds.
 
 Where the machine has no unprivileged user namespaces, the workers run without the network,
-PID and mount namespaces and the scratch quota, and `enforced` reports it (README, Security
-notes).
+PID, mount and IPC namespaces and the scratch quota, and `enforced` reports it (README,
+Security notes).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import os
-import shutil
 import tempfile
 import threading
 import time
@@ -59,7 +70,9 @@ import weakref
 from typing import Any, Mapping, Optional, Sequence
 
 from tirjax import option_checks
+from tirjax.env import _sandbox_files as files
 from tirjax.env import _sandbox_host as host
+from tirjax.env import _sandbox_wire as wire
 from tirjax.env.tools import ToolError
 
 
@@ -94,18 +107,22 @@ class _Space:
 
 
 def network_namespace_available() -> bool:
-  """Whether `unshare --net --map-root-user` works here (probed once per process)."""
-  return host.unshare_works(host.NET_ONLY)
+  """Whether a user namespace with a network namespace can be made here (probed once per
+  process)."""
+  return host.unshare_works("network")
 
 
 def kernel_isolation_available() -> bool:
-  """Whether the network, PID and mount namespaces can all be made here (probed once)."""
-  return host.unshare_works(host.CONTAINED)
+  """Whether the user, network, IPC, PID and mount namespaces can all be made here (probed
+  once)."""
+  return host.unshare_works("contained")
 
 
-# Layers each worker (or the zygote) reports as it starts: False until one has.
+# Layers each worker (or the zygote) reports as it starts, or the owner reads off each worker
+# (unprivileged_user, no_new_privs, ipc_namespace): False until one has.
 _REPORTED = ("pid_namespace", "readonly_filesystem", "scratch_quota", "capabilities_dropped",
-             "seccomp", "threads_refused")
+             "seccomp", "threads_refused", "writable_mounts_noexec", "unprivileged_user",
+             "no_new_privs", "ipc_namespace")
 
 
 class Sandbox:
@@ -121,26 +138,27 @@ class Sandbox:
     self._lock = threading.RLock()
     self._request_id = 0
     self._preload: list[str] = []
-    host.remove_orphaned_scratch()
-    self._scratch = tempfile.mkdtemp(prefix=f"{host.SCRATCH_PREFIX}{os.getpid()}-")
-    namespaces = ([] if not limits.isolate_network else
-                  host.CONTAINED if kernel_isolation_available() else
-                  host.NET_ONLY if network_namespace_available() else [])
+    files.remove_orphaned_scratch()
+    self._scratch = tempfile.mkdtemp(prefix=f"{files.SCRATCH_PREFIX}{os.getpid()}-")
+    mode = ("none" if not limits.isolate_network else
+            "contained" if kernel_isolation_available() else
+            "network" if network_namespace_available() else "none")
+    if mode != "contained" and host.worker_ids() is not None:
+      os.chmod(self._scratch, 0o711)  # the workers' folders lie on the host's disk
     # A reply holds at most the limited output, result and error, JSON-escaped (x6 at worst).
     max_line = 24 * limits.max_output_chars + (1 << 16)
     self._zygote = host.Zygote(self._scratch, dict(
         timeout_s=limits.timeout_s, memory_bytes=limits.memory_mb << 20,
         max_file_bytes=limits.max_file_mb << 20, scratch_bytes=limits.scratch_mb << 20,
-        max_output_chars=limits.max_output_chars), namespaces, max_line)
+        max_output_chars=limits.max_output_chars), mode, max_line)
     # The zygote (and with it every worker) is killed and the scratch folder removed on
     # close(), on garbage collection or at interpreter exit, whichever comes first.
     self._cleanup = weakref.finalize(self, _cleanup, self._workers, self._zygote,
                                      self._scratch)
     self.enforced = {
         "process": True, "worker_per_namespace": True, "timeout": True, "memory_limit": True,
-        "file_size_limit": True, "network_namespace": bool(namespaces), "audit_hook": True,
-        "parent_death": True, "unprivileged_user": os.geteuid() != 0 or bool(host.as_user()),
-        **{k: False for k in _REPORTED}}
+        "file_size_limit": True, "network_namespace": mode != "none", "audit_hook": True,
+        "parent_death": True, **{k: False for k in _REPORTED}}
     self._reported: set[str] = set()
 
   # -- public API -------------------------------------------------------------------------
@@ -205,8 +223,9 @@ class Sandbox:
 
   @property
   def scratch(self) -> str:
-    """The folder under which each worker gets its scratch folder (a mount point for its
-    tmpfs where the kernel contains it: what tool code writes is not visible here)."""
+    """The folder under which each worker gets its scratch folder. Where the kernel contains
+    the workers it stays empty on the host: the zygote covers it with a tmpfs of its own, and
+    each worker's folder is a tmpfs in the worker's mount namespace."""
     return self._scratch
 
   @property
@@ -250,20 +269,27 @@ class Sandbox:
   def _retire(self, ns: str) -> None:
     worker = self._workers.pop(ns, None)
     if worker is not None:
-      worker.kill()
+      self._zygote.remove(worker)
 
   def _request(self, ns: str, req: dict) -> dict:
-    """Sends one request to `ns`'s worker; a dead or hung worker is killed and the request
-    fails (the namespace restarts on its next call)."""
+    """Sends one request to `ns`'s worker and returns its checked reply, held to the limits;
+    a dead or hung worker, or one whose reply fails the checks, is killed and the request
+    fails (the namespace restarts on its next call). Nothing here waits past the deadline."""
     worker = self._workers.get(ns)
     if worker is None:
       return {"ok": False, "error": "the tool process died", "stdout": ""}
     self._workers.move_to_end(ns)
     self._request_id += 1
-    if not worker.send({**req, "id": self._request_id}):
-      return self._failed(ns, "the tool process died")
     deadline = time.monotonic() + self.limits.timeout_s + self.limits.grace_s
-    reply = worker.read(deadline, self._request_id)
+    unsent = worker.send({**req, "id": self._request_id}, deadline)
+    if unsent == "timeout":
+      return self._failed(ns, "the tool process stopped reading its requests (it was killed)")
+    if unsent is not None:
+      return self._failed(ns, "the tool process died")
+    try:
+      reply = worker.read(deadline, self._request_id)
+    except wire.ReplyError as e:
+      return self._failed(ns, f"the tool process sent {e} (it was killed)")
     if reply == "too_large":
       return self._failed(ns, "the tool process sent a reply over the size limit (it was "
                           "killed)")
@@ -273,6 +299,21 @@ class Sandbox:
     if reply == "eof":
       return self._failed(ns, "the tool process died (it exited, or was killed for exceeding "
                           "a limit)")
+    return self._held(ns, reply)
+
+  def _held(self, ns: str, reply: dict) -> dict:
+    """`max_output_chars` applied by the owner to what it received: output and error cut to
+    it, a longer result refused. The worker refuses such a result itself, so one that
+    arrives means its tool code rewrote the reply: the worker is killed."""
+    limit = self.limits.max_output_chars
+    reply["stdout"] = wire.held_to(reply["stdout"], limit)
+    if not reply["ok"]:
+      reply["error"] = wire.held_to(reply["error"], limit)
+      return reply
+    size = len(json.dumps(reply["result"], ensure_ascii=False))
+    if size > limit:
+      return self._failed(ns, f"tool output too large: {size} characters (limit {limit}; "
+                          "the tool process was killed)")
     return reply
 
   def _failed(self, ns: str, message: str) -> dict:
@@ -285,7 +326,10 @@ def _cleanup(workers: dict, zygote: host.Zygote, scratch: str) -> None:
   while workers:
     workers.popitem()[1].kill()
   zygote.close()
-  shutil.rmtree(scratch, ignore_errors=True)
+  try:
+    files.remove_tree(scratch)
+  except OSError:
+    pass  # removed by the next Sandbox, as a dead owner's
 
 
 class SandboxTool:

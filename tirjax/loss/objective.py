@@ -52,6 +52,9 @@ class LossOptions:
       stop-gradiented, weighs A · log π, so no token's gradient is dropped; SPEC §4.4). They
       differ only where ρ ≠ 1, i.e. from the second update on one rollout batch. With
       "cispo" ε_low may be ≥ 1 (no lower bound on the weight) and the dual clip is refused.
+      Its terms are aggregated by `aggregation` like every surrogate's, by default
+      `seq_mean_token_mean`; MiniMax-M1 normalises by Σ|o_i| over the batch's tokens, which is
+      `aggregation="token_mean"`: set it for the paper's CISPO.
     kl_coef: β of the KL to the reference policy (0 for PORTool, 0.001 for HiDiffTIR).
     kl_estimator: "k1", "k2" or "k3" (see `tirjax.loss.kl`).
     kl_clamp: k3's value is clamped to [−kl_clamp, kl_clamp] (verl's `low_var_kl`: 10);

@@ -32,7 +32,8 @@ OK = "finished"
 TRAIN_METRICS = ("gain/accuracy", "eval/accuracy", "eval/avg_steps", "eval/unanswerable_rate",
                  "eval/format_reward", "eval/solve_f1", "reward/mean", "unlearning/rate",
                  "unlearning/row_rate")
-TRAIN_CURVES = ("reward/mean", "eval/accuracy")
+# eval/subset/accuracy: every evaluation's accuracy on the same first `train.eval_subset` tasks
+TRAIN_CURVES = ("reward/mean", "eval/accuracy", "eval/subset/accuracy")
 BENCH_METRICS = ("eval/success", "eval/greedy_success", "eval/mean_outcome", "eval/avg_steps",
                  "eval/early_answer_rate", "reached_threshold", "episodes_to_threshold",
                  "reward/mean",
@@ -197,7 +198,8 @@ def load_run_dir(path: str, last_rl: int = 5) -> Run:
     if start is not None:
       run.final["gain/accuracy"] = run.final["eval/accuracy"] - start
   run.curves = {"reward/mean": _curve(lines, "rl", "reward/mean"),
-                "eval/accuracy": _curve(lines, "eval", "eval/accuracy")}
+                "eval/accuracy": _curve(lines, "eval", "eval/accuracy"),
+                "eval/subset/accuracy": _curve(lines, "eval", "eval/subset/accuracy")}
   if run.state == OK and not any(k.startswith("eval/") for k in run.final):
     run.state, run.error = "no metrics", run.error or "finished without an eval line"
   return run

@@ -18,7 +18,8 @@ package; modules here may need test-only packages (torch, hypothesis: requiremen
 * Checks: `estimator_checks` (kernel against reference, row order, padding), `bookkeeping`
   (an episode batch against what was sampled), `compile_counts` (compilations and traces),
   `checkpoint_states.assert_same` (a restored train state against the saved one),
-  `sandbox_probes` (whether libseccomp loads, a process's CPU time).
+  `sandbox_probes` (whether libseccomp loads, a process's CPU time, a worker's pid, the
+  hook-off gadget).
 * Doubles and fixtures: `scripted_samplers` (the `Sampler` protocol without a model),
   `train_setup` (a tiny decoder, its optimizer and mesh, random policy and SFT batches),
   `tiny_hf` (a tiny torch Qwen3 for vLLM), `vllm_processes` (small servers and their

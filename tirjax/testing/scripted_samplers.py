@@ -5,6 +5,8 @@
   answers; per-position entropies follow a function of the step index (ARPO tests).
 * `RandomSampler` emits random token ids of random length, ending with `<|im_end|>` or not.
 * `TextSampler` emits fixed texts by step index, whatever the task.
+* `GuessSampler` answers at once, right or wrong, by a two-answer softmax policy that it
+  tempers as samplers do (greedy at T = 0): a policy whose uncertainty is known.
 
 The scripted and the random sampler log every call (`sampled_by_context`), so that tests
 compare what the runner stored with what was sampled (`bookkeeping.check_bookkeeping`).
@@ -37,6 +39,14 @@ def corrupt_text(text: str, rng: np.random.Generator) -> str:
   if kind == 2:
     return text[:int(rng.integers(1, max(2, len(text))))]
   return text.replace('"name": "', '"name": "x', 1)
+
+
+def question_and_step(tokenizer, prompt: Sequence[int]) -> tuple[str, int]:
+  """The user's question in a prompt's ids, and the index of the step the prompt asks for."""
+  text = tokenizer.decode(list(prompt), skip_special_tokens=False)
+  start = text.index(USER) + len(USER)
+  return (text[start:text.index(chat.IM_END, start)],
+          text.count(f"{chat.IM_START}assistant") - 1)
 
 
 def distinct_questions(tasks: Sequence, n: int) -> list:
@@ -81,11 +91,9 @@ class ScriptedSampler:
 
   def step_of(self, prompt: Sequence[int]):
     """(task, demo, step index) of a prompt."""
-    text = self.tokenizer.decode(list(prompt), skip_special_tokens=False)
-    start = text.index(USER) + len(USER)
-    question = text[start:text.index(chat.IM_END, start)]
+    question, step = question_and_step(self.tokenizer, prompt)
     task, demo = self.by_question[question]
-    return task, demo, text.count(f"{chat.IM_START}assistant") - 1
+    return task, demo, step
 
   def content(self, prompt, rng: np.random.Generator) -> str:
     task, demo, step = self.step_of(prompt)
@@ -148,6 +156,60 @@ class TextSampler:
       step = text.count(f"{chat.IM_START}assistant") - 1
       ids = chat.encode(self.tokenizer, self.texts[min(step, len(self.texts) - 1)]) + [self.end]
       out.append([Sample(ids, [-1.0] * len(ids), "stop") for _ in range(params.n)])
+    return out
+
+
+class GuessSampler:
+  """Answers each question at its first step: its task's answer, or `wrong`. A two-answer
+  softmax policy with logits (log p, log(1 − p)), p = `p_right`, at temperature 1; at
+  temperature T > 0 a sample is right with probability
+
+      p_T = p^(1/T) / (p^(1/T) + (1 − p)^(1/T))
+
+  (the logits divided by T, as the samplers temper), and greedy (T = 0) takes the likelier
+  answer. A sample draws from a stream keyed on the call's seed and its row id (or position),
+  so that a row's samples do not depend on what else is in the call. `calls` logs the
+  sampling parameters of every call."""
+
+  def __init__(self, tokenizer, tasks, p_right: float, wrong: str = "Wrong answer",
+               protocol: str = "response_gen"):
+    if not 0 < p_right < 1:
+      raise ValueError(f"p_right: must lie in (0, 1), got {p_right}")
+    self.tokenizer, self.p_right, self.wrong, self.protocol = tokenizer, p_right, wrong, protocol
+    self.by_question = {t.question: t for t in tasks}
+    if len(self.by_question) < len(tasks):  # a prompt would not tell them apart
+      raise ValueError("GuessSampler: tasks must have distinct questions (distinct_questions)")
+    self.end = chat.im_end_id(tokenizer)
+    self.policy_version = 0
+    self.calls: list[SamplingParams] = []
+
+  def p_at(self, temperature: float) -> float:
+    """The chance that a sample at `temperature` is right (greedy: 0 or 1)."""
+    p = self.p_right
+    if temperature == 0:
+      return float(p > 0.5)
+    a, b = p ** (1 / temperature), (1 - p) ** (1 / temperature)
+    return a / (a + b)
+
+  def generate(self, prompts, params: SamplingParams) -> list[list[Sample]]:
+    self.calls.append(params)
+    p = self.p_at(params.temperature)
+    out = []
+    for i, prompt in enumerate(prompts):
+      question, step = question_and_step(self.tokenizer, prompt)
+      if step != 0:
+        raise ValueError(f"GuessSampler: answers at the first step, asked for step {step}")
+      task = self.by_question[question]
+      rng = np.random.default_rng([params.seed, params.row_ids[i] if params.row_ids else i])
+      samples = []
+      for right in rng.random(params.n) < p:
+        text = chat.format_answer_step("Guess.", task.answer if right else self.wrong,
+                                       self.protocol)
+        ids = chat.encode(self.tokenizer, text) + [self.end]
+        reason = "stop" if len(ids) <= params.max_new_tokens else "length"
+        ids = ids[:params.max_new_tokens]
+        samples.append(Sample(ids, [-1.0] * len(ids), reason))
+      out.append(samples)
     return out
 
 

@@ -22,11 +22,15 @@ from tirjax.episodes.judging import Judge
 def evaluate(sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
              judge: Optional[Judge] = None, temperature: float = 0.0, seed: int = 0,
              progress: Optional[Callable[[int], None]] = None,
-             answer_in_tool_message: bool = False, samples: int = 0) -> dict[str, float]:
+             answer_in_tool_message: bool = False, samples: int = 0,
+             subset: int = 0) -> dict[str, float]:
   """Metrics named `eval/...` over `tasks`, in chunks of the configured batch rows;
   `progress(tasks done)` is called after each chunk. `answer_in_tool_message`: ToolHop's AC
   also accepts an answer contained in the tool response before it (FTRL's scorer).
   `samples` > 0 adds `evaluate_sampled`'s pass@k at the rollout temperature (`options`).
+  `subset` > 0 adds `eval/subset/<axis>`, PORTool's four axes over the first `subset` tasks
+  only (the tasks a run's evaluations between its first and last run on, `train.eval_subset`),
+  so that every evaluation of a run has a point on one curve of the same tasks.
 
   In a multi-process run each process runs its block of the tasks (`distributed.task_block`)
   and every process gets the metrics of all of them; greedy episodes are the same however the
@@ -45,13 +49,9 @@ def evaluate(sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
       progress(len(episodes))
   episodes = [e for part in distributed.allgather_objects(episodes) for e in part]
   summaries = [e.summary for e in episodes]
-  axes = metrics.portool_metrics(summaries, [e.outcome for e in episodes],
-                                 step_cap=opts.max_steps)
-  out = {"eval/accuracy": axes["accuracy"], "eval/avg_steps": axes["avg_tool_steps"],
-         "eval/unanswerable_rate": axes["unanswerable_rate"],
-         "eval/format_reward": axes["avg_format_reward"],
-         "eval/abstain_rate": axes["abstain_rate"],
-         "eval/mean_outcome": float(np.mean([e.outcome for e in episodes]))}
+  out = _axes(episodes, opts.max_steps, "eval/")
+  if subset:  # episodes are in task order (each process's block, in process order)
+    out.update(_axes(episodes[:subset], opts.max_steps, "eval/subset/"))
   with_expected = [s for s in summaries if s.num_expected > 0]
   if with_expected:
     out.update({f"eval/{k}": v for k, v in metrics.solve_metrics(with_expected).items()})
@@ -67,6 +67,17 @@ def evaluate(sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
   if samples:
     out.update(evaluate_sampled(sampler, tokenizer, tasks, options, samples, judge, seed))
   return out
+
+
+def _axes(episodes: Sequence, step_cap: int, prefix: str) -> dict[str, float]:
+  """PORTool's four axes (and the abstention rate and mean outcome) of `episodes`."""
+  axes = metrics.portool_metrics([e.summary for e in episodes], [e.outcome for e in episodes],
+                                 step_cap=step_cap)
+  return {prefix + "accuracy": axes["accuracy"], prefix + "avg_steps": axes["avg_tool_steps"],
+          prefix + "unanswerable_rate": axes["unanswerable_rate"],
+          prefix + "format_reward": axes["avg_format_reward"],
+          prefix + "abstain_rate": axes["abstain_rate"],
+          prefix + "mean_outcome": float(np.mean([e.outcome for e in episodes]))}
 
 
 PASS_KS = (1, 4, 16)

@@ -148,6 +148,8 @@ def resolve(c) -> Experiment:
   dist = distributed_options(c)
 
   # -- Values derived from other sections (`sections.DERIVED`) --------------------------------
+  _need(train.eval_subset <= env.eval_tasks, "train.eval_subset",
+        f"{train.eval_subset} exceeds env.eval_tasks={env.eval_tasks} (it is a subset of them)")
   if train.tempered_policy:
     _need(rollout.temperature > 0, "train.tempered_policy",
           "needs a sampling temperature > 0 (rollout.temperature = 0 is greedy)")
@@ -180,7 +182,7 @@ def resolve(c) -> Experiment:
     for key, weights in (("env", env.hop_weights), ("sft", sft.hop_weights or env.hop_weights)):
       try:
         Difficulty(hop_weights=tuple(weights), p_parallel=env.p_parallel, p_down=env.p_down,
-                   p_direction=env.p_direction)
+                   p_direction=env.p_direction, chain_directions=env.chain_directions)
       except (TypeError, ValueError) as e:
         field = str(e).split(":")[0]
         raise ConfigError(f"{key if field == 'hop_weights' else 'env'}.{e}") from None

@@ -4,14 +4,17 @@ unlearning statistics (SPEC §4.1), loss diagnostics, sampler-vs-trainer log-pro
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from tirjax import distributed
 from tirjax.advantages.registry import Advantages
 from tirjax.advantages.unlearning import unlearning_rate
+from tirjax.credit import fidelity
 from tirjax.env import metrics as env_metrics
 from tirjax.rollouts import Rollouts
 
@@ -73,6 +76,19 @@ def signal_shares(r: Rollouts, adv: Advantages) -> dict[str, float]:
   pushed = (steps != 0).any(axis=1) & np.asarray(adv.row_mask).astype(bool)
   return {"groups/mixed_share": float(np.mean(mixed)) if groups.size else 0.0,
           "rows/nonzero_advantage_share": float(pushed[valid].mean()) if valid.any() else 0.0}
+
+
+def credit_metrics(r: Rollouts, adv: Advantages, labels: Sequence[Optional[list]]) -> dict:
+  """`credit/<measure>` (SPEC §4.5, `tirjax.credit.fidelity`) of the step's estimator on its
+  labelled turns: `r`, `adv` and `labels` are this process's rows; every process's turns are
+  gathered, so all get the same figures. Undefined measures (an empty denominator) are left
+  out."""
+  local = fidelity.turn_table(r, np.asarray(adv.tokens), labels)
+  parts = distributed.allgather_objects(local)
+  offsets = np.cumsum([0] + [r.num_rows] * (len(parts) - 1))  # local group ids -> global
+  turns = fidelity.concat([dataclasses.replace(t, query=t.query + o)
+                           for t, o in zip(parts, offsets)])
+  return {f"credit/{k}": v for k, v in fidelity.fidelity(turns).items() if v is not None}
 
 
 class PhaseClock:

@@ -72,6 +72,7 @@ class EnvOptions:
   p_parallel: float = 0.5
   p_down: float = 0.1
   p_direction: float = 0.0  # share of queries that hinge on a direction (see `Difficulty`)
+  chain_directions: int = 0  # the credit testbed's chains of directions (see `Difficulty`)
 
   def __post_init__(self):
     checks.one_of("name", self.name, ENVS)
@@ -159,6 +160,10 @@ class TrainOptions:
   # False takes the policy gradient of the raw model from another policy's samples (biased).
   tempered_policy: bool = False
   eval_every: int = 20  # RL steps between evaluations; 0: after the last step only
+  # Tasks of the evaluations between the first and the last: the first `eval_subset` of
+  # env.eval_tasks (0: all). Every evaluation then also logs eval/subset/* over those tasks,
+  # a learning curve of one task set that costs a fraction of full evaluations.
+  eval_subset: int = 0
   eval_at_start: bool = True
   checkpoint_every: int = 10
   keep_checkpoints: int = 3
@@ -170,7 +175,8 @@ class TrainOptions:
   loggers: tuple = ("tensorboard",)
 
   def __post_init__(self):
-    for name in ("steps", "eval_every", "dynamic_sampling_tries", "mini_batch_queries"):
+    for name in ("steps", "eval_every", "eval_subset", "dynamic_sampling_tries",
+                 "mini_batch_queries"):
       checks.int_at_least(name, getattr(self, name), 0)
     for name in ("queries_per_step", "checkpoint_every", "keep_checkpoints", "log_every",
                  "ppo_epochs"):

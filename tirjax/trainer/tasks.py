@@ -47,7 +47,8 @@ class TaskSource:
       cfg = self._cfg
       difficulty = Difficulty(hop_weights=tuple(hop_weights or cfg.hop_weights),
                               p_parallel=cfg.p_parallel, p_down=cfg.p_down,
-                              p_direction=cfg.p_direction)
+                              p_direction=cfg.p_direction,
+                              chain_directions=cfg.chain_directions)
       return make_tasks(split, n, seed=self._seed, difficulty=difficulty)
     if split not in self._cache:
       every = self._load_all()

@@ -27,6 +27,15 @@ calls against that turn's ground truth only. Success is bfcl-eval's own
 `multi_turn_checker` (state and response checks per turn), called as a library inside the
 sandbox on the episode's decoded calls (bfcl-eval's `convert_to_function_call` of each step's
 calls); turns without ground truth expect no call, as that checker has it.
+
+Verdicts no episode can touch (SPEC §6): the checker `eval`s call strings built of the model's
+names, so a call whose name or argument names are not identifiers is malformed before any
+string is built (`parser.py`, and `decode_calls` again); a call of a name that is not one of
+the entry's functions reaches the checker as a call of an undefined name (`only_methods`);
+and each verdict comes from a fresh sandbox worker that no earlier episode's calls reached.
+The model's text is seen by the owner (parsing), the episode's back-end worker (calls as
+keyword arguments, never evaluated) and that verdict's checker worker; none of it reaches the
+owner's interpreter as code.
 """
 
 from __future__ import annotations
@@ -34,8 +43,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import threading
-import weakref
 from importlib import util
 from typing import Any, Mapping, Optional, Sequence
 
@@ -54,30 +61,20 @@ for _name in classes:
         _obj._load_scenario(copy.deepcopy(config.get(_name, {})), long_context=long_context)
     globals()[_name] = _obj
 """
-# bfcl-eval's checker, run in the sandbox worker. It keeps the instances it builds in its module's
-# globals under "<model name>_<entry id>_<class>_instance"; each check takes a fresh model name
-# and removes them afterwards, so that checks never share state and memory stays bounded.
-_CHECKER_NS = "bfcl/checker"
+# bfcl-eval's checker, run in a sandbox worker of its own for each verdict: it `eval`s the
+# episode's call strings in its module's globals, so a namespace an earlier episode's calls
+# reached could return any verdict; a fresh worker starts from the zygote's pristine modules.
 _CHECKER = """
-import re
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker as _checker
-from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils as _utils
-_checks = [0]
 
 def check(decoded, ground_truth, entry, category):
-    _checks[0] += 1
-    model = "tirjax_check_%d" % _checks[0]
     try:
-        out = _checker.multi_turn_checker(decoded, ground_truth, entry, category, model)
+        out = _checker.multi_turn_checker(decoded, ground_truth, entry, category, "tirjax")
         return {"valid": bool(out["valid"]), "error_type": out.get("error_type"),
                 "error_message": str(out.get("error_message", ""))[:300]}
     except Exception as e:
         return {"valid": False, "error_type": "checker_raised",
                 "error_message": ("%s: %s" % (type(e).__name__, e))[:300]}
-    finally:
-        prefix = re.sub(r"[-./:]", "_", model)
-        for key in [k for k in vars(_utils) if k.startswith(prefix)]:
-            del vars(_utils)[key]
 """
 _CHECKER_MODULES = ("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker",
                     "bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils")
@@ -171,27 +168,47 @@ def _make_session(sandbox: Sandbox, spec: Mapping[str, Any]):
 def checker_verdict(sandbox: Sandbox, decoded: list, ground_truth: Sequence[Sequence[str]],
                     entry: Mapping[str, Any], category: str) -> dict:
   """bfcl-eval's `multi_turn_checker` on `decoded` (per turn, per step, the call strings):
-  {"valid", "error_type", "error_message"}. Runs in the sandbox (it `eval`s the calls)."""
-  with _checker_lock:
-    if sandbox not in _has_checker:
-      sandbox.define(_CHECKER_NS, _CHECKER)  # the sandbox re-defines it after a restart
-      _has_checker.add(sandbox)
+  {"valid", "error_type", "error_message"}. Runs in a fresh sandbox worker, dropped after
+  this verdict (the checker `eval`s the calls): no earlier verdict's calls reach it."""
+  ns = f"bfcl/checker/{next(_checker_ids)}"
   task_entry = {k: entry[k] for k in ("id", "initial_config", "involved_classes")}
   try:
-    return sandbox.call(_CHECKER_NS, "check", {
+    sandbox.define(ns, _CHECKER)
+    return sandbox.call(ns, "check", {
         "decoded": decoded, "ground_truth": [list(t) for t in ground_truth],
         "entry": task_entry, "category": category})
   except ToolError as e:
     return {"valid": False, "error_type": "sandbox", "error_message": str(e)[:300]}
+  finally:
+    sandbox.drop(ns)
 
 
-_checker_lock = threading.Lock()
-_has_checker: "weakref.WeakSet[Sandbox]" = weakref.WeakSet()
+_checker_ids = itertools.count()
+
+
+def only_methods(decoded: list, methods) -> list:
+  """`decoded` with each call of a name that is not one of `methods` (the entry's classes'
+  functions) replaced by a call of an undefined name. bfcl-eval's checker evaluates a call
+  of any other name in its own module's globals, where one of them (its
+  `execute_multi_turn_func_call`) `eval`s strings given as arguments: an episode could run
+  code in the checker and set its own verdict. bfcl-eval reports either call as an
+  execution error, and such a result never matches the ground truth's (its calls are all
+  methods), so the verdict is the same."""
+  def guarded(call: str) -> str:
+    name = call.split("(", 1)[0]
+    return call if name in methods else f"{name}__is_not_a_function_of_this_entry()"
+  return [[[guarded(c) for c in step] for step in turn] for turn in decoded]
 
 
 def decode_calls(calls: Sequence[Mapping[str, Any]]) -> list[str]:
-  """A step's calls as bfcl-eval's handlers decode them (`convert_to_function_call`)."""
+  """A step's calls as bfcl-eval's handlers decode them (`convert_to_function_call`). The
+  names go into code that a checker evaluates: a name or argument name that is not an
+  identifier is refused here too (the parser makes such a call malformed; SPEC §6)."""
   from bfcl_eval.model_handler.utils import convert_to_function_call
+  for c in calls:
+    names = [c["name"], *c["arguments"]]
+    if not all(isinstance(n, str) and n.isidentifier() for n in names):
+      raise ValueError(f"call names must be identifiers: {str(names)[:80]}")
   return convert_to_function_call([{c["name"]: dict(c["arguments"])} for c in calls])
 
 
@@ -234,7 +251,8 @@ def bfcl_task(entry: dict, ground_truth: Sequence[Sequence[str]], category: str,
                    "involved_classes": classes}
 
   def score(decoded: list) -> bool:
-    return checker_verdict(sandbox, decoded, ground_truth, checker_entry, category)["valid"]
+    return checker_verdict(sandbox, only_methods(decoded, owner), ground_truth, checker_entry,
+                           category)["valid"]
 
   dialogue = Dialogue(
       user_turns=_user_turns(entry, held_back), max_steps_per_turn=MAX_STEPS_PER_TURN,

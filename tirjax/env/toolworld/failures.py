@@ -21,11 +21,16 @@ say which of them bounds the sampled accuracy:
 
 Calls are compared as parsed JSON (`1 == 1.0`), in the order the episode made them; any valid
 schedule of the plan matches, since the ground truth is a multiset of calls.
+
+`turn_labels` applies the same rules to every step of an episode rather than to its first
+departure only (SPEC §4.5's turn labels, for credit fidelity): a tool-call step is right when
+each of its calls takes a not-yet-made call of the plan, else wrong with the kind of its first
+call that does not; the answering step is right when its verdict is the best the task admits.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 from tirjax.env.judge import says_unable
 from tirjax.env.tools import UNABLE_TO_ANSWER, Task
@@ -47,6 +52,30 @@ def _take(calls: list, call: dict) -> bool:
   return False
 
 
+class _Plan:
+  """The plan's calls not yet made, and what a call of the episode is against them."""
+
+  def __init__(self, task: Task):
+    self.expected = [dict(c) for c in task.flat_gt_calls]
+    self.made = []
+    self.flipped = [flip(c) for c in self.expected]
+    self.names = {c["name"] for c in self.expected}
+
+  def take(self, call: dict, result: dict) -> Optional[str]:
+    """None when `call` takes a not-yet-made call of the plan (which is then made), else the
+    kind of what it got wrong: repeat, direction, miscopy, argument or tool, in that order."""
+    if _take(self.expected, call):
+      self.made.append(call)
+      return None
+    if call in self.made:
+      return "repeat"
+    if call in self.flipped:
+      return "direction"
+    if call["name"] in self.names:
+      return "miscopy" if "error" in result else "argument"
+    return "tool"
+
+
 def failure_kind(task: Task, results: Sequence, answered: bool, answer) -> str:
   """The first thing that went wrong in a failed episode of `task` (one of `KINDS`); call it
   on failures only (a success reads as `wrong_answer`).
@@ -60,29 +89,56 @@ def failure_kind(task: Task, results: Sequence, answered: bool, answer) -> str:
   """
   if task.answer == UNABLE_TO_ANSWER:
     return "unanswerable"
-  expected = [dict(c) for c in task.flat_gt_calls]
-  made = []
-  flipped = [flip(c) for c in expected]
-  names = {c["name"] for c in expected}
+  plan = _Plan(task)
   for step in results:
     if step.checks_passed < PARSED:
       return "format"
     for call, result in zip(step.calls, step.call_results):
-      if _take(expected, call):
-        made.append(call)
-      elif call in made:
-        return "repeat"
-      elif call in flipped:
-        return "direction"
-      elif call["name"] in names:
-        return "miscopy" if "error" in result else "argument"
-      else:
-        return "tool"
+      kind = plan.take(call, result)
+      if kind is not None:
+        return kind
   if not answered or answer is None:
     return "no_answer"
   if says_unable(answer):
     return "abstained"
-  return "early_answer" if expected else "wrong_answer"
+  return "early_answer" if plan.expected else "wrong_answer"
+
+
+# Kinds of a wrong turn (`turn_labels`): a call's kinds above, a step that gave no parsed call
+# ("format"), and an answering step whose verdict is not the best the task admits ("answer").
+TURN_KINDS = ("format", "direction", "miscopy", "argument", "tool", "repeat", "answer")
+RIGHT = "right"
+
+
+def turn_labels(task: Task, results: Sequence, answered: bool, verdict: str) -> list[str]:
+  """Each step's label: `RIGHT`, or the `TURN_KINDS` kind of what it got wrong (SPEC §4.5).
+
+  Args:
+    task: a toolworld task (its `gt_calls` are the plan's calls, resolved).
+    results: the episode's `StepResult`s in order (`EpisodeRecord.results`).
+    answered: whether the episode's last step gave its final answer.
+    verdict: the judge's verdict of the episode ("true", "false", "unable_to_answer").
+
+  A tool-call step is right when each of its calls takes a not-yet-made call of the plan
+  (calls compared as parsed JSON, in the order made; wrong calls take nothing); else it is
+  wrong with the kind of its first call that does not, as `failure_kind` names it. A step whose
+  calls did not parse, or that made none, is "format". The answering step is right when the
+  verdict is the best the task admits: "true", or "unable_to_answer" on a task that cannot be
+  answered (SPEC §6: that verdict is earned only there); its calls, if any, are not labelled.
+  """
+  plan = _Plan(task)
+  best = "unable_to_answer" if task.answer == UNABLE_TO_ANSWER else "true"
+  labels = []
+  for t, step in enumerate(results):
+    if answered and t == len(results) - 1:
+      labels.append(RIGHT if verdict == best else "answer")
+      continue
+    if step.checks_passed < PARSED or not step.calls:
+      labels.append("format")
+      continue
+    kinds = [plan.take(call, result) for call, result in zip(step.calls, step.call_results)]
+    labels.append(next((k for k in kinds if k is not None), RIGHT))
+  return labels
 
 
 def failure_shares(kinds: Sequence[str | None]) -> dict[str, float]:

@@ -34,14 +34,18 @@ class Template:
   parallel: bool
   build: Callable[[random.Random, World], Built]
   direction: bool = False  # its plan has a call of a `DIRECTION_TOOLS` tool
+  # Calls of `DIRECTION_TOOLS` in its plan, each in a step of its own: 2 or more for the chain
+  # templates of the credit testbed (`Difficulty.chain_directions`), drawn only there.
+  directions: int = 0
 
 
 TEMPLATES: dict[str, Template] = {}
 
 
-def _template(hops: int, parallel: bool, direction: bool = False):
+def _template(hops: int, parallel: bool, direction: bool = False, directions: int = 0):
   def register(fn):
-    TEMPLATES[fn.__name__] = Template(fn.__name__, hops, parallel, fn, direction)
+    TEMPLATES[fn.__name__] = Template(fn.__name__, hops, parallel, fn, direction or directions > 0,
+                                      directions or int(direction))
     return fn
   return register
 
@@ -380,3 +384,45 @@ def people_elevation_gap_feet(rng, world):
           [_person(p1, "city"), _person(p2, "city"), _city(ref(0), "elevation_m"),
            _city(ref(1), "elevation_m"), _call("calculate", op="sub", a=ref(2), b=ref(3)),
            _convert(ref(4), "m", "ft")])
+
+
+# --- Chains of directions (the credit testbed, `Difficulty.chain_directions`) -----------------
+# Two direction-taking calls in different steps, with lookups between them: a direction chosen
+# wrong at one step sends the later steps down another branch, and the outcome says only that
+# something went wrong. Drawn only when `chain_directions` asks for them.
+
+@_template(4, True, directions=2)
+def compare_cities_converted(rng, world):
+  x1, x2 = _pick(rng, world.cities, 2)
+  field = rng.choice(CITY_FIELDS)
+  mode, word = _mode(rng, CITY_MORE[field])
+  target = rng.choice(sorted(CITY_CONVERSION))
+  noun, from_unit, to_unit, unit_word = CITY_CONVERSION[target]
+  return (f"What is {noun} in {unit_word} of the {word} city, {x1} or {x2}?",
+          [_city(x1, field), _city(x2, field),
+           _call("compare", items={x1: ref(0), x2: ref(1)}, mode=mode),
+           _city(ref(2), target), _convert(ref(3), from_unit, to_unit)])
+
+
+@_template(4, True, directions=2)
+def nearer_city_converted(rng, world):
+  a, b, c = _pick(rng, world.cities, 3)
+  mode, word = _mode(rng, ("farther from", "nearer to"))
+  target = rng.choice(sorted(CITY_CONVERSION))
+  noun, from_unit, to_unit, unit_word = CITY_CONVERSION[target]
+  # compare(max) picks the farther city: "farther" is max, "nearer" min
+  return (f"What is {noun} in {unit_word} of whichever of {b} and {c} is {word} {a}?",
+          [_call("distance", city_a=a, city_b=b), _call("distance", city_a=a, city_b=c),
+           _call("compare", items={b: ref(0), c: ref(1)}, mode=mode),
+           _city(ref(2), target), _convert(ref(3), from_unit, to_unit)])
+
+
+@_template(4, True, directions=2)
+def compare_cities_distance_miles(rng, world):
+  a, x1, x2 = _pick(rng, world.cities, 3)
+  field = rng.choice(CITY_FIELDS)
+  mode, word = _mode(rng, CITY_MORE[field])
+  return (f"How far in miles is {a} from the {word} city, {x1} or {x2}?",
+          [_city(x1, field), _city(x2, field),
+           _call("compare", items={x1: ref(0), x2: ref(1)}, mode=mode),
+           _call("distance", city_a=a, city_b=ref(2)), _convert(ref(3), "km", "mi")])

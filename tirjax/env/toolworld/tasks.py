@@ -44,12 +44,18 @@ class Difficulty:
       every query hinges on a direction, which demonstrations with `p_confuse` leave to
       chance, so that only RL can teach it. 0 (default) draws exactly the streams before this
       knob existed.
+    chain_directions: 0 (default), or the number of direction-taking calls, each in a step of
+      its own, that every query then has: queries are drawn among the chain templates with that
+      many (`queries.Template.directions`; the credit testbed, where an outcome cannot say
+      which of its directions went wrong), and `p_parallel` and `p_direction` play no part.
+      At 0 the chain templates are never drawn, so the streams stay those of before the knob.
   """
 
   hop_weights: tuple[float, ...] = (0.25, 0.35, 0.25, 0.15)
   p_parallel: float = 0.5
   p_down: float = 0.1
   p_direction: float = 0.0
+  chain_directions: int = 0
 
   def __post_init__(self):
     w = self.hop_weights
@@ -58,6 +64,15 @@ class Difficulty:
                        f"got {w}")
     for name in ("p_parallel", "p_down", "p_direction"):
       option_checks.lies_in(name, getattr(self, name), 0, 1)
+    option_checks.int_at_least("chain_directions", self.chain_directions, 0)
+    if self.chain_directions:
+      hops = {t.hops for t in TEMPLATES.values() if t.directions == self.chain_directions
+              and t.directions > 1}
+      wanted = {h + 1 for h, x in enumerate(w) if x > 0}
+      if not hops or not wanted <= hops:
+        raise ValueError(f"chain_directions={self.chain_directions}: the chain templates with "
+                         f"that many directions have hops {sorted(hops)}; hop_weights {w} "
+                         f"also weighs hops {sorted(wanted - hops)}")
 
 
 def query_seed(seed: int, k: int) -> int:
@@ -75,9 +90,13 @@ def _draw(rng: random.Random, difficulty: Difficulty):
   parallel = hops > 1 and rng.random() < difficulty.p_parallel
   # No draw at p_direction = 0: the streams stay those of before the knob.
   direction = difficulty.p_direction > 0 and rng.random() < difficulty.p_direction
-  template = TEMPLATES[rng.choice(sorted(
-      t.name for t in TEMPLATES.values()
-      if t.hops == hops and t.parallel == parallel and (t.direction or not direction)))]
+  if difficulty.chain_directions:
+    names = [t.name for t in TEMPLATES.values()
+             if t.hops == hops and t.directions == difficulty.chain_directions]
+  else:
+    names = [t.name for t in TEMPLATES.values() if t.directions <= 1 and t.hops == hops
+             and t.parallel == parallel and (t.direction or not direction)]
+  template = TEMPLATES[rng.choice(sorted(names))]
   while True:
     world = make_world(rng)
     try:

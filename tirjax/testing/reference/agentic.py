@@ -12,24 +12,33 @@ from tirjax.testing.reference.group import _result
 from tirjax.testing.reference.stats import groups, valid_steps, zscore_conventions
 
 
-def _group_zscores(batch: dict, conv: dict) -> dict[int, float]:
+def _group_zscores(batch: dict, conv: dict, per_step: bool = False) -> dict[int, float]:
+  """Each row's z-score of R_out in its group; `per_step`: every row's R_out counted once per
+  valid step it has (verl-agent's statistics across step rows)."""
   out = {}
   for rows in groups(batch).values():
-    out.update(zip(rows, stats.zscore([float(batch["outcome"][b]) for b in rows], **conv)))
+    if not per_step:
+      out.update(zip(rows, stats.zscore([float(batch["outcome"][b]) for b in rows], **conv)))
+      continue
+    members = [b for b in rows for _ in valid_steps(batch, b)]
+    z = stats.zscore([float(batch["outcome"][b]) for b in members], **conv)
+    out.update({b: 0.0 for b in rows})
+    out.update(dict(zip(members, z)))
   return out
 
 
 def gigpo(batch: dict, gamma: float = 0.95, omega: float = 1.0, anchor: str = "state",
-          zscore=None) -> dict:
+          zscore=None, episode_stats: str = "trajectory") -> dict:
   """GiGPO (Feng et al. 2025, Eq. 3-8): A^E(τ_j) + ω · A^S(s_{j,t}).
 
   A^E: z-score of R_out in the query's group. Step groups: the (row, step) pairs of a query
   with the same anchor, the recorded state id ("state") or the same parent node, the query's
   root for a first step ("prefix"). A^S: z-score of the step's discounted return
-  γ^(T_j − t) · R_out (t 1-based) within its step group.
+  γ^(T_j − t) · R_out (t 1-based) within its step group. `episode_stats="step"`: A^E's
+  statistics over the group's (row, step) pairs instead of its rows (verl-agent's).
   """
   conv = zscore_conventions(zscore)
-  episode = _group_zscores(batch, conv)
+  episode = _group_zscores(batch, conv, per_step=episode_stats == "step")
   members = defaultdict(list)  # anchor -> [(row, step, return)]
   for g, rows in groups(batch).items():
     for b in rows:

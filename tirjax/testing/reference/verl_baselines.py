@@ -1,8 +1,8 @@
 """References of verl's outcome-level estimators (SPEC §4.4), from their papers, with loops.
 
 reinforce_plus_plus and reinforce_plus_plus_baseline (Hu 2025), remax (Li et al. 2023), opo
-(Hao et al. 2025), gpg (Chu et al. 2025), grpo_passk (Chen et al. 2025). The token-level two
-also return `tokens` [B, L]; their step value is the mean of the step's token advantages and
+(Hao et al. 2025), gpg (Chu et al. 2025), grpo_passk (Tang et al. 2025, arXiv 2503.19595). The
+token-level two also return `tokens` [B, L]; their step value is the mean of the step's token advantages and
 their row value the mean of the row's.
 """
 

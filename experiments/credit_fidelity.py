@@ -1,0 +1,252 @@
+"""Credit fidelity on real rollouts (SPEC §4.5): where each estimator puts credit.
+
+    python -m experiments.credit_fidelity --policy=runs/default \\
+        --out=benchmarks/results/credit_fidelity
+
+From a policy (an HF checkpoint directory, or a run directory's `hf_export/`, e.g. the default's
+warm start), samples the first `--queries` train queries of `--config`'s environment (toolworld)
+at the rollout temperature, in batches of the config's `train.queries_per_step` queries as an
+RL step does (each query also with one greedy episode, ReMax's baseline): once as independent
+groups (`rollout.n` rows each) and once as PORTool trees of the same queries (n leaves, branching `rollout.tree`). Every turn is
+labelled from the ground-truth plan (`failures.turn_labels`), every registered estimator's
+advantages (its SPEC-default options) are computed on each batch, and the measures of
+`tirjax.credit.fidelity` are reported per estimator and rollout kind, with bootstrap 95% CIs
+over queries. An estimator's headline row is on its own rollouts: trees for the tree
+estimators (`TREE_ESTIMATORS`), independent groups for the others.
+
+Writes `<out>.json`, `<out>.md` and `<out>.png` (AUC and collateral blame with their CIs);
+an existing result is never overwritten. Results: benchmarks/results/credit_fidelity.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+import types
+
+import numpy as np
+from flax import nnx
+
+from tirjax import advantages
+from tirjax.credit import fidelity as fid
+from tirjax.env.toolworld.failures import RIGHT, TURN_KINDS
+from tirjax.episodes import judging, rollout
+from tirjax.models.hf_io import load_hf
+from tirjax.reporting import benchmark
+from tirjax.trainer import resolve, samplers
+from tirjax.trainer.tasks import TaskSource, load_tokenizer
+
+DEFAULT_CONFIG = "configs/hidifftir.py:model=tiny"
+KINDS = ("independent", "tree")
+TREE_ESTIMATORS = ("portool", "tree_grpo")
+
+
+def own_kind(name: str) -> str:
+  return "tree" if name in TREE_ESTIMATORS else "independent"
+
+
+def sample_batches(exp, sampler, tokenizer, tasks, judge, kind: str, seed: int):
+  """(rollouts, labels) per batch of `train.queries_per_step` tasks, in `kind` mode."""
+  opts = dataclasses.replace(exp.rollout, mode=kind, greedy_baseline=True)  # remax's baseline
+  per = exp.train.queries_per_step
+  for i, start in enumerate(range(0, len(tasks), per)):
+    chunk = tasks[start:start + per]
+    batch = rollout(sampler, tokenizer, chunk, opts, judge, np.random.default_rng([seed, i]))
+    by_id = {t.task_id: t for t in chunk}
+    yield batch.rollouts, fid.episode_labels(batch.episodes, by_id.get,
+                                             batch.rollouts.num_rows)
+
+
+def by_label(turns: fid.TurnTable) -> dict:
+  """Per label (right and each wrong kind): turns, mean advantage, shares < 0 and = 0."""
+  out = {}
+  for label in (RIGHT,) + TURN_KINDS:
+    sel = turns.label == label
+    if sel.any():
+      a = turns.advantage[sel]
+      out[label] = {"turns": int(sel.sum()), "mean_advantage": float(a.mean()),
+                    "negative": float((a < 0).mean()), "zero": float((a == 0).mean())}
+  return out
+
+
+def batch_stats(rollouts_list, labels_list) -> dict:
+  """What the rollouts hold: success rate, mixed and all-fail groups, turns per label."""
+  outcomes, mixed, all_fail, labels = [], [], [], []
+  for r, lab in zip(rollouts_list, labels_list):
+    valid = np.asarray(r.row_valid, bool)
+    group, outcome = np.asarray(r.group_id)[valid], np.asarray(r.outcome)[valid]
+    outcomes.append(outcome)
+    for g in np.unique(group):
+      o = outcome[group == g]
+      mixed.append(np.ptp(o) > 0)
+      all_fail.append(not (o > 0).any())
+    labels += [x for row in lab if row is not None for x in row]
+  labels = np.asarray(labels)
+  return {"rows": int(sum(len(o) for o in outcomes)), "groups": len(mixed),
+          "success_rate": float(np.concatenate(outcomes).__gt__(0).mean()),
+          "mixed_groups": float(np.mean(mixed)), "all_fail_groups": float(np.mean(all_fail)),
+          "turns": int(labels.size),
+          "turn_labels": {k: float((labels == k).mean()) for k in (RIGHT,) + TURN_KINDS}}
+
+
+def measure(config, policy: str, queries: int, out: str, resamples: int = 1000,
+            command: str = "") -> dict:
+  """Samples, labels and measures as the module docstring says; writes and returns it."""
+  for ext in (".json", ".md", ".png"):
+    if os.path.exists(out + ext):
+      raise FileExistsError(f"out: {out + ext} exists; choose another --out (results are "
+                            "never overwritten)")
+  from experiments.evaluate import policy_directory  # one reading of --policy
+  checkpoint = policy_directory(policy)
+  with config.unlocked():
+    config.model.hf_checkpoint = checkpoint
+    config.sft.steps = 0
+  exp = resolve.resolve(config)
+  if exp.env.name != "toolworld":
+    raise ValueError(f"env.name={exp.env.name}: turn labels need toolworld's ground-truth plans "
+                     "and failure kinds")
+  info, start = benchmark.machine(), time.perf_counter()
+  tokenizer = load_tokenizer(checkpoint)
+  source = TaskSource(exp.env, seed=exp.seed)
+  sampler = None
+  names = advantages.names()
+  results = {kind: {} for kind in KINDS}
+  stats = {}
+  try:
+    tasks = source.tasks("train", queries)
+    judge = judging.make_judge(exp.judge)
+    graphdef, params = nnx.split(load_hf(checkpoint))
+    state = types.SimpleNamespace(params=params, policy_version=0)
+    sampler = samplers.make_sampler(exp.sampler, exp.step.logprob_chunk_size, graphdef, state,
+                                    os.path.dirname(out) or ".", checkpoint, exp.rollout)
+    for kind in KINDS:
+      batches = list(sample_batches(exp, sampler, tokenizer, tasks, judge, kind, exp.seed))
+      stats[kind] = batch_stats(*zip(*batches))
+      for name in names:
+        est = advantages.get(name)
+        tables = []
+        for i, (r, labels) in enumerate(batches):
+          table = fid.turn_table(r, np.asarray(est(r, est.make_options()).tokens), labels)
+          tables.append(dataclasses.replace(table, query=table.query + i * r.num_rows))
+        turns = fid.concat(tables)
+        results[kind][name] = {"measures": fid.fidelity(turns),
+                               "ci95": fid.bootstrap_ci(turns, resamples, seed=exp.seed),
+                               "by_label": by_label(turns)}
+  finally:
+    if sampler is not None:
+      sampler.close()
+    source.close()
+  result = {"command": command or "experiments.credit_fidelity.measure", "policy": policy,
+            "checkpoint": checkpoint, "queries": len(tasks),
+            "queries_per_batch": exp.train.queries_per_step, "rows_per_query": exp.rollout.n,
+            "temperature": exp.rollout.temperature,
+            "tree_branching": exp.rollout.tree.branch_factor, "bootstrap_resamples": resamples,
+            "own": {name: own_kind(name) for name in names}, "rollouts": stats,
+            "estimators": results, "seconds": round(time.perf_counter() - start, 1),
+            "machine": info}
+  benchmark.write_result(out + ".json", result)
+  benchmark.write_markdown(out + ".md", markdown(result))
+  figure(result, out + ".png")
+  return result
+
+
+def _fmt(measures: dict, ci: dict, key: str) -> str:
+  v = measures.get(key)
+  if v is None:
+    return "–"
+  lo_hi = ci.get(key)
+  return f"{v:.3f} [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else f"{v:.3f}"
+
+
+def markdown(result: dict) -> str:
+  cpu = result["machine"].get("cpu_id", {})
+  lines = ["# Credit fidelity on real rollouts (SPEC §4.5)\n",
+           f"Policy `{result['checkpoint']}`; {result['queries']} train queries in batches of "
+           f"{result['queries_per_batch']}, {result['rows_per_query']} rows each at T = "
+           f"{result['temperature']} (trees: branching {result['tree_branching']}); 95% CIs "
+           f"from {result['bootstrap_resamples']} bootstrap resamples of queries. Machine: "
+           f"{result['machine'].get('cpu', '')} (family {cpu.get('family')}, model "
+           f"{cpu.get('model')}), {result['machine'].get('cpus')} cores. "
+           f"{result['seconds']} s.\n"]
+  for kind, s in result["rollouts"].items():
+    labels = ", ".join(f"{k} {v:.3f}" for k, v in s["turn_labels"].items() if v)
+    lines.append(f"- {kind}: {s['rows']} rows, success {s['success_rate']:.3f}, mixed groups "
+                 f"{s['mixed_groups']:.3f}, all-fail groups {s['all_fail_groups']:.3f}; "
+                 f"{s['turns']} turns: {labels}")
+  header = ("| estimator | rollouts | AUC | AUC within queries | AUC within all-fail queries "
+            "| wrong → A<0 | collateral blame | free credit | no signal | no signal, all-fail "
+            "groups |")
+  for title, pick in (("On its own rollouts", lambda n: [result["own"][n]]),
+                      ("On both rollout kinds", lambda n: list(KINDS))):
+    lines += ["", f"## {title}\n", header, "|" + " --- |" * (len(fid.MEASURES) + 2)]
+    for name in sorted(result["own"]):
+      for kind in pick(name):
+        e = result["estimators"][kind][name]
+        lines.append(f"| {name} | {kind} | " + " | ".join(
+            _fmt(e["measures"], e["ci95"], k) for k in fid.MEASURES) + " |")
+  lines += ["", "## Mean advantage by turn label (own rollouts)\n",
+            "| estimator | " + " | ".join((RIGHT,) + TURN_KINDS) + " |",
+            "|" + " --- |" * (len(TURN_KINDS) + 2)]
+  for name in sorted(result["own"]):
+    e = result["estimators"][result["own"][name]][name]["by_label"]
+    lines.append(f"| {name} | " + " | ".join(
+        f"{e[k]['mean_advantage']:+.3f}" if k in e else "–" for k in (RIGHT,) + TURN_KINDS)
+        + " |")
+  return "\n".join(lines) + "\n"
+
+
+def figure(result: dict, path: str) -> None:
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  names = sorted(result["own"], key=lambda n: -(result["estimators"][result["own"][n]][n]
+                                                ["measures"]["auc_query"] or 0))
+  fig, axes = plt.subplots(1, 3, figsize=(15, 0.32 * len(names) + 1.5), sharey=True)
+  for ax, key, title in ((axes[0], "auc_query", "AUC of right vs wrong turns, within queries"),
+                         (axes[1], "collateral_blame", "collateral blame"),
+                         (axes[2], "no_signal_all_fail", "no signal in all-fail groups")):
+    for y, name in enumerate(names):
+      e = result["estimators"][result["own"][name]][name]
+      v, ci = e["measures"][key], e["ci95"][key]
+      if v is None:
+        continue
+      err = [[v - ci[0]], [ci[1] - v]] if ci else None
+      ax.errorbar(v, y, xerr=err, fmt="o", color="#1f77b4" if result["own"][name] ==
+                  "independent" else "#d62728", capsize=3)
+    ax.set_title(title)
+    ax.grid(axis="x", alpha=0.3)
+  axes[0].axvline(0.5, color="#9a9a9a", lw=1)
+  axes[0].set_yticks(range(len(names)), [f"{n} ({result['own'][n]})" for n in names])
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def _main() -> None:
+  from absl import app, flags  # pylint: disable=import-outside-toplevel
+  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
+
+  config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "the experiment config whose "
+                                  "environment, rollout protocol and judge the rollouts follow",
+                                  lock_config=True)
+  policy = flags.DEFINE_string("policy", None, "an HF checkpoint directory or a run directory")
+  out = flags.DEFINE_string("out", None, "output path prefix (.json, .md and .png are added)")
+  queries = flags.DEFINE_integer("queries", 256, "train queries to sample", lower_bound=1)
+  resamples = flags.DEFINE_integer("bootstrap", 1000, "bootstrap resamples", lower_bound=1)
+  flags.mark_flags_as_required(["policy", "out"])
+
+  def main(argv):
+    if len(argv) > 1:
+      raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    result = measure(flags.FLAGS.config, policy.value, queries.value, out.value,
+                     resamples.value,
+                     command="python -m experiments.credit_fidelity " + " ".join(sys.argv[1:]))
+    print(markdown(result))
+
+  app.run(main)
+
+
+if __name__ == "__main__":
+  _main()

@@ -1,0 +1,140 @@
+"""The credit testbed's verdict: the ablation against the prediction written before it, and
+whether credit fidelity predicts learning (issue 37).
+
+    python -m experiments.credit_verdict runs/credit \\
+        --prediction=benchmarks/results/ablation_credit/prediction.json \\
+        --out=benchmarks/results/ablation_credit/verdict
+
+Reads the grid's run directories (`experiments.ablate --config=configs/ablate.py:grid=credit`),
+the prediction (a JSON file committed before the grid ran: the fidelity result it was read
+from, each claim as a cell, its comparator and the least greedy-accuracy gain over it, and the
+predicted order of the cells) and that fidelity result. Writes `<out>.json` and `<out>.md`:
+each cell's greedy-accuracy gain over its warm start (mean and 95% CI over seeds), the paired
+difference from each claim's comparator with its p-value (two-sided paired t-test), whether
+each claim held (difference at least the predicted one and p < 0.05), and Spearman's rank
+correlation between the cells' fidelity and their mean gains, with its p-value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Optional, Sequence
+
+import numpy as np
+import scipy.stats
+
+from tirjax.reporting import benchmark, runs, stats
+
+GAIN = "gain/accuracy"
+
+
+def gains_by_cell(study_dirs: Sequence[str]) -> dict[str, dict[int, float]]:
+  """{cell label: {seed: greedy-accuracy gain}} of the finished RL runs (warm starts left out)."""
+  study = runs.load_run_dirs(list(study_dirs))
+  out: dict[str, dict[int, float]] = {}
+  for run in study.runs:
+    if run.state == runs.OK and run.final.get(GAIN) is not None:
+      out.setdefault(run.label, {})[run.seed] = float(run.final[GAIN])
+  return out
+
+
+def fidelity_of(result: dict, measure: str) -> dict[str, float]:
+  """Each estimator's `measure` on its own rollouts, from a `credit_fidelity` result."""
+  return {name: result["estimators"][kind][name]["measures"][measure]
+          for name, kind in result["own"].items()
+          if result["estimators"][kind][name]["measures"][measure] is not None}
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> dict:
+  rho, p = scipy.stats.spearmanr(x, y)
+  return {"rho": None if np.isnan(rho) else float(rho), "p_value": None if np.isnan(p)
+          else float(p), "n": len(x)}
+
+
+def verdict(gains: dict[str, dict[int, float]], prediction: dict, fidelity: dict) -> dict:
+  cells = {}
+  for label, by_seed in sorted(gains.items()):
+    ci = stats.mean_ci(list(by_seed.values()))
+    cells[label] = {"seeds": sorted(by_seed), "gain": ci.mean, "ci95": [ci.low, ci.high]}
+  claims = []
+  for claim in prediction["claims"]:
+    a, b = gains.get(claim["cell"], {}), gains.get(claim["vs"], {})
+    seeds = sorted(set(a) & set(b))
+    p = stats.paired([a[s] for s in seeds], [b[s] for s in seeds])
+    held = (p.diff.mean is not None and p.p_value is not None
+            and p.diff.mean >= claim["at_least"] and p.diff.mean > 0 and p.p_value < 0.05)
+    claims.append({**claim, "seeds": seeds, "difference": p.diff.mean,
+                   "ci95": [p.diff.low, p.diff.high], "p_value": p.p_value, "sd": p.sd,
+                   "detectable": stats.detectable_difference(p.sd, p.n), "held": held})
+  measure = prediction.get("measure", "auc")
+  fid = fidelity_of(fidelity, measure)
+  both = [c for c in cells if c in fid and cells[c]["gain"] is not None]
+  predicted = [c for c in prediction.get("order", []) if c in cells]
+  return {"cells": cells, "claims": claims,
+          "fidelity_measure": measure, "fidelity": {c: fid[c] for c in both},
+          "spearman_fidelity_gain": spearman([fid[c] for c in both],
+                                             [cells[c]["gain"] for c in both]),
+          "spearman_predicted_order_gain": spearman(
+              list(range(len(predicted), 0, -1)), [cells[c]["gain"] for c in predicted])}
+
+
+def markdown(result: dict) -> str:
+  lines = ["# Credit testbed: the ablation against its prediction\n",
+           f"Prediction: `{result['prediction_path']}` (written before training); fidelity: "
+           f"`{result['fidelity_path']}`.\n", "| cell | seeds | greedy gain | 95% CI |",
+           "| --- | ---: | ---: | --- |"]
+  for label, c in result["cells"].items():
+    lo, hi = c["ci95"]
+    ci = f"[{lo:+.3f}, {hi:+.3f}]" if lo is not None else "n/a"
+    lines.append(f"| {label} | {len(c['seeds'])} | {c['gain']:+.3f} | {ci} |")
+  lines += ["", "| claim | at least | predicted to hold | measured (paired) | p | detectable at "
+                "80% power | held |", "| --- | ---: | --- | --- | ---: | ---: | --- |"]
+  for c in result["claims"]:
+    d = "n/a" if c["difference"] is None else (
+        f"{c['difference']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]"
+        if c["ci95"][0] is not None else f"{c['difference']:+.3f}")
+    p = "n/a" if c["p_value"] is None else f"{c['p_value']:.3f}"
+    det = "n/a" if c["detectable"] is None else f"{c['detectable']:.3f}"
+    predicted = {True: "yes", False: "no"}.get(c.get("predicted_to_hold"), "–")
+    lines.append(f"| {c['cell']} − {c['vs']} | {c['at_least']:+.3f} | {predicted} | {d} | {p} | "
+                 f"{det} | {'yes' if c['held'] else 'no'} |")
+  s, o = result["spearman_fidelity_gain"], result["spearman_predicted_order_gain"]
+  fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+  lines += ["", f"Spearman ρ between the cells' fidelity ({result['fidelity_measure']}, own "
+                f"rollouts) and their mean gains: {fmt(s['rho'])} (p = {fmt(s['p_value'])}, "
+                f"{s['n']} cells); between the predicted order and the gains: {fmt(o['rho'])} "
+                f"(p = {fmt(o['p_value'])})."]
+  return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[list] = None) -> None:
+  from absl import app, flags  # pylint: disable=import-outside-toplevel
+  prediction = flags.DEFINE_string("prediction", None, "the prediction JSON")
+  out = flags.DEFINE_string("out", None, "output path prefix (.json and .md are added)")
+  flags.mark_flags_as_required(["prediction", "out"])
+
+  def run(argv):
+    if len(argv) < 2:
+      raise app.UsageError("give the grid's workdir (or its run directories)")
+    with open(prediction.value) as f:
+      pred = json.load(f)
+    with open(pred["fidelity"]) as f:
+      fid = json.load(f)
+    result = verdict(gains_by_cell(argv[1:]), pred, fid)
+    result.update(prediction_path=prediction.value, fidelity_path=pred["fidelity"],
+                  command="python -m experiments.credit_verdict " + " ".join(sys.argv[1:]),
+                  machine=benchmark.machine(jax_info=False))
+    for ext in (".json", ".md"):
+      if os.path.exists(out.value + ext):
+        raise app.UsageError(f"--out: {out.value + ext} exists (never overwritten)")
+    benchmark.write_result(out.value + ".json", result)
+    benchmark.write_markdown(out.value + ".md", markdown(result))
+    print(markdown(result))
+
+  app.run(run, argv)
+
+
+if __name__ == "__main__":
+  main()
