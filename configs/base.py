@@ -85,6 +85,10 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   # (checked only by `resolve`: a dataset file need not exist to build one).
   for name, options in sections.SECTIONS.items():
     c[name] = config_from_dataclass(options, omit=sections.DERIVED.get(name, ()))
+  # RL's update and log-prob passes forward each query group once, as a packed forest: the
+  # padded path's loss and gradients (issue 38; tests/test_packed_update.py), 12x faster on
+  # `make run`'s rollouts (benchmarks/results/bench_update_cpu.json). False: the padded path.
+  c.step.packed = True
   env = presets.get("env", "toolworld")
   c.model.preset = presets.get("model", "tiny")
   c.env.update(name=env, data_path=DATA[env])

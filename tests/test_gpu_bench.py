@@ -36,6 +36,8 @@ def test_dry_run_writes_every_section(tmp_path):
                                     "assignment_sinkhorn"} <= names
   assert set(sections["logprobs"]["results"]) == {"logprobs", "logprobs_grad"}
   assert [r["batch"] for r in sections["sampler"]["sections"]["jax"]["throughput"]] == [2, 4]
+  update = sections["update"]["cases"]["synthetic"]
+  assert update["first_update_loss_rel_diff"] < 1e-5  # padded and packed: the same loss
   assert "target every kernel faster" in proc.stdout
 
 
@@ -50,4 +52,5 @@ def test_summary_reports_a_missing_section_as_not_run_never_as_a_pass(tmp_path):
   assert verdicts["MFU >= 0.40, qwen3_1p7b train step"] is None
   assert verdicts["logprobs: chunked memory <= 0.25x naive"] is True
   assert verdicts["every kernel faster than its CPU reference"] is None
+  assert [v for k, v in verdicts.items() if k.startswith("shared/packed update")] == [None]
   assert result["status"]["train_step"] == {"state": "failed(124)", "seconds": "270"}

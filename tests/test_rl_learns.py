@@ -33,6 +33,7 @@ from tirjax.config import set_key
 from tirjax.env import bandit
 from tirjax.models.logprobs import token_logprobs
 from tirjax.sampling.jax_sampler import JaxSampler
+from tirjax.training import packed
 
 STEPS = 16
 SETTINGS = {"sharding.num_devices": 1, "train.progress_bar": False, "train.export_final": False,
@@ -70,14 +71,21 @@ def _other_rows_logprobs(batch):
 
 class _FreshOldLogprobs:
   """A train step whose batch's old log-probs are recomputed under the current parameters
-  before every update: ρ = 1 at every update, so no clip can act."""
+  before every update: ρ = 1 at every update, so no clip can act. On the packed step (the
+  default) the mini-batch's row slots are recomputed from its packed sequences."""
 
   def __init__(self, step, graphdef, chunk_size):
-    self.step, self.placement = step, step.placement
+    self.step, self.placement, self.prepare = step, step.placement, step.prepare
     self.logp = jax.jit(lambda params, tokens, valid: token_logprobs(
         nnx.merge(graphdef, params), tokens, valid, chunk_size=chunk_size)[0])
+    self.packed_logp = jax.jit(lambda params, seqs: packed.row_logprobs(
+        nnx.merge(graphdef, params), seqs, chunk_size=chunk_size)[0])
 
   def __call__(self, state, batch):
+    if isinstance(batch, packed.PackedBatch):
+      fresh = self.packed_logp(state.params, batch.seqs)
+      rows = batch.rows.replace(old_logprobs=jnp.where(batch.rows.loss_mask, fresh, 0.0))
+      return self.step(state, batch.replace(rows=rows))
     fresh = self.logp(state.params, batch.tokens, batch.token_valid)
     return self.step(state, batch.replace(old_logprobs=jnp.where(batch.token_valid, fresh, 0.0)))
 

@@ -237,6 +237,10 @@ def test_every_section_resolves_to_its_typed_options(arg):
     ("sampler.eval_temperature", -0.5, r"sampler\.eval_temperature: must be >= 0"),
     ("step.logprob_chunk_size", 0, r"step\.logprob_chunk_size: must be an integer >= 1"),
     ("step.num_microbatches", 0, r"step\.num_microbatches: must be an integer >= 1"),
+    ("step.max_tokens_per_microbatch", 0,
+     r"step\.max_tokens_per_microbatch: must be an integer >= 1"),
+    ("step.attention_block", 0, r"step\.attention_block: must be an integer >= 1"),
+    ("step.bucket_steps", 0, r"step\.bucket_steps: must be an integer >= 1"),
     ("judge.abstention", "free", r"judge\.abstention: must be one of"),
     ("sampler.eval_samples", -1, r"sampler\.eval_samples: must be an integer >= 0"),
     ("train.ppo_epochs", 0, r"train\.ppo_epochs: must be an integer >= 1"),
@@ -253,6 +257,15 @@ def test_own_sections_name_the_bad_key(key, value, message):
     c[section][leaf] = value
   with pytest.raises(resolve.ConfigError, match=message):
     resolve.resolve(c)
+
+
+@pytest.mark.parametrize("name", ["grpo", "hidifftir", "portool"])
+def test_rl_updates_packed_and_sft_padded_by_default(name):
+  exp = resolve.resolve(load(name, "model=tiny"))
+  assert exp.step.packed and not exp.sft.step.packed  # SFT's demonstrations share no prefix
+  c = load(name, "model=tiny")
+  c.step.packed = False  # the padded path stays an option
+  assert not resolve.resolve(c).step.packed
 
 
 def test_tempered_policy_sets_the_step_temperature():

@@ -126,6 +126,14 @@ def global_max(value: int) -> int:
   return int(np.max(multihost_utils.process_allgather(np.int64(value))))
 
 
+def global_maxima(values) -> list[int]:
+  """Each entry's largest value over every process (one collective for all of them)."""
+  values = np.asarray(values, np.int64)
+  if not is_multiprocess():
+    return values.tolist()
+  return np.max(multihost_utils.process_allgather(values), axis=0).tolist()
+
+
 def allgather_objects(obj: Any) -> list:
   """Every process's picklable `obj`, in process order (`[obj]` with one process): host
   results too ragged for an array, such as a process's evaluation episodes."""

@@ -302,6 +302,11 @@ def _local_batch_shards(mesh: Mesh, batch_axes: tuple[str, ...]) -> int:
               if mesh.devices[idx].process_index == me})
 
 
+def local_batch_shards(mesh: Mesh, rules: Rules = DEFAULT_RULES) -> int:
+  """How many blocks of a batch-sharded array's rows this process's devices hold."""
+  return _local_batch_shards(mesh, _as_tuple(batch_spec(rules)[0]))
+
+
 def shard_batch(batch: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> Any:
   """Places a batch pytree (`Rollouts`, `Advantages`, arrays) with its leading axis over the
   batch mesh axes and every other axis replicated.

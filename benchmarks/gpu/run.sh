@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# tirjax on one GPU in under 8 minutes: train step, chunked log-probs, advantage kernels and
-# the JAX sampler, as one JSON file and a short table (issue 19).
+# tirjax on one GPU in under 10 minutes: train step, chunked log-probs, advantage kernels, the
+# JAX sampler and the padded vs shared/packed update (issue 38), as one JSON file and a short
+# table (issue 19).
 #
 #   benchmarks/gpu/run.sh [--dry-run] [--wheels] [--out=DIR]
 #
@@ -45,7 +46,8 @@ if [ "$DRY" = 1 ]; then
   LOGPROBS=(--batch=1 --length=256 --hidden=64 --vocab=4096 --chunk_size=128 --repeats=1)
   KERNELS=(--queries=4 --repeats=1 --ref_repeats=1)
   SAMPLER=(--preset=tiny --batches=2,4 --prompt_len=16 --new_tokens=8 --repeats=1)
-  LIMITS=(300 300 300 300)
+  UPDATE=(--preset=tiny --synthetic=128,2,4 --repeats=1)
+  LIMITS=(300 300 300 300 300)
 else
   export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.95}"
   TRAIN=(--gpu --presets=qwen3_0p6b,qwen3_1p7b --meshes=1x1x1 --length=4096 --repeats=3)
@@ -53,7 +55,10 @@ else
             --chunk_size=1024 --dtype=bfloat16 --repeats=5)
   KERNELS=(--queries=2048 --repeats=5 --ref_repeats=1)
   SAMPLER=(--preset=qwen3_0p6b --batches=64,256 --prompt_len=256 --new_tokens=256 --repeats=3)
-  LIMITS=(255 45 120 60)  # seconds per section: 8 min at most in all
+  # Padded against shared/packed update + KL reference pass (issue 38): 4 groups of 8 rows
+  # sharing a 4096-token prompt (BFCL-like), short responses.
+  UPDATE=(--preset=qwen3_0p6b --synthetic=4096,4,8 --repeats=2)
+  LIMITS=(255 45 120 60 120)  # seconds per section: 10 min at most in all
 fi
 TRAIN+=(--fit_microbatch)
 
@@ -78,4 +83,6 @@ section kernels "${LIMITS[2]}" -m experiments.bench_kernels "${KERNELS[@]}" \
   --json="$OUT/kernels.json"
 section sampler "${LIMITS[3]}" -m experiments.bench_sampler --sections=jax "${SAMPLER[@]}" \
   --json="$OUT/sampler.json"
+section update "${LIMITS[4]}" -m experiments.bench_update --cases=synthetic "${UPDATE[@]}" \
+  --json="$OUT/update.json"
 "$PY" benchmarks/gpu/summarize.py "$OUT" --dry_run="$DRY" "${status[@]}"

@@ -4,7 +4,9 @@
 
 Checks the issue-19 targets where the numbers exist: MFU >= 0.40 for the 1.7B size; chunked
 log-probs at <= 0.25x the naive peak memory and <= 1.25x its time; every kernel faster than its
-CPU loop reference. A section that is missing or failed is reported as such, never as a pass.
+CPU loop reference; and issue 38's: the shared/packed update + reference pass >= 4x the
+padded one on long shared prompts. A section that is missing or failed is reported as such,
+never as a pass.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from absl import app, flags
 flags.DEFINE_bool("dry_run", False, "The sections ran at tiny sizes on the CPU.")
 FLAGS = flags.FLAGS
 
-SECTIONS = ("train_step", "logprobs", "kernels", "sampler")
+SECTIONS = ("train_step", "logprobs", "kernels", "sampler", "update")
 
 
 def _load(directory: str, name: str):
@@ -61,6 +63,11 @@ def targets(data: dict) -> list[dict]:
   out.append({"target": "every kernel faster than its CPU reference",
               "value": f"{len(records) - len(slow)}/{len(records)} faster" if records else None,
               "holds": None if not records else not slow})
+  update = ((data.get("update") or {}).get("cases") or {}).get("synthetic")
+  speedup = update["speedup_total"] if update else None
+  out.append({"target": "shared/packed update + reference >= 4x padded (shared 4096-token "
+                        "prompts, short responses)", "value": speedup,
+              "holds": None if speedup is None else speedup >= 4.0})
   return out
 
 
@@ -84,6 +91,9 @@ def table(data: dict, status: dict) -> str:
   for r in ((data.get("sampler") or {}).get("sections", {}).get("jax", {})
             .get("throughput", [])):
     lines.append(f"jax sampler batch {r['batch']:4d}: {r['tokens_per_s']:10.0f} tokens/s")
+  for name, r in ((data.get("update") or {}).get("cases") or {}).items():
+    lines.append(f"update {name}: padded {r['padded']['total_s']:.2f} s, packed "
+                 f"{r['packed']['total_s']:.2f} s ({r['speedup_total']:.1f}x)")
   lines.append("")
   for t in targets(data):
     verdict = {True: "holds", False: "FAILS", None: "not measured"}[t["holds"]]

@@ -2,8 +2,9 @@
 
 Inputs are right-padded rows `tokens [B, L]` with a validity mask `token_valid [B, L]`.
 Positions are the running count of valid tokens (`cumsum(valid) − 1`), and a query attends to
-keys that are valid and not in its future. Logits at padding positions are finite but
-meaningless, whatever the padding ids.
+keys that are valid and not in its future. `packed_hidden` runs packed forests instead (rows
+sharing prefixes laid out once, `tirjax.models.tree_attention`). Logits at padding positions
+are finite but meaningless, whatever the padding ids.
 
 The `num_layers` decoder layers are created with `nnx.vmap` (every layer parameter gains a
 leading "layers" axis) and applied with `jax.lax.scan`, so compile time does not grow with
@@ -25,6 +26,7 @@ from flax import nnx
 
 from tirjax.models.config import ModelConfig
 from tirjax.models.layers import DecoderLayer, RMSNorm, normal, rope_tables
+from tirjax.models.tree_attention import TreeMask
 from tirjax.sharding import DEFAULT_RULES, Rules, constrain
 
 
@@ -53,16 +55,22 @@ class Decoder(nnx.Module):
 
   def hidden(self, tokens: jax.Array, token_valid: Optional[jax.Array] = None) -> jax.Array:
     """Final normalised hidden states `[B, L, hidden_size]` in `config.dtype`."""
-    cfg = self.config
     if token_valid is None:
       token_valid = jnp.ones(tokens.shape, bool)
     token_valid = token_valid.astype(bool)
     positions = jnp.maximum(jnp.cumsum(token_valid, axis=1) - 1, 0)
     length = tokens.shape[1]
     causal = jnp.tril(jnp.ones((length, length), bool))
-    mask = causal[None] & token_valid[:, None, :]
-    cos, sin = rope_tables(cfg, positions, cfg.dtype)
+    return self._layers(tokens, token_valid, positions, causal[None] & token_valid[:, None, :])
 
+  def packed_hidden(self, tokens: jax.Array, tree: TreeMask) -> jax.Array:
+    """Final hidden states `[S, N, hidden_size]` of packed forests `tokens [S, N]`: each
+    token's is the one it has in every padded row that carries it (`tree_attention`)."""
+    return self._layers(tokens, tree.valid, tree.positions, tree)
+
+  def _layers(self, tokens, token_valid, positions, mask) -> jax.Array:
+    cfg = self.config
+    cos, sin = rope_tables(cfg, positions, cfg.dtype)
     x = self.embed_tokens(tokens, token_valid)
     graphdef, layer_state = nnx.split(self.layers)
 

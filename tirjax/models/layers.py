@@ -16,6 +16,7 @@ import numpy as np
 from flax import nnx
 
 from tirjax.models.config import ModelConfig
+from tirjax.models.tree_attention import TreeMask
 from tirjax.sharding import Rules, constrain
 
 # Masked attention scores; finite so that a row without any valid key gives a uniform
@@ -119,7 +120,10 @@ class Attention(nnx.Module):
   def attend(self, q, k, v, mask):
     """q `[B, Lq, heads, hd]` over k/v `[B, Lk, kv_heads, hd]`; mask `[B, Lq, Lk]` → `[B, Lq, D]`.
 
-    Lk may exceed Lq: a decode step's one query reads every slot of a KV cache."""
+    Lk may exceed Lq: a decode step's one query reads every slot of a KV cache. `mask` may
+    also be a `TreeMask` (packed forests, Lq = Lk): each query block then reads its keys."""
+    if isinstance(mask, TreeMask):
+      return mask.attend(self.attend, q, k, v)
     cfg = self.cfg
     b, l = q.shape[:2]
     groups = cfg.num_heads // cfg.num_kv_heads
@@ -132,7 +136,8 @@ class Attention(nnx.Module):
     return jnp.einsum("blnh,nhd->bld", out, self.o_proj[...].astype(q.dtype))
 
   def __call__(self, x, cos, sin, mask):
-    """x `[B, L, D]`; cos/sin `[B, L, head_dim]`; mask `[B, L, L]` (query, key) → `[B, L, D]`."""
+    """x `[B, L, D]`; cos/sin `[B, L, head_dim]`; mask `[B, L, L]` (query, key) or a
+    `TreeMask` → `[B, L, D]`."""
     return self.attend(*self.qkv(x, cos, sin), mask)
 
 

@@ -80,6 +80,24 @@ def _rows_bwd(inv_temp, chunk, with_entropy, res, cotangents):
 _rows.defvjp(_rows_fwd, _rows_bwd)
 
 
+def _check(chunk_size: int, temperature: float) -> None:
+  if chunk_size < 1:
+    raise ValueError(f"chunk_size: must be >= 1, got {chunk_size}")
+  if not temperature > 0:
+    raise ValueError(f"temperature: must be > 0, got {temperature}")
+
+
+def _flat(h, w, t, chunk_size, temperature, with_entropy):
+  """(log p(t_n), H_n) of hidden states h `[n, D]` and targets t `[n]`, chunked."""
+  n = h.shape[0]
+  chunk = min(chunk_size, max(n, 1))
+  pad = -n % chunk
+  logp, entropy = _rows(jnp.pad(h, ((0, pad), (0, 0))), w,
+                        jnp.pad(t.astype(jnp.int32), (0, pad)), 1.0 / temperature, chunk,
+                        with_entropy)
+  return logp[:n], entropy[:n]
+
+
 def logprobs_from_hidden(hidden: jax.Array, unembedding: jax.Array, tokens: jax.Array,
                          token_valid: jax.Array, *, chunk_size: int,
                          temperature: float = 1.0, with_entropy: bool = False
@@ -94,26 +112,45 @@ def logprobs_from_hidden(hidden: jax.Array, unembedding: jax.Array, tokens: jax.
   chex.assert_rank(hidden, 3)
   chex.assert_equal_shape([tokens, token_valid])
   chex.assert_equal_shape_prefix([hidden, tokens], 2)
-  if chunk_size < 1:
-    raise ValueError(f"chunk_size: must be >= 1, got {chunk_size}")
-  if not temperature > 0:
-    raise ValueError(f"temperature: must be > 0, got {temperature}")
+  _check(chunk_size, temperature)
   b, l, d = hidden.shape
   n = b * (l - 1)
-  chunk = min(chunk_size, max(n, 1))
-  pad = -n % chunk
-  h = jnp.pad(hidden[:, :-1].reshape(n, d), ((0, pad), (0, 0)))
   targets = jnp.where(jnp.asarray(token_valid, bool), tokens, 0)[:, 1:]  # any padding ids
-  t = jnp.pad(targets.reshape(n).astype(jnp.int32), (0, pad))
-  logp, entropy = _rows(h, unembedding, t, 1.0 / temperature, chunk, with_entropy)
+  logp, entropy = _flat(hidden[:, :-1].reshape(n, d), unembedding, targets.reshape(n),
+                        chunk_size, temperature, with_entropy)
   token_valid = jnp.asarray(token_valid, bool)
   valid = jnp.pad(token_valid[:, 1:] & token_valid[:, :-1], ((0, 0), (1, 0)))
 
   def to_rows(x):
-    x = jnp.concatenate([jnp.zeros((b, 1), x.dtype), x[:n].reshape(b, l - 1)], axis=1)
+    x = jnp.concatenate([jnp.zeros((b, 1), x.dtype), x.reshape(b, l - 1)], axis=1)
     return jnp.where(valid, x, 0.0)
 
   return to_rows(logp), (to_rows(entropy) if with_entropy else None)
+
+
+def packed_logprobs(hidden: jax.Array, unembedding: jax.Array, tokens: jax.Array,
+                    prev: jax.Array, targets: jax.Array, *, chunk_size: int,
+                    temperature: float = 1.0, with_entropy: bool = False
+                    ) -> tuple[jax.Array, Optional[jax.Array]]:
+  """Log-probs `[S, Q]` of the packed tokens `targets [S, Q]` (indices into `tokens [S, N]`;
+  -1: none), each predicted from the hidden state of the token before it on its path,
+  `prev[i]` (-1 for a root, whose log-prob and entropy are 0); see
+  `tirjax.models.tree_attention`. Only the targets' `[Q, vocab]` logits are computed."""
+  chex.assert_rank([hidden, targets], [3, 2])
+  chex.assert_equal_shape([tokens, prev])
+  chex.assert_equal_shape_prefix([hidden, tokens, targets], 1)
+  _check(chunk_size, temperature)
+  s, q = targets.shape
+  take = jax.vmap(lambda x, i: x[i])  # per sequence
+  index = jnp.maximum(targets, 0)
+  before = take(prev, index)
+  has_prev = (targets >= 0) & (before >= 0)
+  h = take(hidden, jnp.maximum(before, 0))
+  logp, entropy = _flat(h.reshape(s * q, -1), unembedding,
+                        jnp.where(has_prev, take(tokens, index), 0).reshape(s * q),
+                        chunk_size, temperature, with_entropy)
+  shape = lambda x: jnp.where(has_prev, x.reshape(s, q), 0.0)
+  return shape(logp), (shape(entropy) if with_entropy else None)
 
 
 def token_logprobs(model, tokens: jax.Array, token_valid: jax.Array, *, chunk_size: int,

@@ -13,6 +13,13 @@ def count_compiles():
   return _count_events("/jax/core/compile/backend_compile_duration")
 
 
+def compiled_functions():
+  """Yields a list that collects the name of the function of every XLA compilation in the
+  block (`jit(<name>)`): a test counts one function's executables among everything else
+  that compiles (helpers, placement)."""
+  return _count_events("/jax/core/compile/backend_compile_duration", names=True)
+
+
 def count_traces():
   """Yields a list that collects every trace of a jitted function to a jaxpr in the block: a
   retrace shows here even where the persistent compilation cache spares the compile.
@@ -24,12 +31,12 @@ def count_traces():
 
 
 @contextlib.contextmanager
-def _count_events(name: str):
+def _count_events(name: str, names: bool = False):
   events = []
 
-  def listener(event, duration, **_):
+  def listener(event, duration, **kwargs):
     if event == name:
-      events.append(duration)
+      events.append(kwargs.get("fun_name") if names else duration)
 
   jax.monitoring.register_event_duration_secs_listener(listener)
   try:

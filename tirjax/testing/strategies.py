@@ -46,6 +46,27 @@ def general_paths(rng: np.random.Generator, group_sizes, max_depth: int,
                          np.array(num_steps), np.array(finished, bool))
 
 
+def mixed_rollouts(rng: np.random.Generator, trees=(5, 3), independent=(4, 1), general=(6,),
+                   *, num_rows: int, max_depth: int = 4, **kwargs) -> Rollouts:
+  """One batch of every kind of group: Algorithm-1 trees (f = 2), independent groups and
+  irregular trees (`general_paths`: rows that end inside one another or carry no step), of
+  these sizes, then padding rows (`synthetic.to_rollouts` kwargs: token layout, vocabulary)."""
+  parts = [synthetic.tree_paths(rng, trees, branching=2, max_depth=max_depth, finish_prob=0.3),
+           synthetic.independent_paths(rng, independent, max_depth=max_depth, finish_prob=0.5),
+           general_paths(rng, general, max_depth)]
+  groups = nodes = 0
+  fields = {k: [] for k in synthetic.Paths._fields}
+  for p in parts:
+    fields["group_id"].append(p.group_id + groups)
+    fields["node_id"].append(np.where(p.node_id >= 0, p.node_id + nodes, -1))
+    fields["num_steps"].append(p.num_steps)
+    fields["finished"].append(p.finished)
+    groups += int(p.group_id.max()) + 1
+    nodes += int(p.node_id.max(initial=-1)) + 1
+  paths = synthetic.Paths(*(np.concatenate(fields[k]) for k in synthetic.Paths._fields))
+  return synthetic.to_rollouts(rng, paths, num_rows=num_rows, max_steps=max_depth, **kwargs)
+
+
 @st.composite
 def group_sizes(draw, max_rows: int):
   sizes = draw(st.lists(st.integers(1, 8), min_size=1, max_size=8))

@@ -172,7 +172,8 @@ def resolve(c) -> Experiment:
       # 0 steps is not an error then).
       "optim": d["sft"]["optim"] if d["sft"]["steps"] != 0 else {},
       "demos": {**d["sft"]["demos"], "answer_protocol": rollout.answer_protocol},
-      "step": dataclasses.replace(step, log_entropy=False, temperature=1.0)})
+      # SFT's demonstrations share no prefixes: its step is the padded one.
+      "step": dataclasses.replace(step, log_entropy=False, temperature=1.0, packed=False)})
 
   # -- Rules that span sections ---------------------------------------------------------------
   if not model.hf_checkpoint:

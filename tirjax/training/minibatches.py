@@ -93,26 +93,24 @@ def update_passes(state, train_step, batch, group_id: np.ndarray, row_valid: np.
 
   Args:
     state: the train state (`tirjax.checkpoint.TrainState`).
-    train_step: a `tirjax.training.step.TrainStep` (its placement places each mini-batch).
+    train_step: a `tirjax.training.step.TrainStep` (its `prepare` makes each mini-batch: rows
+      gathered on device, or packed forests).
     batch: the rollout batch's `PolicyBatch` (host arrays, or global arrays).
     group_id, row_valid: [B] the batch's group ids and valid rows, whole on every process.
 
   Returns:
     The state after every update, and each update's metrics (host values), in order.
   """
-  place = train_step.placement
-  if num_minibatches > 1:  # on device once; each mini-batch is gathered from it
-    batch = jax.device_put(batch, place.batch)
+  select = train_step.prepare(batch, group_id)  # rows -> the step's input (None: all)
   updates = []
   for epoch in range(ppo_epochs):
     if num_minibatches == 1:
-      minibatches = [batch]
+      minibatches = [None]
     else:
-      rows = minibatch_rows(group_id, row_valid, num_minibatches,
-                            np.random.default_rng([seed, step, epoch]))
-      minibatches = (gather_rows(batch, r, place.batch) for r in rows)
-    for minibatch in minibatches:
-      state, metrics = train_step(state, minibatch)
+      minibatches = minibatch_rows(group_id, row_valid, num_minibatches,
+                                   np.random.default_rng([seed, step, epoch]))
+    for rows in minibatches:
+      state, metrics = train_step(state, select(rows))
       updates.append(jax.device_get(jax.block_until_ready(metrics)))
   jax.block_until_ready(state.params)
   return state, updates

@@ -8,7 +8,9 @@
 
 With β = 0 (PORTool) nothing is computed and no reference copy of the weights is needed.
 The log-probs use the policy step's chunking, micro-batching and temperature, so that
-`ref − logp` compares the same distributions.
+`ref − logp` compares the same distributions. On the packed path (`step.packed`) both
+passes fill the generated tokens (`loss_mask`) only, 0 elsewhere, as the samplers' own
+`old_logprobs` are: nothing reads them elsewhere (the loss masks them).
 """
 
 from __future__ import annotations
@@ -22,15 +24,19 @@ from tirjax.loss.objective import LossOptions
 from tirjax.models.logprobs import token_logprobs
 from tirjax.rollouts import Rollouts
 from tirjax.training.batches import merge_microbatches, split_microbatches
+from tirjax.training.packed import PackedLogprobs
 from tirjax.training.step import Placement, StepOptions, placed_copy
 
 
 class TokenLogprobs:
-  """`(params, tokens, token_valid) -> [B, L]` log-probs under `params`, with the policy
-  step's chunking, micro-batching and temperature; `jitted` is the compiled function."""
+  """`(params, tokens, token_valid, group_id) -> [B, L]` log-probs under `params`, with the
+  policy step's chunking, micro-batching and temperature; `jitted` is the compiled function.
+  With `opts.packed` each query group (`group_id`, then required) is forwarded once as a
+  packed forest (`tirjax.training.packed.PackedLogprobs`): the same log-probs."""
 
   def __init__(self, graphdef: nnx.GraphDef, place: Placement, opts: StepOptions = StepOptions()):
     self.placement = place
+    self.packed = PackedLogprobs(graphdef, place, opts) if opts.packed else None
 
     def logprobs(params, tokens, token_valid):
       model = nnx.merge(graphdef, params)
@@ -45,7 +51,16 @@ class TokenLogprobs:
     self.jitted = jax.jit(logprobs, in_shardings=(place.params, place.batch, place.batch),
                           out_shardings=place.batch)
 
-  def __call__(self, params: nnx.State, tokens: jax.Array, token_valid: jax.Array) -> jax.Array:
+  def __call__(self, params: nnx.State, tokens: jax.Array, token_valid: jax.Array,
+               group_id: Optional[jax.Array] = None, needed: Optional[jax.Array] = None
+               ) -> jax.Array:
+    """`needed [B, L]`: the tokens whose log-probs are wanted; the packed pass computes
+    those only (0 elsewhere), the padded one every token."""
+    if self.packed is not None:
+      if group_id is None:
+        raise ValueError("group_id: the packed log-prob pass (step.packed) needs each row's "
+                         "query group")
+      return self.packed(params, tokens, token_valid, group_id, needed)
     tokens, token_valid = jax.device_put((tokens, token_valid), self.placement.batch)
     with jax.set_mesh(self.placement.mesh):
       return self.jitted(params, tokens, token_valid)
@@ -64,8 +79,10 @@ class ReferencePolicy:
     self.params = placed_copy(params, place.params)
     self.fn = TokenLogprobs(graphdef, place, opts)
 
-  def logprobs(self, tokens: jax.Array, token_valid: jax.Array) -> jax.Array:
-    return self.fn(self.params, tokens, token_valid)
+  def logprobs(self, tokens: jax.Array, token_valid: jax.Array,
+               group_id: Optional[jax.Array] = None, needed: Optional[jax.Array] = None
+               ) -> jax.Array:
+    return self.fn(self.params, tokens, token_valid, group_id, needed)
 
 
 def with_policy_logprobs(rollouts: Rollouts, logprobs: TokenLogprobs, params: nnx.State
@@ -75,7 +92,8 @@ def with_policy_logprobs(rollouts: Rollouts, logprobs: TokenLogprobs, params: nn
   first update's ratio is 1 whatever the sampler reports (verl's actor recomputes them so).
   Needed when the policy is the tempered one (`train.tempered_policy`): the samplers report
   the raw model's log-probs."""
-  return rollouts.replace(old_logprobs=logprobs(params, rollouts.tokens, rollouts.token_valid))
+  return rollouts.replace(old_logprobs=logprobs(params, rollouts.tokens, rollouts.token_valid,
+                                                rollouts.group_id, rollouts.loss_mask))
 
 
 def with_reference_logprobs(rollouts: Rollouts, reference: Optional[ReferencePolicy],
@@ -87,4 +105,5 @@ def with_reference_logprobs(rollouts: Rollouts, reference: Optional[ReferencePol
   if reference is None:
     raise ValueError(f"reference: a ReferencePolicy is required when kl_coef > 0 "
                      f"(kl_coef={loss_opts.kl_coef})")
-  return rollouts.replace(ref_logprobs=reference.logprobs(rollouts.tokens, rollouts.token_valid))
+  return rollouts.replace(ref_logprobs=reference.logprobs(rollouts.tokens, rollouts.token_valid,
+                                                          rollouts.group_id, rollouts.loss_mask))

@@ -33,6 +33,7 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -45,6 +46,7 @@ from tirjax.models.logprobs import token_logprobs
 from tirjax.training import optimizer as optimizer_lib
 from tirjax.training import sft as sft_lib
 from tirjax.training.batches import PolicyBatch, SFTBatch, split_microbatches
+from tirjax.training.minibatches import gather_rows
 
 # loss_fn(model, micro_batch) -> (objective, stats, counts): the objective's `sum` is
 # differentiated; `stats` (a pytree of `Mean` / `Summary`) are merged across micro-batches and
@@ -59,6 +61,20 @@ class StepOptions:
   Attributes:
     num_microbatches: sequential micro-batches per step; must divide the batch's rows (for
       balanced devices, rows / num_microbatches should be a multiple of the batch shards).
+      Packed: at least this many (the token budget may need more).
+    packed: the policy step and its log-prob passes (reference, π_old) forward each query
+      group once as a packed forest: every shared prefix (a group's prompt, a tree's shared
+      steps) computed once, no padding (`tirjax.training.packed`); micro-batches by
+      `max_tokens_per_microbatch`. False: every `[B, L]` row whole (the padded path). The
+      SFT step is always padded (its demonstrations share no prefixes).
+    max_tokens_per_microbatch: packed tokens per batch shard per micro-batch (a query group
+      is never split: a longer one is a micro-batch of its own).
+    attention_block: packed attention's query block (each block reads its first token's
+      ancestors and itself: cost ∝ tokens × (longest row + block)).
+    bucket_steps: packed sizes per octave of the sequence length and the keys per block
+      (`packing.bucket`): more sizes, less padding computed but more compilations (2: ≤ 50%,
+      ~20% on average; a run of the tiny model, whose updates take well under a second,
+      does best with few; a large model's steps outweigh a compilation).
     logprob_chunk_size: positions whose `[chunk, vocab]` logits are materialised at a time.
     temperature: log-probs are taken of softmax(logits / temperature). Keep 1 (the default):
       both samplers report `old_logprobs` under the raw model (temperature 1, no top-p), so
@@ -68,12 +84,20 @@ class StepOptions:
   """
 
   num_microbatches: int = 1
+  packed: bool = False
+  max_tokens_per_microbatch: int = 16384
+  attention_block: int = 64
+  bucket_steps: int = 2
   logprob_chunk_size: int = 1024
   temperature: float = 1.0
   log_entropy: bool = False
 
   def __post_init__(self):
     option_checks.int_at_least("num_microbatches", self.num_microbatches, 1)
+    option_checks.flag("packed", self.packed)
+    option_checks.int_at_least("max_tokens_per_microbatch", self.max_tokens_per_microbatch, 1)
+    option_checks.int_at_least("attention_block", self.attention_block, 1)
+    option_checks.int_at_least("bucket_steps", self.bucket_steps, 1)
     option_checks.int_at_least("logprob_chunk_size", self.logprob_chunk_size, 1)
     option_checks.finite_above("temperature", self.temperature, 0)
 
@@ -189,18 +213,20 @@ class TrainStep:
   `jitted` is the compiled function `(params, opt_state, batch) -> (params, opt_state,
   metrics)`; it traces once per batch shape.
   Metrics: the finalised loss statistics, `grad_norm` (global norm before clipping),
-  `learning_rate` (of this update), `tokens/loss` (tokens in the loss), `tokens/valid`.
+  `learning_rate` (of this update), `tokens/loss` (tokens in the loss), `tokens/valid` (real
+  tokens of the batch's rows), `tokens/forwarded` (positions the model ran, padding included).
+  `num_microbatches` None: the batch says how many (`batch.num_microbatches`).
   """
 
   def __init__(self, graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
-               loss_fn: LossFn, place: Placement, num_microbatches: int):
+               loss_fn: LossFn, place: Placement, num_microbatches: Optional[int]):
     self.placement = place
 
     def model_loss(params, mb):
       return loss_fn(nnx.merge(graphdef, params), mb)
 
     def step(params, opt_state, batch):
-      mbs = split_microbatches(batch, num_microbatches)
+      mbs = split_microbatches(batch, num_microbatches or batch.num_microbatches)
       mbs = jax.tree.map(
           lambda x: sharding.constrain(x, (None, "batch") + (None,) * (x.ndim - 2), place.rules),
           mbs)
@@ -217,6 +243,22 @@ class TrainStep:
     self.jitted = jax.jit(step, in_shardings=(place.params, place.opt_state, place.batch),
                           out_shardings=(place.params, place.opt_state, place.replicated),
                           donate_argnums=(0, 1))
+
+  def prepare(self, batch: Any, group_id: np.ndarray) -> Callable[[Optional[np.ndarray]], Any]:
+    """`rows -> this step's input`: rows `rows` of `batch` gathered on the devices
+    (`minibatches.gather_rows`; the batch is placed once), or with `rows` None the batch as
+    it is. `group_id`: [B], every row's query group (whole on every process)."""
+    del group_id  # rows are gathered as they are
+    placed = []
+
+    def select(rows: Optional[np.ndarray]) -> Any:
+      if rows is None:
+        return batch
+      if not placed:
+        placed.append(jax.device_put(batch, self.placement.batch))
+      return gather_rows(placed[0], rows, self.placement.batch)
+
+    return select
 
   def __call__(self, state: TrainState, batch: Any) -> tuple[TrainState, dict[str, jax.Array]]:
     """One update. `batch`: host arrays (one process) or arrays from `sharding.shard_batch`;
@@ -237,15 +279,23 @@ def policy_loss_fn(loss_opts: policy_lib.LossOptions, opts: StepOptions) -> Loss
     logp, entropy = token_logprobs(model, mb.tokens, mb.token_valid,
                                    chunk_size=opts.logprob_chunk_size,
                                    temperature=opts.temperature, with_entropy=with_entropy)
-    out = policy_lib.policy_loss(logp, mb.old_logprobs, mb.advantages, mb.loss_mask,
-                                 mb.row_mask, loss_opts, ref_logprobs=mb.ref_logprobs,
-                                 entropy=entropy)
-    mask = mb.loss_mask.astype(bool) & mb.row_mask.astype(bool)[:, None]
-    counts = {"tokens/loss": jnp.sum(mask, dtype=jnp.float32),
-              "tokens/valid": jnp.sum(mb.token_valid, dtype=jnp.float32)}
+    out, counts = policy_terms(logp, entropy, mb, loss_opts)
+    counts["tokens/valid"] = jnp.sum(mb.token_valid, dtype=jnp.float32)
+    counts["tokens/forwarded"] = jnp.float32(mb.tokens.size)
     return out.loss, out, counts
 
   return loss_fn
+
+
+def policy_terms(logp: jax.Array, entropy: Optional[jax.Array], rows: Any,
+                 loss_opts: policy_lib.LossOptions) -> tuple[policy_lib.LossOutput, dict]:
+  """`policy_loss` of per-row log-probs (and entropies) `[B, L]`, its other inputs read from
+  `rows` (a `PolicyBatch`'s fields, `[B, L]` / `[B]`), and the count `tokens/loss`."""
+  out = policy_lib.policy_loss(logp, rows.old_logprobs, rows.advantages, rows.loss_mask,
+                               rows.row_mask, loss_opts, ref_logprobs=rows.ref_logprobs,
+                               entropy=entropy)
+  mask = rows.loss_mask.astype(bool) & rows.row_mask.astype(bool)[:, None]
+  return out, {"tokens/loss": jnp.sum(mask, dtype=jnp.float32)}
 
 
 def sft_loss_fn(sft_opts: sft_lib.SFTLossOptions, opts: StepOptions) -> LossFn:
@@ -258,7 +308,8 @@ def sft_loss_fn(sft_opts: sft_lib.SFTLossOptions, opts: StepOptions) -> LossFn:
     mask = sft_lib.target_mask(mb.token_valid, mb.loss_mask)
     nll = sft_lib.sft_loss(logp, mask, sft_opts)
     counts = {"tokens/loss": jnp.sum(mask, dtype=jnp.float32),
-              "tokens/valid": jnp.sum(mb.token_valid, dtype=jnp.float32)}
+              "tokens/valid": jnp.sum(mb.token_valid, dtype=jnp.float32),
+              "tokens/forwarded": jnp.float32(mb.tokens.size)}
     return nll, {"loss": nll}, counts
 
   return loss_fn
@@ -268,7 +319,12 @@ def policy_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, place:
                 loss_opts: policy_lib.LossOptions = policy_lib.LossOptions(),
                 opts: StepOptions = StepOptions()) -> TrainStep:
   """The RL step on `PolicyBatch`es. With `loss_opts.kl_coef > 0` the batch must carry
-  `ref_logprobs` (see `tirjax.training.reference`)."""
+  `ref_logprobs` (see `tirjax.training.reference`). With `opts.packed` the step takes the
+  packed batches its `prepare` makes (`tirjax.training.packed`)."""
+  if opts.packed:
+    # packed builds on this module: imported here, not at the top
+    from tirjax.training import packed  # pylint: disable=import-outside-toplevel
+    return packed.PackedPolicyStep(graphdef, tx, place, loss_opts, opts)
   return TrainStep(graphdef, tx, policy_loss_fn(loss_opts, opts), place, opts.num_microbatches)
 
 
