@@ -44,7 +44,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from tirjax import distributed, sharding, training
+from tirjax import cli, distributed, sharding, training
 from tirjax.env.chat import render_prompt_ids
 from tirjax.models import config as model_config, decoder
 from tirjax.reporting import benchmark
@@ -298,4 +298,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)
