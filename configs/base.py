@@ -23,9 +23,7 @@ for the data fails before any compute, naming every shape and the least it must 
 
 Each section holds one options dataclass's fields under their own names: `step` is the train
 step's `StepOptions`, `sft.optim`, `sft.loss` and `sft.demos` the warm start's optimizer, loss
-and demonstrations, `advantage.options` the estimator's (`tirjax.trainer.sections`). The keys
-renamed in issue 29 (`sections.RENAMED`: `train.micro_batches` is now `step.num_microbatches`,
-...) still work for one release, with a deprecation warning.
+and demonstrations, `advantage.options` the estimator's (`tirjax.trainer.sections`).
 """
 
 from __future__ import annotations
@@ -33,8 +31,7 @@ from __future__ import annotations
 import ml_collections
 
 from tirjax import advantages, distributed, sharding
-from tirjax.config import (RenamedKey, config_from_dataclass, dataclass_from_config, get_key,
-                           parse_preset_arg, set_key)
+from tirjax.config import config_from_dataclass, dataclass_from_config, parse_preset_arg
 from tirjax.trainer import sections, shape_needs
 from tirjax.trainer.sections import DEMO_ENVS, ENVS, SAMPLERS
 from tirjax.loss import LossOptions
@@ -129,7 +126,6 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
     _doors(c, steps_given="steps" in presets)
   if "smoke" in presets:
     _smoke(c, env, steps_given="steps" in presets)
-  _renamed_keys(c)
   c.lock()
   return c
 
@@ -142,14 +138,6 @@ def _sized_shapes(c: ml_collections.ConfigDict, given: dict) -> None:
     value = given.get(key, shape_needs.AUTO)
     del c.rollout.shapes[key]  # an int field would refuse "auto"
     c.rollout.shapes[key] = ml_collections.FieldReference(value, field_type=object)
-
-
-def _renamed_keys(c: ml_collections.ConfigDict) -> None:
-  """The keys renamed in issue 29 (`sections.RENAMED`) still accepted for one release: each
-  old key an empty placeholder that `resolve` moves to its new key (with a deprecation
-  warning), remembering the new key's value as built here."""
-  for old, new in sections.RENAMED.items():
-    set_key(c, old, RenamedKey(new, get_key(c, new)))
 
 
 # The tiny policy's sizes (`tirjax.models.config.tiny` with these changes). Measured on 2 CPU

@@ -82,7 +82,8 @@ def test_parse_cell():
 @pytest.mark.parametrize("label, match", [
     ("nope", "unknown advantage estimator"), ("portool/omegaX=1", "omegaX"),
     ("portool/omega1", "key=value"), ("grpo/rollouts=forest", "kind"),
-    ("grpo/loss.bogus=1", "bogus"), ("grpo/loss.clip_low=2", "clip_low")])
+    ("grpo/loss.bogus=1", "bogus"), ("grpo/loss.clip_low=2", "clip_low"),
+    ("portool/omega1=0,omega1=1", "'omega1' is given twice")])
 def test_parse_cell_rejects_bad_labels_by_name(label, match):
   with pytest.raises((ValueError, KeyError), match=match):
     parse_cell(label, ChainRolloutOptions(), 6)

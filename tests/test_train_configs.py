@@ -3,7 +3,6 @@
 import dataclasses
 import importlib
 import re
-import warnings
 
 import pytest
 
@@ -214,9 +213,8 @@ def test_every_section_resolves_to_its_typed_options(arg):
         "." if "qwen" in arg else "")  # a real preset needs a checkpoint directory
   exp = resolve.resolve(c)
   for name, cls in sections.SECTIONS.items():
-    old_keys = {old.partition(".")[2] for old in sections.RENAMED if old.startswith(f"{name}.")}
     derived = set(sections.DERIVED.get(name, ()))
-    assert set(c[name].keys()) - old_keys == {f.name for f in dataclasses.fields(cls)} - derived
+    assert set(c[name].keys()) == {f.name for f in dataclasses.fields(cls)} - derived
     assert isinstance(getattr(exp, name), cls), name
   # The SFT section's subsections are its options' (the answer protocol is the rollout's).
   for sub, cls in (("optim", OptimizerOptions), ("loss", SFTLossOptions), ("demos", DemoOptions)):
@@ -290,86 +288,20 @@ def test_an_estimator_that_needs_a_rollout_field_requires_its_rollout_option():
     resolve.resolve(c)
 
 
-def _set(config, key, value):
-  *path, leaf = key.split(".")
-  for part in path:
-    config = config[part]
-  config[leaf] = value
-
-
-def _get(obj, key):
-  for part in key.split("."):
-    obj = obj[part] if isinstance(obj, dict) else getattr(obj, part)
-  return obj
-
-
-# The tiny toolworld config builds step.logprob_chunk_size = 2048 and sft.demos.p_confuse = 1:
-# an old key given alone replaces a new key's built value, whatever it is.
-@pytest.mark.parametrize("old, new, value", [
-    ("train.micro_batches", "step.num_microbatches", 2),
-    ("model.logprob_chunk", "step.logprob_chunk_size", 128),
-    ("train.log_entropy", "step.log_entropy", True),
-    ("sft.p_recover", "sft.demos.p_recover", 0.05),
-    ("sft.p_detour", "sft.demos.p_detour", 0.2),
-    ("sft.p_reorder", "sft.demos.p_reorder", 0.0),
-    ("sft.p_confuse", "sft.demos.p_confuse", 0.0),
-])
-def test_a_renamed_key_still_works_with_a_deprecation_warning(old, new, value, caplog):
-  """Issue 29: the old names of moved keys keep working for one release; resolve moves the
-  value to the new key and says so, naming the new key."""
-  c, want = load("grpo"), load("grpo")
-  _set(c, old, value)
-  _set(want, new, value)
-  message = (rf"config key {re.escape(old)} is deprecated and will be removed: it is now "
-             rf"{re.escape(new)} \(--config\.{re.escape(new)}={re.escape(repr(value))}\)")
-  with pytest.warns(DeprecationWarning, match=message):
-    exp = resolve.resolve(c)
-  assert re.search(message, caplog.text)  # also logged: python -m hides DeprecationWarnings
-  assert _get(exp, new) == value and exp == resolve.resolve(want)
-  record = resolve.config_record(c)  # config.json: the new key only
-  assert record == resolve.config_record(want) and _get(record, new) == value
-  assert old.rpartition(".")[2] not in _get(record, old.rpartition(".")[0])
-  with warnings.catch_warnings():
-    warnings.simplefilter("error")
-    resolve.resolve(want)  # the new key: no warning
-
-
-def test_a_renamed_key_on_the_command_line():
-  """`--config.train.micro_batches=2` parses (the old key is a typed placeholder)."""
+@pytest.mark.parametrize("old", ["train.micro_batches", "model.logprob_chunk",
+                                 "train.log_entropy", "sft.p_confuse"])
+def test_a_key_renamed_in_issue_29_is_refused_by_name(old):
+  """The old names of keys moved in issue 29 are gone (issue 39): the locked config refuses
+  them on the command line, naming the key, before any compute (`tirjax.cli.parse_flags`
+  turns the refusal into one line)."""
   from absl import flags  # noqa: PLC0415
   from ml_collections import config_flags  # noqa: PLC0415
-  argv = ["train", "--config=configs/grpo.py:model=tiny", "--config.train.micro_batches=2",
-          "--config.sft.p_confuse=0.5", "--config.train.log_entropy"]
+  argv = ["train", "--config=configs/grpo.py:model=tiny", f"--config.{old}=1"]
   values = flags.FlagValues()
   config_flags.DEFINE_config_file("config", None, "", flag_values=values, lock_config=True,
                                   sys_argv=argv)
-  values(argv)
-  with pytest.warns(DeprecationWarning, match="train.micro_batches is deprecated"):
-    exp = resolve.resolve(values.config)
-  assert (exp.step.num_microbatches, exp.sft.demos.p_confuse, exp.step.log_entropy) == (
-      2, 0.5, True)
-
-
-@pytest.mark.parametrize("old, new, old_value, new_value", [
-    ("train.micro_batches", "step.num_microbatches", 2, 4),
-    ("model.logprob_chunk", "step.logprob_chunk_size", 128, 512),
-    ("sft.p_confuse", "sft.demos.p_confuse", 0.0, 0.5),
-])
-def test_an_old_and_a_new_key_set_to_different_values_fail_naming_both(old, new, old_value,
-                                                                       new_value):
-  c = load("grpo")
-  _set(c, old, old_value)
-  _set(c, new, new_value)
-  message = (rf"^{re.escape(old)}: renamed {re.escape(new)} \(issue 29\), and both are set to "
-             rf"different values \({re.escape(old)}={old_value!r}, {re.escape(new)}="
-             rf"{new_value!r}\); set only {re.escape(new)}$")
-  with pytest.raises(resolve.ConfigError, match=message):
-    resolve.resolve(c)
-  with pytest.raises(resolve.ConfigError, match=message):
-    resolve.config_record(c)
-  _set(c, new, old_value)  # both set to the same value: taken, with the warning
-  with pytest.warns(DeprecationWarning, match=f"it is now {re.escape(new)}"):
-    assert _get(resolve.resolve(c), new) == old_value
+  with pytest.raises((AttributeError, KeyError), match=re.escape(old.rpartition(".")[2])):
+    values(argv)
 
 
 def test_micro_batches_without_sft_need_no_sft_batch_to_divide():

@@ -12,8 +12,9 @@ from safetensors.numpy import load_file
 
 from experiments.train import run
 from tirjax.env.toolworld.failures import KINDS as FAILURE_KINDS
+from tirjax.reporting.runs import RunDir
 from tirjax.testing.short_runs import (CONFIGS, SFT_THEN_RL, committed, kill_when, logged,
-                                      read_metrics, short_config, train_command)
+                                      short_config, train_command)
 
 
 @pytest.mark.slow
@@ -29,7 +30,7 @@ def test_two_step_smoke_run(name, tmp_path):
   summary = run(short_config(name, **extra), str(tmp_path))
   status = json.load(open(tmp_path / "status.json"))
   assert status["state"] == "finished"
-  records = read_metrics(tmp_path)
+  records = RunDir(str(tmp_path)).metrics()
   rl = [r for r in records if r["phase"] == "rl"]
   assert [r["step"] for r in rl] == [1, 2]
   for r in records:
@@ -77,7 +78,7 @@ def test_tempered_policy_first_update_has_ratio_one(tmp_path):
   run(short_config("hidifftir", steps=1, **{
       "rollout.temperature": 0.8, "train.tempered_policy": True, "env.eval_tasks": 1,
       "train.export_final": False}), str(tmp_path))
-  [rl] = [r for r in read_metrics(tmp_path) if r["phase"] == "rl"]
+  [rl] = RunDir(str(tmp_path)).metrics("rl")
   assert rl["updates/count"] == 1 and rl["loss/metrics/ratio/count"] > 0
   for key in ("min", "max", "mean"):
     assert rl[f"loss/metrics/ratio/{key}"] == pytest.approx(1.0, abs=1e-6), key
@@ -104,7 +105,7 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(tmp_path):
   assert a.keys() == b.keys()
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
-  rl = [r["step"] for r in read_metrics(killed) if r["phase"] == "rl"]
+  rl = [r["step"] for r in RunDir(str(killed)).metrics() if r["phase"] == "rl"]
   assert rl == list(range(1, steps + 1))  # steps redone after the kill are logged once
 
 
@@ -135,17 +136,17 @@ def test_resume_after_sft_warm_start_kills_in_sft_and_in_rl(tmp_path):
   assert a.keys() == b.keys()
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
-  rows = [(r["phase"], r["step"]) for r in read_metrics(killed)]
+  rows = [(r["phase"], r["step"]) for r in RunDir(str(killed)).metrics()]
   assert len(rows) == len(set(rows)), "a metrics row is logged twice"
   assert [s for p, s in rows if p == "sft"] == list(range(1, SFT_THEN_RL["sft.steps"] + 1))
   assert [s for p, s in rows if p == "rl"] == list(range(1, steps + 1))
   saved = sorted(int(d) for d in os.listdir(killed / "checkpoints") if d.isdigit())
   assert saved and saved[-1] == SFT_THEN_RL["sft.steps"] + steps  # RL's steps follow SFT's
   # A finished run, rerun: it evaluates again and trains nothing.
-  before = read_metrics(killed)
+  before = RunDir(str(killed)).metrics()
   out = subprocess.run(train_command(killed, steps) + extra, check=True, env=env,
                        capture_output=True, text=True)
-  assert read_metrics(killed) == before
+  assert RunDir(str(killed)).metrics() == before
   assert "eval accuracy" in out.stdout
   c = _final_params(killed)
   for k in a:
@@ -162,7 +163,7 @@ def test_resume_after_sft_warm_start_kills_in_sft_and_in_rl(tmp_path):
                        capture_output=True, text=True)
   assert f"{latest}: checksum mismatch" in out.stderr
   assert (killed / "checkpoints" / f"corrupt-{saved[-1]}").is_dir()
-  assert [s for p, s in [(r["phase"], r["step"]) for r in read_metrics(killed)]
+  assert [s for p, s in [(r["phase"], r["step"]) for r in RunDir(str(killed)).metrics()]
           if p == "rl"] == list(range(1, steps + 1))
   d = _final_params(killed)
   for k in a:

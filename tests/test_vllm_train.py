@@ -14,7 +14,8 @@ import pytest
 
 from experiments.train import run
 from tirjax.models import config as model_config
-from tirjax.testing.short_runs import read_metrics, short_config
+from tirjax.reporting.runs import RunDir
+from tirjax.testing.short_runs import short_config
 from tirjax.testing.vllm_toolworld import TOL
 
 pytestmark = pytest.mark.xdist_group("vllm")
@@ -33,7 +34,7 @@ def test_two_rl_steps_with_vllm_finish_with_finite_metrics(toolworld, tmp_path):
                                    "sampler.vllm_url": toolworld.sampler.url}, **served_sizes())
   summary = run(config, str(tmp_path))
   assert summary["policy_version"] == 2 and summary["rl_steps"] == 2
-  rl = [r for r in read_metrics(tmp_path) if r["phase"] == "rl"]
+  rl = RunDir(str(tmp_path)).metrics("rl")
   assert [r["step"] for r in rl] == [1, 2]
   for r in rl:
     numbers = {k: v for k, v in r.items() if isinstance(v, (int, float))}

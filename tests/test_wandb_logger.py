@@ -14,7 +14,8 @@ import zlib
 import pytest
 
 from tirjax import rundir, wandb_logger
-from tirjax.testing.short_runs import SFT_THEN_RL, kill_when, logged, read_metrics, train_command
+from tirjax.reporting.runs import RunDir
+from tirjax.testing.short_runs import SFT_THEN_RL, kill_when, logged, train_command
 from tirjax.trainer import sections
 
 pytest.importorskip("wandb")
@@ -36,7 +37,7 @@ def assert_mirrors_metrics(workdir):
   step, with the same value; and W&B holds nothing else."""
   rows = wandb_logger.read_run(str(workdir))["history"]
   expected = {}
-  for rec in read_metrics(workdir):
+  for rec in RunDir(str(workdir)).metrics():
     key = (rec["phase"], rec["step"])
     assert key not in expected, f"metrics.jsonl holds {key} twice"
     expected[key] = wandb_logger.scalars(rec)

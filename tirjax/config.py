@@ -98,15 +98,3 @@ def set_key(config, key: str, value: Any) -> None:
   """Sets a dotted `key` of a ConfigDict or of nested dicts."""
   parent, _, leaf = key.rpartition(".")
   (get_key(config, parent) if parent else config)[leaf] = value
-
-
-class RenamedKey(ml_collections.FieldReference):
-  """A renamed key's old place in a config, kept for one release: empty (None) unless set,
-  remembering the value its new key had when the config was built, so that a checker can tell
-  a new key that a user set (a conflict when the old key is set too) from the config's own.
-
-  Copies of the config (deepcopy, copy_and_resolve_references) forget that value."""
-
-  def __init__(self, new_key: str, built: Any):
-    super().__init__(None, field_type=type(built))
-    self.new_key, self.built = new_key, built

@@ -43,6 +43,7 @@ from typing import Any, Callable, Mapping, Optional
 import ml_collections
 
 from tirjax import advantages, rundir
+from tirjax.advantages.labels import split_label
 from tirjax.trainer import resolve, sections
 
 # Config keys (and sections) that determine the weights SFT produces; cells that agree on all
@@ -139,27 +140,17 @@ def assign(config: ml_collections.ConfigDict, key: str, value: Any) -> None:
     raise TypeError(f"{key}={value!r}: {e}") from None
 
 
-def _json_value(text: str):
-  try:
-    return json.loads(text)
-  except json.JSONDecodeError:
-    return text
-
-
 def parse_label(label: str, sections) -> tuple[str, dict, list[tuple[str, Any]]]:
-  """`estimator[/key=value,...]` → (estimator, {key as written: value}, [(config key, value)])."""
-  name, _, rest = label.partition("/")
-  options, overrides = {}, []
-  for item in filter(None, (s.strip() for s in rest.split(","))):
-    key, sep, text = (s.strip() for s in item.partition("="))
-    if not sep or not key:
-      raise GridError(f"cell '{label}': expected key=value items after '/', got '{item}'")
-    if key in options:
-      raise GridError(f"cell '{label}': '{key}' is given twice")
-    options[key] = _json_value(text)
-    full = key if key.split(".")[0] in sections else f"advantage.options.{key}"
-    overrides.append((full, options[key]))
-  return name.strip(), options, overrides
+  """`estimator[/key=value,...]` (`advantages.labels.split_label`) → (estimator,
+  {key as written: value}, [(config key, value)]): a key outside `sections` is an estimator
+  option (`advantage.options.<key>`)."""
+  try:
+    name, options = split_label(label)
+  except ValueError as e:
+    raise GridError(str(e)) from None
+  overrides = [(key if key.split(".")[0] in sections else f"advantage.options.{key}", value)
+               for key, value in options.items()]
+  return name, options, overrides
 
 
 def _json_normal(value, where: str):
@@ -196,9 +187,14 @@ def _check_label(label: str, where: str) -> None:
                     "_.=,+- (it names the run directory)")
 
 
-# The keys renamed in issue 29 enter a warm start's label under their old names (the label of
-# every existing grid's warm start stays the same).
-_SIGNATURE_NAMES = {new: old for old, new in sections.RENAMED.items()}
+# Keys that enter a warm start's label under the names they had when warm starts were first
+# labelled (issue 29 renamed them), so that every existing grid's warm start keeps its label.
+_SIGNATURE_NAMES = {"step.num_microbatches": "train.micro_batches",
+                    "step.logprob_chunk_size": "model.logprob_chunk",
+                    "step.log_entropy": "train.log_entropy",
+                    "sft.demos.p_recover": "sft.p_recover", "sft.demos.p_detour": "sft.p_detour",
+                    "sft.demos.p_reorder": "sft.p_reorder",
+                    "sft.demos.p_confuse": "sft.p_confuse"}
 
 
 def _signature(config) -> str:

@@ -11,10 +11,10 @@ where they parse (0, 0.5, true) and as strings otherwise.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from tirjax import advantages
+from tirjax.advantages.labels import split_label
 from tirjax.credit.chain_rollouts import ChainRolloutOptions
 from tirjax.loss import LossOptions
 
@@ -48,13 +48,6 @@ def default_loss(estimator: str, max_tokens: int) -> LossOptions:
   return LossOptions()
 
 
-def _value(text: str):
-  try:
-    return json.loads(text)
-  except json.JSONDecodeError:
-    return text
-
-
 def parse_cell(label: str, rollouts: ChainRolloutOptions, max_tokens: int) -> Cell:
   """The cell named `label`; unknown estimators and options fail by name.
 
@@ -63,13 +56,7 @@ def parse_cell(label: str, rollouts: ChainRolloutOptions, max_tokens: int) -> Ce
     rollouts: rollout options; a `rollouts=<kind>` item replaces their kind.
     max_tokens: the longest row in tokens (Dr. GRPO's loss constant).
   """
-  name, _, rest = label.partition("/")
-  overrides = {}
-  for item in filter(None, rest.split(",")):
-    key, sep, text = item.partition("=")
-    if not sep or not key:
-      raise ValueError(f"cell '{label}': expected key=value items after '/', got '{item}'")
-    overrides[key.strip()] = _value(text.strip())
+  name, overrides = split_label(label)
   kind = overrides.pop("rollouts", rollouts.kind)
   rollouts = dataclasses.replace(rollouts, kind=kind)
   loss_keys = {k for k in overrides if k.startswith("loss.")}

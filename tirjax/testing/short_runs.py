@@ -3,8 +3,6 @@ trainer's command line, and waits on a run's observable state (metrics logged, c
 committed) to kill it at."""
 
 import importlib
-import json
-import os
 import pathlib
 import signal
 import subprocess
@@ -13,6 +11,7 @@ import time
 import configs
 from tirjax.config import set_key
 from tirjax.reporting import launch
+from tirjax.reporting.runs import RunDir
 
 # Resolved from the package, not the working directory, so that the list does not depend on
 # where the tests are started from.
@@ -45,12 +44,6 @@ def short_config(name, steps=2, **extra):
   return c
 
 
-def read_metrics(workdir):
-  """The rows of `workdir`'s metrics.jsonl."""
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    return [json.loads(line) for line in f]
-
-
 def train_command(workdir, steps):
   """The trainer's command line for grpo on the tiny model with `SHORT` (run from the repo)."""
   return launch.train_command(
@@ -75,7 +68,7 @@ def logged(workdir, phase, step):
   """Whether `phase` step `step` is in the run's metrics (a line being written is not yet)."""
   def ready():
     try:
-      return any(r["phase"] == phase and r["step"] >= step for r in read_metrics(workdir))
+      return any(r["step"] >= step for r in RunDir(str(workdir)).metrics(phase))
     except (OSError, ValueError):
       return False
   return ready

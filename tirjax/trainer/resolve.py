@@ -4,9 +4,7 @@ Every section becomes the frozen options dataclass it holds (whose `__post_init_
 bad values): the experiment's own sections and the train step's (`sections.py`: model, env,
 judge, sampler, train, step, sft) and the options of the components that use the others.
 `resolve` is one pass over them plus what spans sections: the values derived from other
-sections (`sections.DERIVED`), the keys renamed in issue 29 (`sections.RENAMED`, moved to
-their new keys with a deprecation warning) and the rules that check one section against
-another. Every error names the config key: `ConfigError("rollout.shapes.num_rows: ...")`.
+sections (`sections.DERIVED`) and the rules that check one section against another. Every error names the config key: `ConfigError("rollout.shapes.num_rows: ...")`.
 
 The rollout shapes set to "auto" (`shape_needs.AUTO`) are sized from the data the run will use:
 `resolve` gives them their value for no task (`Experiment.auto_shapes` names them) and
@@ -18,11 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import warnings
 from typing import Any
 
 import jax
-from absl import logging
 
 from tirjax import advantages, distributed, sharding
 from tirjax.config import dataclass_from_config, get_key, set_key
@@ -35,7 +31,7 @@ from tirjax.training.optimizer import OptimizerOptions
 from tirjax.training.step import StepOptions
 
 from tirjax.trainer import shape_needs
-from tirjax.trainer.sections import (DEMO_ENVS, ENVS, JUDGES, MAX_TASKS, RENAMED, SAMPLERS,
+from tirjax.trainer.sections import (DEMO_ENVS, ENVS, JUDGES, MAX_TASKS, SAMPLERS,
                                      SECTIONS, EnvOptions, JudgeOptions, ModelOptions,
                                      SamplerOptions, SFTOptions, TrainOptions)
 
@@ -105,42 +101,14 @@ def distributed_options(c) -> distributed.DistributedOptions:
 
 
 def config_record(c) -> dict:
-  """The config `c` as plain nested dicts with each renamed key that was set at its new place
-  (`sections.RENAMED`) and no old keys: what the run directory records (config.json, the
-  run's id, the loggers' config), the same whichever name a user gave a key."""
-  return _with_renamed_keys_moved(c, warn=False)
-
-
-def _with_renamed_keys_moved(c, warn: bool) -> dict:
-  """`config_record`; with `warn`, a deprecation warning for each old key that was set.
-
-  An old key that is set replaces its new key unless the new key was set too (it differs from
-  the value the config was built with, `tirjax.config.RenamedKey`) to another value: then
-  the two keys contradict each other and neither is taken."""
-  d = c.to_dict()
-  for old, new in RENAMED.items():
-    section, _, leaf = old.rpartition(".")
-    value = get_key(d, section).pop(leaf, None)
-    if value is None:  # not set (or a config built before the rename)
-      continue
-    current = get_key(d, new)
-    # None where unknown (a copy of the config): then the two keys must agree
-    built = getattr(get_key(c, section).get_ref(leaf), "built", None)
-    _need(current in (value, built), old,
-          f"renamed {new} (issue 29), and both are set to different values ({old}={value!r}, "
-          f"{new}={current!r}); set only {new}")
-    set_key(d, new, value)
-    if warn:
-      message = (f"config key {old} is deprecated and will be removed: it is now {new} "
-                 f"(--config.{new}={value!r})")
-      warnings.warn(message, DeprecationWarning, stacklevel=3)
-      logging.warning(message)
-  return d
+  """The config `c` as plain nested dicts: what the run directory records (config.json, the
+  run's id, the loggers' config)."""
+  return c.to_dict()
 
 
 def resolve(c) -> Experiment:
   """Checks the whole config `c`; returns its option objects or raises `ConfigError`."""
-  d = _with_renamed_keys_moved(c, warn=True)
+  d = c.to_dict()
   seed = d["seed"]
   _need(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, "seed",
         f"must be an integer >= 0, got {seed!r}")

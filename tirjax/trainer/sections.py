@@ -230,12 +230,3 @@ SECTIONS = {"model": ModelOptions, "env": EnvOptions, "judge": JudgeOptions,
 # demonstrations' answer protocol from rollout.answer_protocol; SFT's step from the `step`
 # section (at temperature 1, no entropy metric).
 DERIVED = {"step": ("temperature",), "sft": ("step", "demos.answer_protocol")}
-# Keys renamed in issue 29, old -> new: each old key stays in the config for one release, as a
-# placeholder that `resolve` moves to its new key with a deprecation warning.
-RENAMED = {"train.micro_batches": "step.num_microbatches",
-           "model.logprob_chunk": "step.logprob_chunk_size",
-           "train.log_entropy": "step.log_entropy",
-           "sft.p_recover": "sft.demos.p_recover",
-           "sft.p_detour": "sft.demos.p_detour",
-           "sft.p_reorder": "sft.demos.p_reorder",
-           "sft.p_confuse": "sft.demos.p_confuse"}

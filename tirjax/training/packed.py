@@ -48,7 +48,7 @@ import optax
 from flax import nnx
 
 from tirjax import distributed, sharding
-from tirjax.loss import objective as policy_lib
+from tirjax.loss import objective
 from tirjax.models.logprobs import packed_logprobs
 from tirjax.models.tree_attention import TreeMask
 from tirjax.training import forest, packing
@@ -186,7 +186,7 @@ def _gather_rows(fields: LossRows, row_id: jax.Array, length: int) -> LossRows:
   return out.replace(row_mask=out.row_mask.astype(bool) & (row_id >= 0))
 
 
-def packed_policy_loss_fn(loss_opts: policy_lib.LossOptions, opts: StepOptions):
+def packed_policy_loss_fn(loss_opts: objective.LossOptions, opts: StepOptions):
   """`policy_loss_fn` on `PackedBatch`es: the same loss of the same rows."""
   with_entropy = loss_opts.entropy_coef > 0 or opts.log_entropy
 
@@ -213,7 +213,7 @@ class PackedPolicyStep(TrainStep):
   """The policy step (`step.policy_step`) on packed forests; `prepare` packs mini-batches."""
 
   def __init__(self, graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
-               place: Placement, loss_opts: policy_lib.LossOptions, opts: StepOptions):
+               place: Placement, loss_opts: objective.LossOptions, opts: StepOptions):
     super().__init__(graphdef, tx, packed_policy_loss_fn(loss_opts, opts), place, None)
     self.packer = Packer(place, opts)
     self._gather = jax.jit(_gather_rows, static_argnums=2, out_shardings=place.batch)

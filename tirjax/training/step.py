@@ -40,7 +40,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tirjax import distributed, option_checks, sharding
 from tirjax.checkpoint import TrainState
-from tirjax.loss import objective as policy_lib
+from tirjax.loss import objective
 from tirjax.loss.stats import Mean, Summary, finalize
 from tirjax.models.logprobs import token_logprobs
 from tirjax.training import optimizer as optimizer_lib
@@ -191,12 +191,12 @@ def accumulate_gradients(loss_fn: Callable[[Any, Any], tuple[Mean, Any, dict]], 
            jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), aux_shapes))
 
   def body(carry, mb):
-    def objective(p):
+    def summed(p):
       out = loss_fn(p, mb)
       return out[0].sum, out
 
     grad_sum, aux_sum = carry
-    grads, aux = jax.grad(objective, has_aux=True)(params)
+    grads, aux = jax.grad(summed, has_aux=True)(params)
     grad_sum = jax.tree.map(lambda s, g: s + g.astype(jnp.float32), grad_sum, grads)
     if grad_shardings is not None:
       grad_sum = jax.lax.with_sharding_constraint(grad_sum, grad_shardings)
@@ -270,7 +270,7 @@ class TrainStep:
                                opt_state=opt_state), metrics
 
 
-def policy_loss_fn(loss_opts: policy_lib.LossOptions, opts: StepOptions) -> LossFn:
+def policy_loss_fn(loss_opts: objective.LossOptions, opts: StepOptions) -> LossFn:
   """The policy loss (SPEC §5) of a `PolicyBatch` under the model's chunked log-probs;
   the entropy is computed only when its coefficient is > 0 or `opts.log_entropy`."""
   with_entropy = loss_opts.entropy_coef > 0 or opts.log_entropy
@@ -288,10 +288,10 @@ def policy_loss_fn(loss_opts: policy_lib.LossOptions, opts: StepOptions) -> Loss
 
 
 def policy_terms(logp: jax.Array, entropy: Optional[jax.Array], rows: Any,
-                 loss_opts: policy_lib.LossOptions) -> tuple[policy_lib.LossOutput, dict]:
+                 loss_opts: objective.LossOptions) -> tuple[objective.LossOutput, dict]:
   """`policy_loss` of per-row log-probs (and entropies) `[B, L]`, its other inputs read from
   `rows` (a `PolicyBatch`'s fields, `[B, L]` / `[B]`), and the count `tokens/loss`."""
-  out = policy_lib.policy_loss(logp, rows.old_logprobs, rows.advantages, rows.loss_mask,
+  out = objective.policy_loss(logp, rows.old_logprobs, rows.advantages, rows.loss_mask,
                                rows.row_mask, loss_opts, ref_logprobs=rows.ref_logprobs,
                                entropy=entropy)
   mask = rows.loss_mask.astype(bool) & rows.row_mask.astype(bool)[:, None]
@@ -316,7 +316,7 @@ def sft_loss_fn(sft_opts: sft_lib.SFTLossOptions, opts: StepOptions) -> LossFn:
 
 
 def policy_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, place: Placement,
-                loss_opts: policy_lib.LossOptions = policy_lib.LossOptions(),
+                loss_opts: objective.LossOptions = objective.LossOptions(),
                 opts: StepOptions = StepOptions()) -> TrainStep:
   """The RL step on `PolicyBatch`es. With `loss_opts.kl_coef > 0` the batch must carry
   `ref_logprobs` (see `tirjax.training.reference`). With `opts.packed` the step takes the
