@@ -46,8 +46,8 @@ from tirjax.training.minibatches import combine_updates, update_passes
 from tirjax.training.optimizer import make_optimizer
 from tirjax.training.reference import (ReferencePolicy, TokenLogprobs, with_policy_logprobs,
                                       with_reference_logprobs)
-from tirjax.training.step import (Placement, init_state, placement, policy_step, sft_step,
-                                  split_model)
+from tirjax.training.policy_step import policy_step
+from tirjax.training.step import Placement, init_state, placement, sft_step, split_model
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config, e.g. configs/portool.py:model=tiny",

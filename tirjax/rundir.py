@@ -28,11 +28,13 @@ from typing import Any, Mapping, Optional
 import numpy as np
 from flax import traverse_util
 
+from tirjax.metric_records import PHASES, tag
+from tirjax.wandb_logger import WandbLogger
+
 # Keys a restart may change: how long and how verbosely it runs, and where its processes meet
 # (a resumed multi-process run may get other hosts; their number is part of the run).
 RESUMABLE_KEYS = ("train.steps", "train.eval_every", "train.log_every", "train.progress_bar",
                   "train.loggers", "distributed.coordinator_address", "distributed.process_id")
-PHASES = ("sft", "rl", "eval")
 LOGGERS = ("tensorboard", "wandb")  # metrics.jsonl is always written
 
 
@@ -102,11 +104,6 @@ def write_status(workdir: str, state: str, step: int, error: Optional[str] = Non
              {"state": state, "step": int(step), "error": error, "time": time.time()})
 
 
-def tag(phase: str, name: str) -> str:
-  """A metric's TensorBoard and W&B name: `{phase}/{name}` unless it already has the prefix."""
-  return name if name.startswith(f"{phase}/") else f"{phase}/{name}"
-
-
 def phase_steps(data_position: Mapping[str, Any]) -> dict[str, int]:
   """The last step of each phase that a checkpoint at `data_position` covers (what a resume
   from it keeps of metrics.jsonl). Evaluations count from RL's start: the one after SFT is
@@ -139,7 +136,6 @@ class MetricsWriter:
     if "wandb" in loggers:
       if not run_id:
         raise ValueError("run_id: the W&B logger needs the run's id (rundir.run_id)")
-      from tirjax.wandb_logger import WandbLogger  # pylint: disable=import-outside-toplevel
       self._wandb = WandbLogger(workdir, run_id, config or {})
 
   def truncate_after(self, phase_steps: Mapping[str, int]) -> None:

@@ -36,7 +36,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from flax import traverse_util
 
-from tirjax.rundir import PHASES, tag
+from tirjax.metric_records import PHASES, tag
 
 _HEADER = b":W&B\xe1\xbe\x00"  # W&B's transaction log: ident, magic, version
 _BLOCK = 32768  # leveldb log blocks: records are framed and split at block ends

@@ -3,7 +3,12 @@
   optimizer  OptimizerOptions, make_optimizer (clip → AdamW, warmup + constant / cosine)
   batches    PolicyBatch / SFTBatch (what a step reads), micro-batch split
   sft        SFTLossOptions, masked next-token cross-entropy
-  step       StepOptions, Placement, init_state, TrainStep, policy_step, sft_step
+  step       StepOptions, Placement, init_state, TrainStep, sft_step (the padded steps)
+  forest, packing, packed
+             a query group's rows as one token trie, packed into bucketed sequences by a
+             token budget; the packed policy step and log-prob pass (issue 38)
+  policy_step  policy_step: the RL step, padded or packed (`StepOptions.packed`)
+  minibatches  PPO passes over a rollout batch's query groups (update_passes)
   reference  ReferencePolicy, with_reference_logprobs (the KL term's log-probs, β > 0 only);
              TokenLogprobs, with_policy_logprobs (π_old recomputed by the trainer)
   flops      model FLOPs per step and MFU
@@ -14,8 +19,9 @@ from tirjax.training.optimizer import OptimizerOptions, learning_rate, make_opti
 from tirjax.training.reference import (ReferencePolicy, TokenLogprobs, with_policy_logprobs,
                                       with_reference_logprobs)
 from tirjax.training.sft import SFTLossOptions
+from tirjax.training.policy_step import policy_step
 from tirjax.training.step import (Placement, StepOptions, TrainStep, init_state, placement,
-                                  policy_step, sft_step, split_model)
+                                  sft_step, split_model)
 
 __all__ = ["OptimizerOptions", "Placement", "PolicyBatch", "ReferencePolicy", "SFTBatch",
            "SFTLossOptions", "StepOptions", "TrainStep", "init_state", "learning_rate",

@@ -210,7 +210,7 @@ def _last_token(mask: np.ndarray) -> np.ndarray:
 
 
 class PackedPolicyStep(TrainStep):
-  """The policy step (`step.policy_step`) on packed forests; `prepare` packs mini-batches."""
+  """The policy step (`policy_step.policy_step`) on packed forests; `prepare` packs mini-batches."""
 
   def __init__(self, graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
                place: Placement, loss_opts: objective.LossOptions, opts: StepOptions):

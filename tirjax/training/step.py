@@ -315,19 +315,6 @@ def sft_loss_fn(sft_opts: sft_lib.SFTLossOptions, opts: StepOptions) -> LossFn:
   return loss_fn
 
 
-def policy_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, place: Placement,
-                loss_opts: objective.LossOptions = objective.LossOptions(),
-                opts: StepOptions = StepOptions()) -> TrainStep:
-  """The RL step on `PolicyBatch`es. With `loss_opts.kl_coef > 0` the batch must carry
-  `ref_logprobs` (see `tirjax.training.reference`). With `opts.packed` the step takes the
-  packed batches its `prepare` makes (`tirjax.training.packed`)."""
-  if opts.packed:
-    # packed builds on this module: imported here, not at the top
-    from tirjax.training import packed  # pylint: disable=import-outside-toplevel
-    return packed.PackedPolicyStep(graphdef, tx, place, loss_opts, opts)
-  return TrainStep(graphdef, tx, policy_loss_fn(loss_opts, opts), place, opts.num_microbatches)
-
-
 def sft_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, place: Placement,
              sft_opts: sft_lib.SFTLossOptions = sft_lib.SFTLossOptions(),
              opts: StepOptions = StepOptions()) -> TrainStep:

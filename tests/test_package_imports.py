@@ -1,0 +1,96 @@
+"""The package's import graph (issue 39): no circle, counting imports inside functions too (a
+lazy import that closes a circle only hides it), and nothing under `tirjax/` imports the
+entry points (`experiments`)."""
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _modules(root: pathlib.Path) -> dict[str, pathlib.Path]:
+  out = {}
+  for path in (root / "tirjax").rglob("*.py"):
+    name = ".".join(path.relative_to(root).with_suffix("").parts)
+    out[name.removesuffix(".__init__")] = path
+  return out
+
+
+def _imports(path: pathlib.Path, mods=()) -> set[str]:
+  """Every module named by an import anywhere in the file (functions included):
+  `from p import m` names the module p.m where there is one, else p."""
+  names = set()
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+      for a in node.names:
+        sub = f"{node.module}.{a.name}"
+        names.add(sub if sub in mods else node.module)
+    elif isinstance(node, ast.Import):
+      names.update(a.name for a in node.names)
+  return names
+
+
+def import_graph(root: pathlib.Path) -> dict[str, set[str]]:
+  mods = _modules(root)
+  return {m: {d for d in _imports(p, mods) if d in mods and d != m} for m, p in mods.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """The strongly connected components of more than one module (Tarjan)."""
+  index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+  def visit(v):
+    index[v] = low[v] = counter[0]
+    counter[0] += 1
+    stack.append(v)
+    on.add(v)
+    for w in sorted(graph[v]):
+      if w not in index:
+        visit(w)
+        low[v] = min(low[v], low[w])
+      elif w in on:
+        low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+      comp = []
+      while True:
+        w = stack.pop()
+        on.discard(w)
+        comp.append(w)
+        if w == v:
+          break
+      if len(comp) > 1:
+        out.append(sorted(comp))
+
+  for v in sorted(graph):
+    if v not in index:
+      visit(v)
+  return out
+
+
+def test_the_package_has_no_import_circle():
+  graph = import_graph(ROOT)
+  assert len(graph) > 100  # the walk found the package
+  assert circles(graph) == []
+
+
+def test_circles_finds_a_lazy_import_circle():
+  """The check sees a circle closed by an import inside a function."""
+  graph = {"a": {"b"}, "b": set(), "c": set()}
+  assert circles(graph) == []
+  graph["b"].add("a")
+  assert circles(graph) == [["a", "b"]]
+
+
+def test_function_level_imports_count(tmp_path):
+  pkg = tmp_path / "tirjax"
+  pkg.mkdir()
+  (pkg / "__init__.py").write_text("")
+  (pkg / "one.py").write_text("from tirjax import two\n")
+  (pkg / "two.py").write_text("def f():\n  from tirjax import one\n")
+  assert circles(import_graph(tmp_path)) == [["tirjax.one", "tirjax.two"]]
+
+
+def test_the_package_does_not_import_the_entry_points():
+  users = sorted(m for m, p in _modules(ROOT).items()
+                 if any(d.split(".")[0] == "experiments" for d in _imports(p)))
+  assert users == []
