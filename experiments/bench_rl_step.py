@@ -25,7 +25,7 @@ from absl import app, flags
 
 from tirjax import cli
 from tirjax.reporting import benchmark, launch, rl_step
-from tirjax.reporting.runs import RunDir
+from tirjax.rundir import RunDir
 
 flags.DEFINE_string("hf_checkpoint", None, "Warm start: an HF export of the tiny model.")
 flags.DEFINE_string("config", "configs/hidifftir.py:model=tiny", "The run config.")

@@ -41,7 +41,7 @@ from absl import app, flags
 from flax import nnx
 from ml_collections import config_flags
 
-from tirjax import cli
+from tirjax import cli, rundir
 from tirjax.episodes import judging
 from tirjax.trainer import prepare, resolve, samplers
 from tirjax.trainer.direction import direction_preference
@@ -73,7 +73,7 @@ def policy_directory(policy: str) -> str:
   if os.path.exists(os.path.join(policy, "config.json")) and any(
       f.endswith(".safetensors") for f in os.listdir(policy)):
     return policy
-  export = os.path.join(policy, "hf_export")
+  export = os.path.join(policy, rundir.HF_EXPORT)
   if os.path.isdir(export):
     return export
   raise resolve.ConfigError(f"policy: {policy!r} is neither a Hugging Face checkpoint directory "

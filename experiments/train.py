@@ -55,9 +55,6 @@ config_flags.DEFINE_config_file("config", None, "Experiment config, e.g. configs
 flags.DEFINE_string("workdir", None, "Run directory (created, or resumed when it holds this run).")
 flags.mark_flags_as_required(["config", "workdir"])
 
-AFTER_SFT = "eval_after_sft.json"  # the run's first evaluation (after SFT, or before RL)
-
-
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
@@ -83,10 +80,9 @@ def run(config, workdir: str) -> dict:
   primary = distributed.is_primary()  # process 0 writes the run directory
   if primary:
     rundir.write_status(workdir, "running", 0)
-    if not os.path.exists(os.path.join(workdir, "cell.json")):
-      rundir.write_json(os.path.join(workdir, "cell.json"), dict(
-          label=exp.estimator.name, estimator=exp.estimator.name,
-          options=dataclasses.asdict(exp.advantage), seed=exp.seed))
+    rundir.write_cell(workdir, dict(
+        label=exp.estimator.name, estimator=exp.estimator.name,
+        options=dataclasses.asdict(exp.advantage), seed=exp.seed), keep=True)
   writer = (rundir.MetricsWriter(workdir, exp.train.loggers, run_id, record) if primary
             else rundir.NullWriter())
   progress = Progress(enabled=exp.train.progress_bar, quiet=not primary)
@@ -116,7 +112,7 @@ def _train(exp: resolve.Experiment, workdir: str, run_id: str, writer, progress:
   graphdef, params, phases = _model(exp, len(data.tokenizer), mesh)
 
   # -- Checkpoint restore, sampler ------------------------------------------------------------
-  ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), run_id=run_id,
+  ckpt = Checkpointer(os.path.join(workdir, rundir.CHECKPOINTS), run_id=run_id,
                       options=CheckpointOptions(max_to_keep=exp.train.keep_checkpoints),
                       on_commit=writer.checkpointed)
   cleanup.callback(ckpt.close)
@@ -132,7 +128,7 @@ def _train(exp: resolve.Experiment, workdir: str, run_id: str, writer, progress:
   if state.data_position["phase"] == "sft":
     state = _warm_start(trainer, state)
   elif (exp.train.eval_at_start and state.data_position["rl_step"] == 0
-        and not processes.exists(os.path.join(workdir, AFTER_SFT))):
+        and not processes.exists(os.path.join(workdir, rundir.EVAL_AFTER_SFT))):
     trainer.evaluate_and_log(state, 0, stage="start")
   state, last_eval = _rl(trainer, state)
   return _final(trainer, state, last_eval)
@@ -219,10 +215,11 @@ class Trainer:
   def evaluate_and_log(self, state: TrainState, step: int, stage: Optional[str] = None,
                        subset: bool = False) -> dict:
     """`evaluate`, written as the metrics' eval row `step`; with `stage` ("sft": after the warm
-    start, "start": before RL without one) also the run's first evaluation (AFTER_SFT)."""
+    start, "start": before RL without one) also the run's first evaluation
+    (`rundir.EVAL_AFTER_SFT`)."""
     result = self.evaluate(state, subset)
     if stage is not None:
-      processes.write_json(os.path.join(self.workdir, AFTER_SFT), result)
+      processes.write_json(os.path.join(self.workdir, rundir.EVAL_AFTER_SFT), result)
     self.writer.write("eval", step, {**result, "eval/stage": stage} if stage else result)
     return result
 
@@ -427,7 +424,7 @@ def _final(trainer: Trainer, state: TrainState, last_eval: Optional[dict]) -> di
   """The final evaluation (unless the last RL step ran one), the HF export, the summary."""
   exp, workdir = trainer.exp, trainer.workdir
   distributed.barrier("rl-done")  # process 0's files of the run are written
-  after_sft_path = os.path.join(workdir, AFTER_SFT)
+  after_sft_path = os.path.join(workdir, rundir.EVAL_AFTER_SFT)
   if last_eval is None and exp.train.steps == 0 and exp.sft.steps > 0:
     last_eval = rundir.read_json(after_sft_path)  # the same weights
   if last_eval is None:  # resumed after the last step, or no RL steps
@@ -435,13 +432,13 @@ def _final(trainer: Trainer, state: TrainState, last_eval: Optional[dict]) -> di
   if exp.train.export_final:
     model = nnx.merge(trainer.graphdef, weights.sampler_params(state))  # whole on every process
     if distributed.is_primary():
-      export_hf(model, os.path.join(workdir, "hf_export"),
+      export_hf(model, os.path.join(workdir, rundir.HF_EXPORT),
                 source_dir=trainer.data.tokenizer_dir, overwrite=True)
   after_sft = rundir.read_json(after_sft_path) if os.path.exists(after_sft_path) else {}
   summary = {"after_sft": after_sft, "after_rl": last_eval, "rl_steps": exp.train.steps,
              "policy_version": state.policy_version,
              "seconds": {k: round(v, 1) for k, v in trainer.clock.seconds.items()}}
-  processes.write_json(os.path.join(workdir, "summary.json"), summary)
+  processes.write_json(os.path.join(workdir, rundir.SUMMARY), summary)
   if distributed.is_primary():
     print(summary_table(after_sft, last_eval, stage="SFT" if exp.sft.steps else "start"),
           file=sys.stdout, flush=True)

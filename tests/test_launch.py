@@ -1,5 +1,5 @@
 """`tirjax.reporting.launch`: the trainer's command line, and a tiny run launched and read
-back through `runs.RunDir` (the scripts that train through it: abstention_check,
+back through `rundir.RunDir` (the scripts that train through it: abstention_check,
 bench_default_run, bench_rl_step; experiments.ablate builds its command with it)."""
 
 import os

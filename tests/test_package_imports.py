@@ -94,3 +94,24 @@ def test_the_package_does_not_import_the_entry_points():
   users = sorted(m for m, p in _modules(ROOT).items()
                  if any(d.split(".")[0] == "experiments" for d in _imports(p)))
   assert users == []
+
+
+# A run directory's own files (`tirjax.rundir`): not "config.json" (a Hugging Face file name
+# too) nor "reference" (also a timed phase's name).
+RUN_FILES = ("cell.json", "status.json", "metrics.jsonl", "eval_after_sft.json", "summary.json",
+             "checkpoints", "hf_export")
+
+
+def _string_constants(path: pathlib.Path) -> set[str]:
+  return {n.value for n in ast.walk(ast.parse(path.read_text()))
+          if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def test_a_run_directory_s_files_are_named_in_rundir_only():
+  """Issue 39: one module names every file of a run directory (writers and readers use its
+  names); a literal elsewhere would be a second home."""
+  files = [*(ROOT / "tirjax").rglob("*.py"), *(ROOT / "experiments").rglob("*.py")]
+  named = {str(p.relative_to(ROOT)): sorted(_string_constants(p) & set(RUN_FILES))
+           for p in files if p != ROOT / "tirjax" / "rundir.py"}
+  assert {p: n for p, n in named.items() if n} == {}
+  assert set(RUN_FILES) <= _string_constants(ROOT / "tirjax" / "rundir.py")

@@ -16,6 +16,7 @@ from hypothesis import given, strategies as st
 
 from experiments import report as report_cli
 from tirjax import reporting
+from tirjax import rundir
 from tirjax.reporting import runs as runs_lib
 from tirjax.reporting import stats, tables
 
@@ -185,11 +186,11 @@ def test_metrics_file_problems(tmp_path):
 
 def test_run_dir_reads_each_file_of_a_run(tmp_path):
   lines = [{"phase": "sft", "step": 1}] + rl_lines("grpo", 0, 2) + [eval_line(2, 0.5)]
-  files = runs_lib.RunDir(write_run(str(tmp_path), "run", {"label": "grpo", "seed": 0},
+  files = rundir.RunDir(write_run(str(tmp_path), "run", {"label": "grpo", "seed": 0},
                                     {"state": "finished", "error": None, "step": 2}, lines))
-  for name, obj in ((runs_lib.CONFIG, {"train": {"steps": 2}}),
-                    (runs_lib.SUMMARY, {"after_rl": {"eval/accuracy": 0.5}}),
-                    (runs_lib.EVAL_AFTER_SFT, {"eval/accuracy": 0.25})):
+  for name, obj in ((rundir.CONFIG, {"train": {"steps": 2}}),
+                    (rundir.SUMMARY, {"after_rl": {"eval/accuracy": 0.5}}),
+                    (rundir.EVAL_AFTER_SFT, {"eval/accuracy": 0.25})):
     with open(files.file(name), "w") as f:
       json.dump(obj, f)
   assert files.state() == "finished" and files.cell()["label"] == "grpo"
@@ -202,11 +203,11 @@ def test_run_dir_reads_each_file_of_a_run(tmp_path):
 
 
 def test_run_dir_state_is_none_until_a_status_can_be_read_and_other_files_raise(tmp_path):
-  files = runs_lib.RunDir(str(tmp_path))
+  files = rundir.RunDir(str(tmp_path))
   assert files.state() is None
   with pytest.raises(FileNotFoundError, match="summary.json"):
     files.summary()
-  with open(files.file(runs_lib.STATUS), "w") as f:
+  with open(files.file(rundir.STATUS), "w") as f:
     f.write('{"state": "runn')  # a writer killed mid-write
   assert files.state() is None
   with pytest.raises(ValueError):

@@ -12,7 +12,7 @@ from safetensors.numpy import load_file
 
 from experiments.train import run
 from tirjax.env.toolworld.failures import KINDS as FAILURE_KINDS
-from tirjax.reporting.runs import RunDir
+from tirjax.rundir import RunDir
 from tirjax.testing.short_runs import (CONFIGS, SFT_THEN_RL, committed, kill_when, logged,
                                       short_config, train_command)
 

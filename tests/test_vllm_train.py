@@ -14,7 +14,7 @@ import pytest
 
 from experiments.train import run
 from tirjax.models import config as model_config
-from tirjax.reporting.runs import RunDir
+from tirjax.rundir import RunDir
 from tirjax.testing.short_runs import short_config
 from tirjax.testing.vllm_toolworld import TOL
 

@@ -14,7 +14,7 @@ import zlib
 import pytest
 
 from tirjax import rundir, wandb_logger
-from tirjax.reporting.runs import RunDir
+from tirjax.rundir import RunDir
 from tirjax.testing.short_runs import SFT_THEN_RL, kill_when, logged, train_command
 from tirjax.trainer import sections
 

@@ -1,14 +1,19 @@
-"""A training run's directory: resolved config, status, metrics (JSONL, TensorBoard, W&B).
+"""A training run's directory: every file's name, its writers and its reader (`RunDir`).
 
     workdir/
       config.json      the resolved config (a restart must match it, see `claim`)
       cell.json        {"label", "estimator", "options", "seed"} for reports and ablations
+                       (`write_cell`; a grid's runner adds "recipe" and "warm_start")
       status.json      {"state": "running" | "finished" | "failed", "error", "step"}
       metrics.jsonl    one object per line: {"phase": "sft" | "rl" | "eval", "step", "time", ...}
+      eval_after_sft.json  the evaluation after SFT (before RL)
+      summary.json     {"after_sft", "after_rl", "rl_steps", "policy_version", "seconds"} once
+                       the run finished
       tensorboard/     the same scalars as TensorBoard event files
       wandb/           with "wandb" in train.loggers: W&B's local files of the run
                        (`tirjax.wandb_logger`; tirjax.json keeps the W&B run id)
       checkpoints/     Orbax train states (`tirjax.checkpoint`)
+      reference/       the KL reference's parameters, saved once at RL's start (β > 0)
       hf_export/       the final policy as a Hugging Face directory
 
 Nothing a user made is overwritten silently: a workdir holding another run's config is
@@ -18,6 +23,7 @@ steps, may change on a restart).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -36,6 +42,14 @@ from tirjax.wandb_logger import WandbLogger
 RESUMABLE_KEYS = ("train.steps", "train.eval_every", "train.log_every", "train.progress_bar",
                   "train.loggers", "distributed.coordinator_address", "distributed.process_id")
 LOGGERS = ("tensorboard", "wandb")  # metrics.jsonl is always written
+
+# Every file of a run directory, named once (the trainer, the grid's runner and the reports
+# all go through these and `RunDir`).
+CONFIG, CELL, STATUS, METRICS = "config.json", "cell.json", "status.json", "metrics.jsonl"
+EVAL_AFTER_SFT, SUMMARY = "eval_after_sft.json", "summary.json"
+TENSORBOARD = "tensorboard"
+WANDB = "wandb"  # W&B's own folder name (`wandb.init(dir=workdir)` makes it)
+CHECKPOINTS, REFERENCE, HF_EXPORT = "checkpoints", "reference", "hf_export"
 
 
 class WorkdirMismatch(RuntimeError):
@@ -72,10 +86,74 @@ def _jsonable(x):
   return str(x)
 
 
+def read_metrics(path: str) -> list[dict]:
+  """The lines of a metrics.jsonl; a truncated last line (a run killed mid-write) is skipped."""
+  with open(path) as f:
+    texts = [(i, t) for i, t in enumerate(f.read().splitlines()) if t.strip()]
+  lines = []
+  for j, (i, text) in enumerate(texts):
+    try:
+      line = json.loads(text)
+    except json.JSONDecodeError:
+      if j < len(texts) - 1:  # a bad line before the last: the file is corrupt
+        raise ValueError(f"{path}: line {i + 1} is not JSON") from None
+      continue
+    if not isinstance(line, dict):
+      raise ValueError(f"{path}: line {i + 1} is not a JSON object")
+    lines.append(line)
+  return lines
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir:
+  """The files of one trainer run directory, read when asked (a running trainer rewrites them).
+  A missing or unreadable file raises (OSError, ValueError), except in `state`."""
+
+  path: str
+
+  def file(self, name: str) -> str:
+    return os.path.join(self.path, name)
+
+  def cell(self) -> dict:
+    return read_json(self.file(CELL))
+
+  def status(self) -> dict:
+    return read_json(self.file(STATUS))
+
+  def state(self) -> Optional[str]:
+    """status.json's state; None before the run wrote a readable one."""
+    try:
+      return self.status().get("state")
+    except (OSError, ValueError):
+      return None
+
+  def config(self) -> dict:
+    return read_json(self.file(CONFIG))
+
+  def eval_after_sft(self) -> dict:
+    return read_json(self.file(EVAL_AFTER_SFT))
+
+  def summary(self) -> dict:
+    return read_json(self.file(SUMMARY))
+
+  def metrics(self, phase: Optional[str] = None) -> list[dict]:
+    """metrics.jsonl's lines (`read_metrics`), or only those of `phase` ("sft", "rl", "eval")."""
+    lines = read_metrics(self.file(METRICS))
+    return lines if phase is None else [x for x in lines if x.get("phase") == phase]
+
+
+def write_cell(workdir: str, cell: Mapping[str, Any], keep: bool = False) -> None:
+  """cell.json: {"label", "estimator", "options", "seed"} (a grid adds "recipe" and
+  "warm_start"); with `keep`, an existing one is left as it is (a grid's runner wrote it)."""
+  path = os.path.join(workdir, CELL)
+  if not (keep and os.path.exists(path)):
+    write_json(path, dict(cell))
+
+
 def claim(workdir: str, config: Mapping[str, Any]) -> bool:
   """Creates `workdir` for this config, or checks that it is this run's. True if resuming."""
   os.makedirs(workdir, exist_ok=True)
-  path = os.path.join(workdir, "config.json")
+  path = os.path.join(workdir, CONFIG)
   config = json.loads(json.dumps(config, default=_jsonable))
   if not os.path.exists(path):
     if any(n for n in os.listdir(workdir) if not n.startswith(".")):
@@ -100,7 +178,7 @@ def claim(workdir: str, config: Mapping[str, Any]) -> bool:
 
 
 def write_status(workdir: str, state: str, step: int, error: Optional[str] = None) -> None:
-  write_json(os.path.join(workdir, "status.json"),
+  write_json(os.path.join(workdir, STATUS),
              {"state": state, "step": int(step), "error": error, "time": time.time()})
 
 
@@ -127,12 +205,12 @@ class MetricsWriter:
     unknown = sorted(set(loggers) - set(LOGGERS))
     if unknown:
       raise ValueError(f"loggers: {unknown} unknown; the loggers are {LOGGERS}")
-    self.path = os.path.join(workdir, "metrics.jsonl")
+    self.path = os.path.join(workdir, METRICS)
     self._tb = self._wandb = None
     self._pending = []  # this process's records not yet final (W&B only)
     if "tensorboard" in loggers:
       from tensorboardX import SummaryWriter  # imported lazily: optional at library level
-      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+      self._tb = SummaryWriter(os.path.join(workdir, TENSORBOARD))
     if "wandb" in loggers:
       if not run_id:
         raise ValueError("run_id: the W&B logger needs the run's id (rundir.run_id)")

@@ -299,7 +299,7 @@ def plan(grid: ml_collections.ConfigDict, workdir: str) -> list[Job]:
                         _with(recipe, ("seed", seed))))
         continue
       warm_dir = os.path.join(workdir, warm, f"seed{sft_seed}")
-      export = os.path.join(os.path.abspath(warm_dir), "hf_export")
+      export = os.path.join(os.path.abspath(warm_dir), rundir.HF_EXPORT)
       jobs.append(Job(label, name, options, seed, os.path.join(workdir, label, f"seed{seed}"),
                       _with(recipe, ("seed", seed), ("model.hf_checkpoint", export),
                             ("sft.steps", 0)), needs=warm_dir))

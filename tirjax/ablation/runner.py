@@ -24,7 +24,7 @@ from typing import Callable, Optional, Sequence, TextIO
 
 from tirjax import reporting, rundir
 from tirjax.ablation.grid import REPORT_DIR, GridError, Job, build_config
-from tirjax.reporting.runs import CELL, RunDir
+from tirjax.rundir import RunDir
 from tirjax.trainer import resolve
 
 FINISHED = "finished"
@@ -70,7 +70,7 @@ def prepare(jobs: Sequence[Job]) -> list[bool]:
       rundir.claim(job.workdir, config)
     except rundir.WorkdirMismatch as e:
       raise GridError(f"{job.name}: {e}") from None
-    rundir.write_json(files.file(CELL), job.cell_json())
+    rundir.write_cell(job.workdir, job.cell_json())
     same_steps = old is not None and old["train"]["steps"] == config["train"]["steps"]
     todo.append(not (same_steps and files.state() == FINISHED))
   return todo

@@ -5,7 +5,7 @@
 
 One `python -m experiments.train --config=<config> <overrides> --workdir=<workdir>` process
 per call, in the foreground, its output passed through. The trainer resumes an unfinished run
-directory and only re-evaluates a finished one. Its files are read through `runs.RunDir`. An
+directory and only re-evaluates a finished one. Its files are read through `rundir.RunDir`. An
 ablation grid starts the same command line (`train_command`), several at a time
 (`tirjax.ablation.runner`).
 """
@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Sequence
 
-from tirjax.reporting.runs import RunDir
+from tirjax.rundir import RunDir
 
 TRAINER = "experiments.train"
 

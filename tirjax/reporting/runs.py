@@ -1,6 +1,6 @@
 """Loading results: trainer run directories and credit-bench JSON files, as one `Study`.
 
-A trainer run directory (written by `experiments.train`, read through `RunDir`) holds
+A trainer run directory (its files named, written and read by `tirjax.rundir.RunDir`) holds
   cell.json     {"label", "estimator", "options", "seed"}
   status.json   {"state": "running" | "finished" | "failed", "error", "step"}
   metrics.jsonl one object per line: {"phase": "sft" | "rl" | "eval", "step", "time", ...}
@@ -25,7 +25,7 @@ import math
 import os
 from typing import Optional
 
-from tirjax.rundir import read_json  # re-exported: the readers here and their callers
+from tirjax.rundir import CELL, METRICS, STATUS, RunDir, read_json
 
 OK = "finished"
 
@@ -73,71 +73,10 @@ class Study:
     return list(dict.fromkeys(r.label for r in self.runs))
 
 
-CELL, STATUS, METRICS, CONFIG, EVAL_AFTER_SFT, SUMMARY = (
-    "cell.json", "status.json", "metrics.jsonl", "config.json", "eval_after_sft.json",
-    "summary.json")
-
-
-@dataclasses.dataclass(frozen=True)
-class RunDir:
-  """The files of one trainer run directory, read when asked (a running trainer rewrites them).
-  A missing or unreadable file raises (OSError, ValueError), except in `state`."""
-
-  path: str
-
-  def file(self, name: str) -> str:
-    return os.path.join(self.path, name)
-
-  def cell(self) -> dict:
-    return read_json(self.file(CELL))
-
-  def status(self) -> dict:
-    return read_json(self.file(STATUS))
-
-  def state(self) -> Optional[str]:
-    """status.json's state; None before the run wrote a readable one."""
-    try:
-      return self.status().get("state")
-    except (OSError, ValueError):
-      return None
-
-  def config(self) -> dict:
-    return read_json(self.file(CONFIG))
-
-  def eval_after_sft(self) -> dict:
-    return read_json(self.file(EVAL_AFTER_SFT))
-
-  def summary(self) -> dict:
-    return read_json(self.file(SUMMARY))
-
-  def metrics(self, phase: Optional[str] = None) -> list[dict]:
-    """metrics.jsonl's lines (`read_metrics`), or only those of `phase` ("sft", "rl", "eval")."""
-    lines = read_metrics(self.file(METRICS))
-    return lines if phase is None else [x for x in lines if x.get("phase") == phase]
-
-
 def _number(v) -> Optional[float]:
   if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
     return None
   return float(v)
-
-
-def read_metrics(path: str) -> list[dict]:
-  """The lines of a metrics.jsonl; a truncated last line (a run killed mid-write) is skipped."""
-  with open(path) as f:
-    texts = [(i, t) for i, t in enumerate(f.read().splitlines()) if t.strip()]
-  lines = []
-  for j, (i, text) in enumerate(texts):
-    try:
-      line = json.loads(text)
-    except json.JSONDecodeError:
-      if j < len(texts) - 1:  # a bad line before the last: the file is corrupt
-        raise ValueError(f"{path}: line {i + 1} is not JSON") from None
-      continue
-    if not isinstance(line, dict):
-      raise ValueError(f"{path}: line {i + 1} is not a JSON object")
-    lines.append(line)
-  return lines
 
 
 def final_metrics(lines: list[dict], last_rl: int = 5) -> dict:

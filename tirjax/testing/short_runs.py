@@ -11,7 +11,8 @@ import time
 import configs
 from tirjax.config import set_key
 from tirjax.reporting import launch
-from tirjax.reporting.runs import RunDir
+from tirjax import rundir
+from tirjax.rundir import RunDir
 
 # Resolved from the package, not the working directory, so that the list does not depend on
 # where the tests are started from.
@@ -76,4 +77,4 @@ def logged(workdir, phase, step):
 
 def committed(workdir, step):
   """Whether checkpoint `step` is committed (Orbax renames it into place once written)."""
-  return lambda: (workdir / "checkpoints" / str(step)).is_dir()
+  return lambda: (pathlib.Path(workdir) / rundir.CHECKPOINTS / str(step)).is_dir()

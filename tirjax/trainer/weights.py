@@ -7,7 +7,7 @@ import os
 
 import jax
 
-from tirjax import distributed
+from tirjax import distributed, rundir
 from tirjax.checkpoint import TrainState
 from tirjax.models import config as model_config
 from tirjax.models.decoder import init
@@ -29,7 +29,7 @@ def reference_params(state: TrainState, workdir: str):
   """The KL reference: the policy at the start of RL, saved once in `workdir/reference` so
   that a resumed run keeps the same reference (Orbax writes atomically)."""
   import orbax.checkpoint as ocp
-  path = os.path.abspath(os.path.join(workdir, "reference"))
+  path = os.path.abspath(os.path.join(workdir, rundir.REFERENCE))
   ckptr = ocp.StandardCheckpointer()
   distributed.barrier("reference")  # every process looks before any has saved
   if os.path.exists(path):
