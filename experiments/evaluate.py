@@ -46,24 +46,13 @@ from tirjax.episodes import judging
 from tirjax.trainer import prepare, resolve, samplers
 from tirjax.trainer.direction import direction_preference
 from tirjax.trainer.evaluation import evaluate
-from tirjax.trainer.progress import Progress
+from tirjax.trainer.progress import METRIC_LABELS, Progress
 from tirjax.trainer.tasks import TaskSource, load_tokenizer
 from tirjax.models.hf_io import load_hf
 from tirjax.reporting import benchmark
 
 UNSUPPORTED_ENVS = {"doors": "the doors bandit is a test task, not a benchmark"}
 SPLITS = ("eval", "train", "all")
-_LABELS = (("accuracy", "eval/accuracy"), ("average tool-call steps", "eval/avg_steps"),
-           ("unanswerable rate", "eval/unanswerable_rate"),
-           ("average formatting reward", "eval/format_reward"),
-           ("mean outcome", "eval/mean_outcome"), ("Solve-P", "eval/solve_p"),
-           ("Solve-R", "eval/solve_r"), ("Solve-F1", "eval/solve_f1"),
-           ("ToolHop answer correctness", "eval/answer_correctness"),
-           ("sampled accuracy", "eval/sampled_accuracy"), ("pass@1", "eval/pass@1"),
-           ("pass@4", "eval/pass@4"), ("pass@16", "eval/pass@16"),
-           ("tasks with mixed outcomes", "eval/sampled_mixed"),
-           ("tasks with no right sample", "eval/sampled_all_wrong"),
-           ("P(the direction the question states), teacher-forced", "eval/direction_p_right"))
 
 
 def policy_directory(policy: str) -> str:
@@ -162,7 +151,7 @@ def markdown(result: dict) -> str:
            f"{result['tasks']} tasks, {result['sampler']} sampler at temperature "
            f"{result['temperature']}{sampled}, {result['answer_protocol']} protocol, "
            f"{result['seconds']} s.\n", "| metric | value |", "| --- | ---: |"]
-  for label, key in _LABELS:
+  for label, key in METRIC_LABELS:
     if key in result["metrics"]:
       lines.append(f"| {label} | {result['metrics'][key]:.3f} |")
   for key, value in result["metrics"].items():

@@ -223,7 +223,7 @@ def evaluate_example(root, cache, env, tmp_path):
                         env=env_for(cache, devices=1), capture_output=True, text=True,
                         timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert "| accuracy |" in proc.stdout and "\r" not in proc.stderr
+  assert "| eval accuracy |" in proc.stdout and "\r" not in proc.stderr
   return json.load(open(tmp_path / env / "results.json"))
 
 

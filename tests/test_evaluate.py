@@ -11,6 +11,7 @@ import pytest
 from configs import hidifftir
 from experiments import evaluate
 from tirjax.env.toolworld import build_tokenizer
+from tirjax.trainer.progress import METRIC_LABELS
 from tirjax.trainer.tasks import load_tokenizer
 from tirjax.models import config as model_config
 from tirjax.models.decoder import init
@@ -75,8 +76,8 @@ def test_each_dataset_gets_its_papers_metrics(policy, data, tmp_path, env, paper
   written = json.load(open(os.path.join(out, "results.json")))
   assert written["metrics"] == result["metrics"] and written["env"] == env
   table = open(os.path.join(out, "results.md")).read()
-  assert "| accuracy |" in table and all(
-      label in table for label, key in evaluate._LABELS if key in paper_metrics)
+  assert "| eval accuracy |" in table and all(
+      label in table for label, key in METRIC_LABELS if key in paper_metrics)
   if env == "bfcl":  # per category as bfcl-eval reports it, and their mean
     categories = [k for k in result["metrics"] if k.startswith("eval/bfcl/multi_turn_")]
     assert categories and "| BFCL overall accuracy |" in table

@@ -17,14 +17,25 @@ from tqdm import tqdm
 
 LINES_PER_PHASE = 20
 
-TABLE_ROWS = (("eval accuracy", "eval/accuracy"), ("average tool-call steps", "eval/avg_steps"),
-              ("unanswerable rate", "eval/unanswerable_rate"),
-              ("average formatting reward", "eval/format_reward"), ("Solve-F1", "eval/solve_f1"),
-              ("ToolHop answer correctness", "eval/answer_correctness"),
-              ("sampled: pass@1", "eval/pass@1"), ("sampled: pass@4", "eval/pass@4"),
-              ("sampled: pass@16", "eval/pass@16"),
-              ("sampled: tasks with mixed outcomes", "eval/sampled_mixed"),
-              ("P(the direction the question states)", "eval/direction_p_right"))
+# Every eval metric's label, in the order the tables print them: the trainer's after-SFT /
+# after-RL table (`summary_table`, the keys in TRAIN_TABLE) and `experiments.evaluate`'s (all).
+METRIC_LABELS = (("eval accuracy", "eval/accuracy"), ("average tool-call steps", "eval/avg_steps"),
+                 ("unanswerable rate", "eval/unanswerable_rate"),
+                 ("average formatting reward", "eval/format_reward"),
+                 ("mean outcome", "eval/mean_outcome"), ("Solve-P", "eval/solve_p"),
+                 ("Solve-R", "eval/solve_r"), ("Solve-F1", "eval/solve_f1"),
+                 ("ToolHop answer correctness", "eval/answer_correctness"),
+                 ("sampled accuracy", "eval/sampled_accuracy"),
+                 ("sampled: pass@1", "eval/pass@1"), ("sampled: pass@4", "eval/pass@4"),
+                 ("sampled: pass@16", "eval/pass@16"),
+                 ("sampled: tasks with mixed outcomes", "eval/sampled_mixed"),
+                 ("sampled: tasks with no right sample", "eval/sampled_all_wrong"),
+                 ("P(the direction the question states), teacher-forced",
+                  "eval/direction_p_right"))
+TRAIN_TABLE = frozenset({
+    "eval/accuracy", "eval/avg_steps", "eval/unanswerable_rate", "eval/format_reward",
+    "eval/solve_f1", "eval/answer_correctness", "eval/pass@1", "eval/pass@4", "eval/pass@16",
+    "eval/sampled_mixed", "eval/direction_p_right"})
 
 
 class Progress:
@@ -97,8 +108,8 @@ def summary_table(before: Mapping[str, float], after: Mapping[str, float],
                   stage: str = "SFT") -> str:
   """A Markdown table of the eval metrics after `stage` and after RL."""
   lines = [f"| metric | after {stage} | after RL |", "| --- | --- | --- |"]
-  for label, key in TABLE_ROWS:
-    if key in before or key in after:
+  for label, key in METRIC_LABELS:
+    if key in TRAIN_TABLE and (key in before or key in after):
       cells = [f"{m[key]:.3f}" if key in m else "—" for m in (before, after)]
       lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
   return "\n".join(lines)
