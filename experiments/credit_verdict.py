@@ -10,8 +10,11 @@ from, each claim as a cell, its comparator and the least greedy-accuracy gain ov
 predicted order of the cells) and that fidelity result. Writes `<out>.json` and `<out>.md`:
 each cell's greedy-accuracy gain over its warm start (mean and 95% CI over seeds), the paired
 difference from each claim's comparator with its p-value (two-sided paired t-test), whether
-each claim held (difference at least the predicted one and p < 0.05), and Spearman's rank
-correlation between the cells' fidelity and their mean gains, with its p-value.
+each claim held (difference at least the predicted one and p < 0.05), Spearman's rank
+correlation between the cells' fidelity and their mean gains, with its p-value, and what each
+cell's credit was while it trained (`TRAINING_CREDIT`: the `credit/*` and `groups/*` metrics of
+its RL steps, the mean over steps, then over seeds): the measured side of a claim that did not
+hold.
 """
 
 from __future__ import annotations
@@ -25,9 +28,17 @@ import numpy as np
 import scipy.stats
 
 from tirjax import cli
+from tirjax.rundir import RunDir
 from tirjax.reporting import benchmark, runs, stats
 
 GAIN = "gain/accuracy"
+# Logged at every RL step of a toolworld run (SPEC §4.5; `tirjax.trainer.rl_metrics`).
+TRAINING_CREDIT = (("auc_query", "credit/auc_query"), ("auc_all_fail", "credit/auc_all_fail"),
+                   ("wrong_negative", "credit/wrong_negative"),
+                   ("collateral_blame", "credit/collateral_blame"),
+                   ("free_credit", "credit/free_credit"), ("no_signal", "credit/no_signal"),
+                   ("no_signal_all_fail", "credit/no_signal_all_fail"),
+                   ("mixed_groups", "groups/mixed_share"))
 
 
 def gains_by_cell(study_dirs: Sequence[str]) -> dict[str, dict[int, float]]:
@@ -38,6 +49,25 @@ def gains_by_cell(study_dirs: Sequence[str]) -> dict[str, dict[int, float]]:
     if run.state == runs.OK and run.final.get(GAIN) is not None:
       out.setdefault(run.label, {})[run.seed] = float(run.final[GAIN])
   return out
+
+
+def _mean(values) -> float | None:
+  finite = [float(v) for v in values if isinstance(v, (int, float)) and np.isfinite(v)]
+  return float(np.mean(finite)) if finite else None
+
+
+def training_credit(study_dirs: Sequence[str]) -> dict[str, dict[str, float | None]]:
+  """{cell label: {measure: mean over seeds of the mean over RL steps}} of the finished RL
+  runs, for the measures of `TRAINING_CREDIT` (None where a run logged none)."""
+  per_run: dict[str, list[dict]] = {}
+  for run in runs.load_run_dirs(list(study_dirs)).runs:
+    if run.state != runs.OK or run.final.get(GAIN) is None:
+      continue
+    rl = RunDir(run.source).metrics("rl")
+    per_run.setdefault(run.label, []).append(
+        {name: _mean(line.get(key) for line in rl) for name, key in TRAINING_CREDIT})
+  return {label: {name: _mean(r[name] for r in rows) for name, _ in TRAINING_CREDIT}
+          for label, rows in sorted(per_run.items())}
 
 
 def fidelity_of(result: dict, measure: str) -> dict[str, float]:
@@ -102,6 +132,13 @@ def markdown(result: dict) -> str:
                  f"{det} | {'yes' if c['held'] else 'no'} |")
   s, o = result["spearman_fidelity_gain"], result["spearman_predicted_order_gain"]
   fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+  if result.get("training_credit"):
+    names = [name for name, _ in TRAINING_CREDIT]
+    lines += ["", "Credit while training (each cell's RL steps, the mean over steps, then over "
+                  "seeds; `credit/*` and `groups/mixed_share`):", "",
+              "| cell | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names)]
+    for label, m in result["training_credit"].items():
+      lines.append(f"| {label} | " + " | ".join(fmt(m[n]) for n in names) + " |")
   lines += ["", f"Spearman ρ between the cells' fidelity ({result['fidelity_measure']}, own "
                 f"rollouts) and their mean gains: {fmt(s['rho'])} (p = {fmt(s['p_value'])}, "
                 f"{s['n']} cells); between the predicted order and the gains: {fmt(o['rho'])} "
@@ -148,6 +185,7 @@ def main(argv) -> None:
   f = flags.FLAGS
   pred, fid = check(argv)
   result = verdict(gains_by_cell(argv[1:]), pred, fid)
+  result["training_credit"] = training_credit(argv[1:])
   result.update(prediction_path=f.prediction, fidelity_path=pred["fidelity"],
                 command="python -m experiments.credit_verdict " + " ".join(sys.argv[1:]),
                 machine=benchmark.machine(jax_info=False))

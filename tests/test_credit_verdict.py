@@ -1,11 +1,14 @@
 """The credit testbed's verdict: claims checked by the paired t-test over seeds, and the rank
 correlation of fidelity with gains (against scipy)."""
 
+import json
+
 import numpy as np
 import pytest
 import scipy.stats
 
-from experiments.credit_verdict import markdown, verdict
+from experiments.credit_verdict import markdown, training_credit, verdict
+from tirjax import rundir
 
 GAINS = {"grpo": {0: 0.10, 1: 0.12, 2: 0.08, 3: 0.11, 4: 0.09},
          "hidifftir": {0: 0.20, 1: 0.21, 2: 0.19, 3: 0.22, 4: 0.18},  # +0.10, steady
@@ -40,3 +43,35 @@ def test_claims_hold_only_when_large_enough_and_significant():
   assert out["cells"]["grpo"]["gain"] == pytest.approx(0.10)
   text = markdown(dict(out, prediction_path="p.json", fidelity_path="f.json"))
   assert "| hidifftir − grpo | +0.050 | – | +0.100" in text
+
+
+def _run(root, name, label, seed, rl_lines, state="finished"):
+  d = root / name
+  d.mkdir()
+  rundir.write_cell(str(d), {"label": label, "estimator": label, "options": {}, "seed": seed})
+  rundir.write_status(str(d), state, 2)
+  evals = [{"phase": "eval", "step": 0, "eval/accuracy": 0.3},
+           {"phase": "eval", "step": 2, "eval/accuracy": 0.4}]
+  with open(d / rundir.METRICS, "w") as f:
+    f.writelines(json.dumps(x) + "\n" for x in [*rl_lines, *evals])
+
+
+def test_training_credit_is_the_mean_over_steps_then_over_seeds(tmp_path):
+  """Each measure of a finished run averaged over its RL steps (missing and NaN values
+  skipped), then over the cell's seeds; unfinished runs left out."""
+  rl = lambda step, **m: {"phase": "rl", "step": step, **{
+      f"credit/{k}" if k != "mixed_groups" else "groups/mixed_share": v for k, v in m.items()}}
+  _run(tmp_path, "a0", "grpo", 0, [rl(1, auc_query=0.6, no_signal_all_fail=0.9),
+                                   rl(2, auc_query=0.8, no_signal_all_fail=float("nan"))])
+  _run(tmp_path, "a1", "grpo", 1, [rl(1, auc_query=0.5, mixed_groups=0.25),
+                                   rl(2, auc_query=0.5, mixed_groups=0.75), rl(3, auc_query=0.5)])
+  _run(tmp_path, "b0", "portool", 0, [rl(1, auc_query=0.1)], state="running")
+  out = training_credit([str(tmp_path)])
+  assert set(out) == {"grpo"}
+  g = out["grpo"]
+  assert g["auc_query"] == pytest.approx((0.7 + 0.5) / 2)  # pooled over lines: 0.58
+  assert g["no_signal_all_fail"] == pytest.approx(0.9)  # seed 1 logged none
+  assert g["mixed_groups"] == pytest.approx(0.5) and g["free_credit"] is None
+  text = markdown(dict(verdict({"grpo": {0: 0.1, 1: 0.1}}, {"claims": []}, fidelity({})),
+                       prediction_path="p", fidelity_path="f", training_credit=out))
+  assert "| grpo | 0.600 |" in text
