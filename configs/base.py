@@ -10,7 +10,18 @@ paper's defaults. The config argument is a comma-separated list of presets:
   steps=N                                (RL steps)
   smoke=1                                (a smoke run: every stage, a few steps on a few tasks)
 
-e.g. `--config=configs/portool.py:model=tiny,env=toolworld`. Every key can then be set on the
+e.g. `--config=configs/portool.py:model=tiny,env=toolworld`. After the preset argument, `make`
+applies the named presets it implies (`NAMED_PRESETS`, in this order):
+
+  cpu_scale           model=tiny: sizes, steps and learning rates for a 2-core CPU
+  toolworld_headroom  model=tiny on toolworld (`make run`): RL with headroom and one lever
+  bfcl                env=bfcl: BFCL multi-turn's T_max and shapes
+  doors               env=doors: the doors bandit's small model and short run
+  smoke               smoke=1: every stage for a few steps on a few tasks
+
+`python -m experiments.train --config=... --print_config` prints every key with its value and
+where it came from (`provenance`: the options' defaults, the estimator's config, the preset
+argument, a named preset, the command line). Every key can then be set on the
 command line (`--config.advantage.options.alpha=0.5`); the config is locked, so a mistyped key
 fails, and `experiments.train` checks every value (`tirjax.trainer.resolve`) before any
 compute.
@@ -28,9 +39,13 @@ and demonstrations, `advantage.options` the estimator's (`tirjax.trainer.section
 
 from __future__ import annotations
 
+import contextvars
+import importlib.util
+from typing import Any
+
 import ml_collections
 
-from tirjax import advantages, distributed, sharding
+from tirjax import advantages, distributed, rundir, sharding
 from tirjax.config import config_from_dataclass, dataclass_from_config, parse_preset_arg
 from tirjax.trainer import sections, shape_needs
 from tirjax.trainer.sections import DEMO_ENVS, ENVS, SAMPLERS
@@ -43,6 +58,10 @@ DATA = {"toolhop": "../shared/data/toolhop/toolhop100.jsonl",
         "ftrl": "../shared/data/ftrl/ftrl_test.parquet", "bfcl": "", "toolworld": "", "doors": ""}
 PRESET_KEYS = {"model": tuple(MODEL_PRESETS), "env": ENVS, "sampler": SAMPLERS, "mesh": None,
                "rollout": MODES, "steps": None, "smoke": ("1",)}
+NAMED_PRESETS = ("cpu_scale", "toolworld_headroom", "bfcl", "doors", "smoke")
+# The named presets `make` may apply: all of them, except while `provenance` rebuilds a config
+# without some to see what each one set.
+_APPLIED = contextvars.ContextVar("tirjax_named_presets", default=NAMED_PRESETS)
 
 
 def hidifftir_protocol() -> dict:
@@ -116,18 +135,67 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   if "mesh" in presets:
     c.sharding.mesh = _parse_mesh(presets["mesh"])
 
-  if c.model.preset == "tiny":
-    _cpu_scale(c, env, steps_given="steps" in presets)
-    if env == "toolworld":
-      _toolworld_headroom(c, steps_given="steps" in presets)
-  if env == "bfcl":
+  # The named presets the preset argument implies (`NAMED_PRESETS`), in that order.
+  applied, tiny, steps_given = _APPLIED.get(), c.model.preset == "tiny", "steps" in presets
+  if tiny and "cpu_scale" in applied:
+    _cpu_scale(c, env, steps_given)
+  if tiny and env == "toolworld" and "toolworld_headroom" in applied:
+    _toolworld_headroom(c, steps_given)
+  if env == "bfcl" and "bfcl" in applied:
     _bfcl(c)
-  if env == "doors":
-    _doors(c, steps_given="steps" in presets)
-  if "smoke" in presets:
-    _smoke(c, env, steps_given="steps" in presets)
+  if env == "doors" and "doors" in applied:
+    _doors(c, steps_given)
+  if "smoke" in presets and "smoke" in applied:
+    _smoke(c, env, steps_given)
   c.lock()
   return c
+
+
+def _flat(c: ml_collections.ConfigDict) -> dict[str, Any]:
+  return rundir.flatten(c.to_dict())
+
+
+def _built(module, arg: str | None, applied: tuple) -> dict[str, Any]:
+  token = _APPLIED.set(applied)
+  try:
+    return _flat(module.get_config(arg))
+  finally:
+    _APPLIED.reset(token)
+
+
+def provenance(config_file: str, arg: str | None,
+               final: ml_collections.ConfigDict) -> list[tuple[str, Any, str]]:
+  """Each key of `final` (`config_file`'s config with `arg`, then the command line) as
+  (key, value, source), sorted by key. The source is the last layer that set the value, the
+  layers being: "default" (the options' dataclass defaults, as `make` builds them for the
+  estimator without a protocol), `config_file` (the estimator's paper protocol), "preset
+  argument" (`arg`'s model=, env=, ... values), "preset <name>" (each of `NAMED_PRESETS` that
+  applies, in order) and "command line"."""
+  spec = importlib.util.spec_from_file_location("tirjax_config_provenance", config_file)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  token = _APPLIED.set(())
+  try:
+    defaults = _flat(make(None, estimator=final.advantage.name))
+  finally:
+    _APPLIED.reset(token)
+  layers = [("default", defaults), (config_file, _built(module, None, ()))]
+  if arg:
+    layers.append(("preset argument", _built(module, arg, ())))
+  for i, name in enumerate(NAMED_PRESETS):
+    layers.append((f"preset {name}", _built(module, arg, NAMED_PRESETS[:i + 1])))
+  layers.append(("command line", _flat(final)))
+  missing = object()
+  out = []
+  for key, value in sorted(layers[-1][1].items()):
+    source, before = "default", missing
+    for name, values in layers:
+      now = values.get(key, missing)
+      if now is not missing and (before is missing or now != before):
+        source = name
+      before = now
+    out.append((key, value, source))
+  return out
 
 
 def _sized_shapes(c: ml_collections.ConfigDict, given: dict) -> None:

@@ -23,10 +23,11 @@ from typing import Any, Callable, Optional
 import jax
 import numpy as np
 import optax
-from absl import flags, logging
+from absl import app, flags, logging
 from flax import nnx
 from ml_collections import config_flags
 
+from configs import base
 from tirjax import cli, distributed, rundir, sharding
 from tirjax.checkpoint import CheckpointOptions, Checkpointer, TrainState
 from tirjax.credit.fidelity import episode_labels
@@ -53,13 +54,26 @@ FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config, e.g. configs/portool.py:model=tiny",
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Run directory (created, or resumed when it holds this run).")
-flags.mark_flags_as_required(["config", "workdir"])
+flags.DEFINE_bool("print_config", False, "Print every config key with its value and where it "
+                  "came from (configs/base.py `provenance`), then exit without training.")
+flags.mark_flag_as_required("config")
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
-  config, workdir = FLAGS.config, FLAGS.workdir
-  run(config, workdir)
+  if FLAGS.print_config:
+    print(config_lines(config_flags.get_config_filename(FLAGS["config"]), FLAGS.config))
+    return
+  if not FLAGS.workdir:
+    raise app.UsageError("--workdir is required (the run directory)")
+  run(FLAGS.config, FLAGS.workdir)
+
+
+def config_lines(config_spec: str, config) -> str:
+  """`key = value  # source` per key of `config` (`--print_config`)."""
+  config_file, _, arg = config_spec.partition(":")
+  return "\n".join(f"{key} = {value!r}  # {source}"
+                    for key, value, source in base.provenance(config_file, arg or None, config))
 
 
 def check(argv) -> resolve.Experiment:
