@@ -39,10 +39,8 @@ minutes and checks the pipeline, not the methods (accuracies ~0).
 
 `grid=credit` (6 cells x 5 seeds + 5 warm starts, about 45 min per seed on the 2-core Zen 4):
 the prediction written from the fidelity figures before it ran is
-benchmarks/results/ablation_credit/prediction.json; seeds 0-1 (the grid stopped there for
-time) order the mean gains as the fidelity does (hidifftir +0.168 ... gigpo +0.090, Spearman
-0.99) with no paired difference significant at 2 seeds
-(benchmarks/results/ablation_credit/verdict_seeds_0_1.md).
+benchmarks/results/ablation_credit/prediction.json; the 5-seed verdict, with each cell's
+credit while training, is benchmarks/results/ablation_credit/verdict.md.
 
 Expected result (the papers' claims on 1.7B-7B models and SPEC §4.1; at the tiny scale
 `grid=default` sees no cell separate from GRPO at 3 seeds; PORTool's lower unanswerable

@@ -19,7 +19,7 @@ applies the named presets it implies (`NAMED_PRESETS`, in this order):
   doors               env=doors: the doors bandit's small model and short run
   smoke               smoke=1: every stage for a few steps on a few tasks
 
-`python -m experiments.train --config=... --print_config` prints every key with its value and
+`python -m experiments.train --config=configs/grpo.py:model=tiny --print_config` prints every key with its value and
 where it came from (`provenance`: the options' defaults, the estimator's config, the preset
 argument, a named preset, the command line). Every key can then be set on the
 command line (`--config.advantage.options.alpha=0.5`); the config is locked, so a mistyped key
