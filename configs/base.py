@@ -19,9 +19,9 @@ applies the named presets it implies (`NAMED_PRESETS`, in this order):
   doors               env=doors: the doors bandit's small model and short run
   smoke               smoke=1: every stage for a few steps on a few tasks
 
-`python -m experiments.train --config=configs/grpo.py:model=tiny --print_config` prints every key with its value and
-where it came from (`provenance`: the options' defaults, the estimator's config, the preset
-argument, a named preset, the command line). Every key can then be set on the
+`python -m experiments.train --config=configs/grpo.py:model=tiny --print_config` prints every
+key with its value and where it came from (`provenance`: the options' defaults, the estimator's
+config, the preset argument, a named preset, the command line). Every key can then be set on the
 command line (`--config.advantage.options.alpha=0.5`); the config is locked, so a mistyped key
 fails, and `experiments.train` checks every value (`tirjax.trainer.resolve`) before any
 compute.
@@ -40,8 +40,7 @@ and demonstrations, `advantage.options` the estimator's (`tirjax.trainer.section
 from __future__ import annotations
 
 import contextvars
-import importlib.util
-from typing import Any
+from typing import Any, Callable
 
 import ml_collections
 
@@ -155,35 +154,32 @@ def _flat(c: ml_collections.ConfigDict) -> dict[str, Any]:
   return rundir.flatten(c.to_dict())
 
 
-def _built(module, arg: str | None, applied: tuple) -> dict[str, Any]:
+def _built(get_config: Callable, arg: str | None, applied: tuple) -> dict[str, Any]:
   token = _APPLIED.set(applied)
   try:
-    return _flat(module.get_config(arg))
+    return _flat(get_config(arg))
   finally:
     _APPLIED.reset(token)
 
 
-def provenance(config_file: str, arg: str | None,
+def provenance(get_config: Callable, config_file: str, arg: str | None,
                final: ml_collections.ConfigDict) -> list[tuple[str, Any, str]]:
-  """Each key of `final` (`config_file`'s config with `arg`, then the command line) as
+  """Each key of `final` (`get_config(arg)`, `config_file`'s, then the command line) as
   (key, value, source), sorted by key. The source is the last layer that set the value, the
   layers being: "default" (the options' dataclass defaults, as `make` builds them for the
   estimator without a protocol), `config_file` (the estimator's paper protocol), "preset
   argument" (`arg`'s model=, env=, ... values), "preset <name>" (each of `NAMED_PRESETS` that
   applies, in order) and "command line"."""
-  spec = importlib.util.spec_from_file_location("tirjax_config_provenance", config_file)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
   token = _APPLIED.set(())
   try:
     defaults = _flat(make(None, estimator=final.advantage.name))
   finally:
     _APPLIED.reset(token)
-  layers = [("default", defaults), (config_file, _built(module, None, ()))]
+  layers = [("default", defaults), (config_file, _built(get_config, None, ()))]
   if arg:
-    layers.append(("preset argument", _built(module, arg, ())))
+    layers.append(("preset argument", _built(get_config, arg, ())))
   for i, name in enumerate(NAMED_PRESETS):
-    layers.append((f"preset {name}", _built(module, arg, NAMED_PRESETS[:i + 1])))
+    layers.append((f"preset {name}", _built(get_config, arg, NAMED_PRESETS[:i + 1])))
   layers.append(("command line", _flat(final)))
   missing = object()
   out = []

@@ -32,6 +32,7 @@ from tirjax import cli, distributed, rundir, sharding
 from tirjax.checkpoint import CheckpointOptions, Checkpointer, TrainState
 from tirjax.credit.fidelity import episode_labels
 from tirjax.episodes import judging, rollout
+from tirjax.ablation.grid import config_module
 from tirjax.models.hf_io import export_hf
 from tirjax.rollouts import Rollouts
 from tirjax.trainer import prepare, processes, refill, resolve, samplers, weights
@@ -72,8 +73,9 @@ def main(argv):
 def config_lines(config_spec: str, config) -> str:
   """`key = value  # source` per key of `config` (`--print_config`)."""
   config_file, _, arg = config_spec.partition(":")
-  return "\n".join(f"{key} = {value!r}  # {source}"
-                    for key, value, source in base.provenance(config_file, arg or None, config))
+  get_config = config_module(config_file).get_config
+  return "\n".join(f"{key} = {value!r}  # {source}" for key, value, source
+                    in base.provenance(get_config, config_file, arg or None, config))
 
 
 def check(argv) -> resolve.Experiment:

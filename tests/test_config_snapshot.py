@@ -7,6 +7,7 @@ import pytest
 
 from configs import base, grpo, hidifftir
 from tirjax.testing import config_snapshot as snap
+from tirjax.testing.short_runs import CONFIGS
 
 PINNED = json.loads(snap.PATH.read_text())
 
@@ -17,7 +18,7 @@ def _changes(want: dict, got: dict) -> list[str]:
           for k in sorted(set(want) | set(got)) if want.get(k, missing) != got.get(k, missing)]
 
 
-@pytest.mark.parametrize("name", snap.estimators())
+@pytest.mark.parametrize("name", CONFIGS)
 def test_each_config_and_preset_resolves_to_its_pinned_values(name):
   assert name in PINNED, f"{name}: not in the snapshot (python -m tirjax.testing.config_snapshot)"
   base_case = snap.case(name, snap.BASE)
@@ -52,7 +53,8 @@ def test_provenance_names_each_layer():
   c = hidifftir.get_config("model=tiny")
   with c.unlocked():
     c.rollout.n = 4
-  source = {k: s for k, _, s in base.provenance("configs/hidifftir.py", "model=tiny", c)}
+  source = {k: s for k, _, s in base.provenance(hidifftir.get_config, "configs/hidifftir.py",
+                                                "model=tiny", c)}
   assert source["loss.kl_coef"] == "configs/hidifftir.py"
   assert source["model.tiny.hidden_size"] == "preset cpu_scale"
   assert source["sft.steps"] == "preset toolworld_headroom"  # cpu_scale's 800, then 1200
@@ -60,6 +62,6 @@ def test_provenance_names_each_layer():
   assert source["seed"] == "default"
   assert source["model.preset"] == "default"  # tiny is the default model preset
   doors = grpo.get_config("model=tiny,env=doors")
-  source = {k: s for k, _, s in base.provenance("configs/grpo.py", "model=tiny,env=doors",
-                                                doors)}
+  source = {k: s for k, _, s in base.provenance(grpo.get_config, "configs/grpo.py",
+                                                "model=tiny,env=doors", doors)}
   assert source["env.name"] == "preset argument" and source["sft.steps"] == "preset doors"

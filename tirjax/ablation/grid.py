@@ -103,7 +103,8 @@ class Job:
 
 
 @functools.cache
-def _config_module(path: str):
+def config_module(path: str):
+  """The config file at `path` as a module (its `get_config`), loaded once."""
   spec = importlib.util.spec_from_file_location(
       "tirjax_ablation_config_" + re.sub(r"\W", "_", path), path)
   module = importlib.util.module_from_spec(spec)
@@ -113,7 +114,7 @@ def _config_module(path: str):
 
 def build_config(recipe: Recipe) -> ml_collections.ConfigDict:
   """The locked config of `recipe`: `get_config(arg)` of its file, then its overrides."""
-  config = _config_module(recipe.config_file).get_config(recipe.arg or None)
+  config = config_module(recipe.config_file).get_config(recipe.arg or None)
   for key, value in recipe.overrides:
     assign(config, key, value)
   return config

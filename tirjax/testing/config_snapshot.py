@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from tirjax import rundir
+from tirjax.testing.short_runs import CONFIGS
 from tirjax.trainer import resolve
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -28,11 +29,6 @@ PRESETS = ("model=tiny,env=doors", "model=tiny,env=bfcl", "model=tiny,env=toolho
            "model=tiny,smoke=1", "model=tiny,rollout=tree", "model=tiny,rollout=arpo",
            "model=tiny,mesh=-1x1x1,steps=7")
 DATASET_ENVS = ("bfcl", "toolhop", "ftrl")
-
-
-def estimators() -> list[str]:
-  return sorted(p.stem for p in (ROOT / "configs").glob("*.py")
-                if p.stem not in ("__init__", "base", "ablate", "cell"))
 
 
 def case(name: str, arg: str) -> dict[str, Any]:
@@ -61,7 +57,7 @@ def diff(base: dict, other: dict) -> dict:
 
 def snapshot() -> dict:
   out = {}
-  for name in estimators():
+  for name in CONFIGS:
     base = case(name, BASE)
     entry = {BASE: base}
     for arg in PRESETS:
