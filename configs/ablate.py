@@ -6,8 +6,8 @@
     python -m experiments.ablate --config=configs/ablate.py:grid=smoke --workdir=/tmp/ablate_smoke
 
 Argument (comma-separated presets):
-`grid=all|estimators|portool|hidifftir|beyond|smoke|beyond_smoke|snapshot|default|credit`
-(default all), `seeds=N` (seeds 0..N-1; default 3, credit 5, smoke 2), `warm_start=per_seed|shared|none` (one SFT
+`grid=all|estimators|portool|hidifftir|beyond|smoke|beyond_smoke|snapshot|default|credit|credit12`
+(default all), `seeds=N` (seeds 0..N-1; default 3, credit and credit12 5, smoke 2), `warm_start=per_seed|shared|none` (one SFT
 per seed, one SFT for all seeds, or SFT inside every run; see `tirjax.ablation.grid`), and the
 estimator configs' presets `model`, `env`, `sampler`, `mesh`, `steps` (configs/base.py), given
 to every cell's config. Each cell runs its estimator's own config file (paper defaults:
@@ -41,6 +41,9 @@ minutes and checks the pipeline, not the methods (accuracies ~0).
 the prediction written from the fidelity figures before it ran is
 benchmarks/results/ablation_credit/prediction.json; the 5-seed verdict, with each cell's
 credit while training, is benchmarks/results/ablation_credit/verdict.md.
+`grid=credit12` is its one redesign (grpo, hidifftir and portool; groups and trees of 12 rows,
+4 queries a step) from the same warm starts (copy `<credit workdir>/sft-2d2a143a` into its
+workdir): its prediction and verdict are in benchmarks/results/ablation_credit12/.
 
 Expected result (the papers' claims on 1.7B-7B models and SPEC §4.1; at the tiny scale
 `grid=default` sees no cell separate from GRPO at 3 seeds; PORTool's lower unanswerable
@@ -87,10 +90,12 @@ DEFAULT_CELLS = ("grpo", "hidifftir", "portool")
 # two outcome baselines, on queries where an outcome cannot say which step went wrong.
 CREDIT_CELLS = ("grpo", "hidifftir", "portool", "matchtir_km", "gigpo",
                 "reinforce_plus_plus_baseline")
+CREDIT12_CELLS = ("grpo", "hidifftir", "portool")  # its redesign: the claims' cells
 GRIDS = {"all": tuple(dict.fromkeys(ESTIMATORS + PORTOOL + HIDIFFTIR + BEYOND)),
          "estimators": ESTIMATORS, "portool": PORTOOL, "hidifftir": HIDIFFTIR, "beyond": BEYOND,
          "smoke": ("grpo", "portool"), "beyond_smoke": BEYOND_ESTIMATORS,
-         "snapshot": SNAPSHOT_CELLS, "default": DEFAULT_CELLS, "credit": CREDIT_CELLS}
+         "snapshot": SNAPSHOT_CELLS, "default": DEFAULT_CELLS, "credit": CREDIT_CELLS,
+         "credit12": CREDIT12_CELLS}
 # The committed snapshot (benchmarks/results/ablation_toolworld/report.md): every estimator from one
 # shared SFT warm start per answer protocol, a short RL budget that fits a 2-core CPU in about
 # an hour; its differences are expected to be within noise at this budget.
@@ -110,6 +115,12 @@ DEFAULT_PROTOCOL = dict(
 # first and the last on all 256.
 CREDIT = dict(DEFAULT_PROTOCOL, env=dict(chain_directions=2, hop_weights=(0.0, 0.0, 0.0, 1.0)),
               train=dict(eval_every=8, eval_subset=64))
+# `grid=credit12`, the credit testbed's redesign: on grid=credit 59% of PORTool's 6-leaf trees
+# and 46% of GRPO's groups had no success (18% of rows succeed from the warm start), so most
+# turn-level signal never reached the update. The same rows a step (48) in 4 groups or trees
+# of 12 (mini-batches of one query: 4 updates a step, as before); RL keys only, so the cells
+# start from grid=credit's warm starts.
+CREDIT12_RL = dict(rollout=dict(n=12), train=dict(queries_per_step=4, mini_batch_queries=1))
 # The smoke grid: every stage (SFT warm start, tree and independent rollouts, updates, eval,
 # export, report) on the smallest sizes.
 SMOKE = dict(env=dict(train_tasks=16, eval_tasks=4),
@@ -125,7 +136,7 @@ def get_config(arg=None):
                                    **{k: base.PRESET_KEYS[k] for k in CELL_PRESETS}})
   grid = presets.get("grid", "all")
   smoke = grid in ("smoke", "beyond_smoke")
-  seeds = presets.get("seeds", "2" if smoke else "5" if grid == "credit" else "3")
+  seeds = presets.get("seeds", "2" if smoke else "5" if grid.startswith("credit") else "3")
   if not seeds.isdigit() or int(seeds) < 1:
     raise ValueError(f"config argument seeds={seeds}: expected an integer >= 1")
   cell_presets = {k: presets[k] for k in CELL_PRESETS if k in presets}
@@ -140,9 +151,10 @@ def get_config(arg=None):
   if grid == "snapshot":
     presets.setdefault("warm_start", "shared")
   extra = SMOKE if smoke else {"snapshot": SNAPSHOT, "default": DEFAULT_PROTOCOL,
-                               "credit": CREDIT}.get(grid, {})
+                               "credit": CREDIT, "credit12": CREDIT}.get(grid, {})
   for section, values in extra.items():
     c.overrides[section] = ml_collections.ConfigDict({**c.overrides.get(section, {}), **values})
+  c.rl_overrides = ml_collections.ConfigDict(CREDIT12_RL if grid == "credit12" else {})
   c.cells = GRIDS[grid]
   c.seeds = tuple(range(int(seeds)))
   c.warm_start = presets.get("warm_start", "per_seed")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import ml_collections
 import pytest
 
 from configs import ablate as ablate_config
@@ -155,6 +156,25 @@ def test_a_cell_that_changes_sft_gets_its_own_warm_start_and_one_with_none_skips
   without = ablation.plan(smoke(warm_start="none"), str(tmp_path))
   assert [j.label for j in without] == ["grpo", "portool", "grpo", "portool"]
   assert ablation.build_config(without[0].recipe).sft.steps == 2
+
+
+def test_rl_overrides_reach_the_rl_cells_and_leave_the_warm_starts_as_they_were(tmp_path):
+  """grid=credit12 starts from grid=credit's warm starts: its RL keys must not enter theirs."""
+  from tirjax.trainer import resolve
+  plain = ablation.plan(smoke(), str(tmp_path))
+  design = ablation.plan(smoke(rl_overrides=ml_collections.ConfigDict(
+      dict(rollout=dict(n=4), train=dict(queries_per_step=2)))), str(tmp_path))
+  record = lambda job: resolve.config_record(ablation.build_config(job.recipe))
+  for a, b in zip(plain, design):
+    assert (a.label, a.workdir, a.needs) == (b.label, b.workdir, b.needs)
+    if a.estimator == "sft":
+      assert record(a) == record(b)
+    else:
+      c = ablation.build_config(b.recipe)
+      assert (c.rollout.n, c.train.queries_per_step) == (4, 2)
+  for bad in (dict(sft=dict(steps=3)), dict(model=dict(hf_checkpoint="x")), dict(seed=1)):
+    with pytest.raises(ablation.GridError, match=r"rl_overrides\..*decides the warm start"):
+      ablation.plan(smoke(rl_overrides=ml_collections.ConfigDict(bad)), str(tmp_path))
 
 
 def test_a_shared_warm_start_runs_sft_once_for_every_seed(tmp_path):

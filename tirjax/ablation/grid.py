@@ -11,6 +11,10 @@ Grid config entries:
   configs    {estimator: "path.py" or "path.py:arg"}: another config file (and argument) for an
              estimator; the default ("" or absent) is configs/<estimator>.py with `preset`
   overrides  nested config values set in every run (e.g. overrides.train.steps = 100)
+  rl_overrides  nested config values set in every RL run but not in the warm starts: the RL
+             design (group size, queries per step), never a key that decides a warm start, so
+             grids that differ only here have the same warm-start runs and one can start from
+             the other's (copy its `sft-<hash>` directories into the new workdir)
   cells      the cell labels
   seeds      the seeds; every cell runs once per seed (config key `seed`)
   warm_start "per_seed": SFT runs once per seed (and per group of cells whose SFT would be the same:
@@ -49,7 +53,7 @@ from tirjax.trainer import resolve, sections
 # Config keys (and sections) that determine the weights SFT produces; cells that agree on all
 # of them share a warm start. `seed` is shared per seed by construction.
 WARM_START_KEYS = ("model.", "env.", "sft.", "rollout.answer_protocol", "rollout.shapes.max_tokens")
-GRID_KEYS = ("preset", "configs", "overrides", "cells", "seeds", "warm_start",
+GRID_KEYS = ("preset", "configs", "overrides", "rl_overrides", "cells", "seeds", "warm_start",
              "compilation_cache", "report")
 WARM_STARTS = ("per_seed", "shared", "none")
 REPORT_DIR = "report"
@@ -243,6 +247,12 @@ def plan(grid: ml_collections.ConfigDict, workdir: str) -> list[Job]:
     if key == "seed":
       raise GridError("overrides.seed: seeds are set by the grid's `seeds`")
     shared.append((key, _json_normal(value, f"overrides.{key}")))
+  rl = []
+  for key, value in rundir.flatten(grid.rl_overrides.to_dict()).items():
+    if key == "seed" or _warm_start_key(key):
+      raise GridError(f"rl_overrides.{key}: a key that decides the warm start (or the seed); "
+                      "set it in `overrides`")
+    rl.append((key, _json_normal(value, f"rl_overrides.{key}")))
   if not grid.cells:
     raise GridError("cells: the grid has no cells")
   if grid.warm_start not in WARM_STARTS:
@@ -273,9 +283,10 @@ def plan(grid: ml_collections.ConfigDict, workdir: str) -> list[Job]:
     if any(key == "seed" for key, _ in own):
       raise GridError(f"{where}: seeds are set by the grid's `seeds`")
     _apply(config, shared, lambda key: f"overrides.{key} (in {where})")
+    _apply(config, rl, lambda key: f"rl_overrides.{key} (in {where})")
     _apply(config, own, lambda key: where)
     _resolve(config, where)
-    recipe = Recipe(path, arg, tuple(shared + own))
+    recipe = Recipe(path, arg, tuple(shared + rl + own))
     warm = None
     if grid.warm_start != "none" and config.sft.steps > 0:
       warm = _signature(config)
