@@ -111,7 +111,8 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   c.train.update(train or {})
   c.train.steps = _parse_steps(presets.get("steps", "100"))
 
-  c.rollout = config_from_dataclass(dataclass_from_config(RolloutOptions, rollout, "rollout"))
+  c.rollout = config_from_dataclass(dataclass_from_config(RolloutOptions, rollout, "rollout"),
+                                    omit=sections.DERIVED["rollout"])
   _sized_shapes(c, (rollout or {}).get("shapes", {}))
   if "rollout" in presets:
     c.rollout.mode = presets["rollout"]

@@ -227,6 +227,16 @@ def test_every_section_resolves_to_its_typed_options(arg):
   assert exp.seed == c.seed
 
 
+def test_the_rollouts_seed_is_the_runs_seed():
+  """Issue 39: `rollout.seed` was a key nothing read (the trainer draws from one Generator of
+  `seed`); it is derived now, so there is one seed to set."""
+  c = load("grpo")
+  assert "seed" not in c.rollout
+  with c.unlocked():
+    c.seed = 7
+  assert resolve.resolve(c).rollout.seed == 7
+
+
 @pytest.mark.parametrize("key, value, message", [
     ("judge.kind", "oracle", r"judge\.kind: must be one of"),
     ("judge.votes", 0, r"judge\.base_url"),  # llm needs an endpoint first
@@ -289,11 +299,11 @@ def test_an_estimator_that_needs_a_rollout_field_requires_its_rollout_option():
 
 
 @pytest.mark.parametrize("old", ["train.micro_batches", "model.logprob_chunk",
-                                 "train.log_entropy", "sft.p_confuse"])
-def test_a_key_renamed_in_issue_29_is_refused_by_name(old):
-  """The old names of keys moved in issue 29 are gone (issue 39): the locked config refuses
-  them on the command line, naming the key, before any compute (`tirjax.cli.parse_flags`
-  turns the refusal into one line)."""
+                                 "train.log_entropy", "sft.p_confuse", "rollout.seed"])
+def test_a_renamed_or_removed_key_is_refused_by_name(old):
+  """The old names of keys moved in issue 29, and `rollout.seed`, are gone (issue 39): the
+  locked config refuses them on the command line, naming the key, before any compute
+  (`tirjax.cli.parse_flags` turns the refusal into one line)."""
   from absl import flags  # noqa: PLC0415
   from ml_collections import config_flags  # noqa: PLC0415
   argv = ["train", "--config=configs/grpo.py:model=tiny", f"--config.{old}=1"]

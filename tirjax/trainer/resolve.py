@@ -115,7 +115,7 @@ def resolve(c) -> Experiment:
   model, env, judge, sampler, train = (_own_section(name, d[name])
                                        for name in ("model", "env", "judge", "sampler", "train"))
   auto = _auto_shapes(d["rollout"])
-  rollout = _section(RolloutOptions, d["rollout"], "rollout")
+  rollout = _section(RolloutOptions, {**d["rollout"], "seed": seed}, "rollout")
   try:
     estimator = advantages.get(d["advantage"]["name"])
   except KeyError as e:

@@ -228,5 +228,7 @@ SECTIONS = {"model": ModelOptions, "env": EnvOptions, "judge": JudgeOptions,
 # Fields that `resolve` derives from other sections (rules that span sections), so they are no
 # config keys: the step's temperature from train.tempered_policy and rollout.temperature; the
 # demonstrations' answer protocol from rollout.answer_protocol; SFT's step from the `step`
-# section (at temperature 1, no entropy metric).
-DERIVED = {"step": ("temperature",), "sft": ("step", "demos.answer_protocol")}
+# section (at temperature 1, no entropy metric); the rollouts' seed from the run's `seed` (the
+# trainer draws every selection from one Generator of it).
+DERIVED = {"step": ("temperature",), "sft": ("step", "demos.answer_protocol"),
+           "rollout": ("seed",)}
