@@ -57,15 +57,14 @@ PORTool above GRPO in eval accuracy, with fewer tool-call steps and a lower unan
 import ml_collections
 
 from configs import base
+from tirjax import advantages
 from tirjax.config import parse_preset_arg
 
 SNAPSHOT_STEPS = 10
-# The seeds' estimators and their baselines (SPEC §4.1-4.3): the committed snapshot's cells.
-SEED_ESTIMATORS = ("grpo", "grpo_fm", "dr_grpo", "rloo", "dapo", "arpo", "toolrl", "ftrl",
-                   "matchtir_km", "matchtir_ot", "hidifftir", "portool")
-# SPEC §4.4: verl's estimators, GiGPO and Tree-GRPO.
-BEYOND_ESTIMATORS = ("reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo",
-                     "gpg", "grpo_passk", "gigpo", "tree_grpo")
+# The seeds' estimators and their baselines (SPEC §4.1-4.3): the committed snapshot's cells;
+# then SPEC §4.4's: verl's estimators, GiGPO and Tree-GRPO. Both lists are the registry's.
+SEED_ESTIMATORS = tuple(advantages.names(spec=("4.1", "4.2", "4.3")))
+BEYOND_ESTIMATORS = tuple(advantages.names(spec="4.4"))
 ESTIMATORS = SEED_ESTIMATORS + BEYOND_ESTIMATORS
 # The step- and tree-level comparators side by side with the seeds' methods, on their own
 # rollouts and on each other's (GiGPO on PORTool's trees, Tree-GRPO and PORTool on independent

@@ -83,3 +83,20 @@ def test_zero_where_nothing_differs(name, label):
   r = build_rollouts(CASES[label], with_ftrl=True, with_ref=True, with_greedy=True, **SHAPE)
   out = advantages.get(name)(r)
   assert not np.any(np.asarray(out.steps)) and not np.any(np.asarray(out.rows)), label
+
+
+def test_each_estimator_names_its_spec_section_and_the_grids_follow_it():
+  """Issue 39: the ablation grids list estimators from the registry by SPEC section, so an
+  estimator's section decides which grids it joins."""
+  from configs import ablate  # noqa: PLC0415
+  from tirjax.advantages import registry  # noqa: PLC0415
+  by_section = {s: advantages.names(spec=s) for s in registry.SPEC_SECTIONS}
+  assert sorted(sum(by_section.values(), [])) == advantages.names()
+  assert (by_section["4.1"], by_section["4.2"]) == (["portool"], ["hidifftir"])
+  assert {"grpo", "matchtir_km", "arpo"} <= set(by_section["4.3"])
+  assert {"gigpo", "tree_grpo", "remax"} <= set(by_section["4.4"])
+  assert set(ablate.BEYOND_ESTIMATORS) == set(by_section["4.4"])
+  assert set(ablate.ESTIMATORS) == set(advantages.names())
+  with pytest.raises(ValueError, match="spec='4.9'"):
+    registry.register("not_an_estimator", registry.get("grpo").options, spec="4.9")(None)
+  assert "not_an_estimator" not in advantages.names()

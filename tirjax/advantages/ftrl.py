@@ -52,7 +52,7 @@ def ftrl_reward(r: Rollouts) -> jax.Array:
   return jnp.where(r.row_valid, reward, 0.0)
 
 
-@register("ftrl", FTRLOptions)
+@register("ftrl", FTRLOptions, spec="4.3")
 def ftrl(r: Rollouts, opts: FTRLOptions) -> Advantages:
   """FTRL: group z-score of the solve-F1 reward, broadcast to the row's tokens."""
   if r.call_solves is None or r.num_expected is None:

@@ -65,7 +65,7 @@ def group_zscore(r: Rollouts, x, opts: segments.ZScore):
   return segments.zscore(x, r.group_id, r.row_valid, r.num_rows, opts)
 
 
-@register("grpo", GroupOptions)
+@register("grpo", GroupOptions, spec="4.3")
 def grpo(r: Rollouts, opts: GroupOptions) -> Advantages:
   """GRPO: A_j = (R_out_j − mean_g R_out) / (std_g R_out + eps).
 
@@ -80,7 +80,7 @@ def mean_format_reward(r: Rollouts):
   return jnp.sum(jnp.where(r.step_valid, r.format_reward, 0.0), axis=1) / n
 
 
-@register("arpo", GroupOptions)
+@register("arpo", GroupOptions, spec="4.3")
 def arpo(r: Rollouts, opts: GroupOptions) -> Advantages:
   """ARPO: GRPO advantages over entropy-adaptive rollouts.
 
@@ -91,7 +91,7 @@ def arpo(r: Rollouts, opts: GroupOptions) -> Advantages:
   return grpo(r, opts)
 
 
-@register("grpo_fm", GroupOptions)
+@register("grpo_fm", GroupOptions, spec="4.3")
 def grpo_fm(r: Rollouts, opts: GroupOptions) -> Advantages:
   """GRPO_fm: z-score of R_out + mean_t R_fm (PORTool §4, formatting-augmented GRPO).
 
@@ -106,7 +106,7 @@ class DrGRPOOptions:
   zscore: segments.ZScore = segments.ZScore(scale="none")
 
 
-@register("dr_grpo", DrGRPOOptions)
+@register("dr_grpo", DrGRPOOptions, spec="4.3")
 def dr_grpo(r: Rollouts, opts: DrGRPOOptions) -> Advantages:
   """Dr. GRPO: A_j = R_out_j − mean_g R_out (no std scaling).
 
@@ -124,7 +124,7 @@ class RLOOOptions:
     segments.ZScore(singleton=self.singleton)  # validates the value
 
 
-@register("rloo", RLOOOptions)
+@register("rloo", RLOOOptions, spec="4.3")
 def rloo(r: Rollouts, opts: RLOOOptions) -> Advantages:
   """RLOO: A_j = R_j − mean_{k≠j} R_k = n/(n−1) · (R_j − mean_g R).
 
@@ -165,7 +165,7 @@ def overlong_penalty(length, max_len: int, cache: int):
   return jnp.where(length <= start, 0.0, jnp.where(length <= max_len, inside, -1.0))
 
 
-@register("dapo", DAPOOptions)
+@register("dapo", DAPOOptions, spec="4.3")
 def dapo(r: Rollouts, opts: DAPOOptions) -> Advantages:
   """DAPO: GRPO advantages of the shaped reward; dynamic sampling masks the groups that are
   all correct or have no correct row.

@@ -84,7 +84,7 @@ def dual_advantage(r: Rollouts, reward: jax.Array, discount: float, zopts: segme
                          turn_advantage=a_turn, **extras)
 
 
-@register("matchtir_km", MatchTIRKMOptions)
+@register("matchtir_km", MatchTIRKMOptions, spec="4.3")
 def matchtir_km(r: Rollouts, opts: MatchTIRKMOptions) -> Advantages:
   """MatchTIR (KM): a call's reward is the similarity of its matched pair (0 if unmatched)."""
   match = turns.match_calls(r, opts.matching)
@@ -93,7 +93,7 @@ def matchtir_km(r: Rollouts, opts: MatchTIRKMOptions) -> Advantages:
                         gt_reward=match.gt_reward)
 
 
-@register("matchtir_ot", MatchTIROTOptions)
+@register("matchtir_ot", MatchTIROTOptions, spec="4.3")
 def matchtir_ot(r: Rollouts, opts: MatchTIROTOptions) -> Advantages:
   """MatchTIR (OT): a call's reward is Σ_v T_uv · S_uv under the Sinkhorn plan T."""
   B, T, K, C = r.call_sim.shape

@@ -144,7 +144,7 @@ def fork_scale(r: Rollouts, tree: tree_lib.Tree) -> jax.Array:
   return n[:, None] / jnp.maximum(through_parent * forks[:, None], 1.0)
 
 
-@register("portool", PORToolOptions)
+@register("portool", PORToolOptions, spec="4.1")
 def portool(r: Rollouts, opts: PORToolOptions) -> Advantages:
   """PORTool step advantages (PORTool Eq. 3 with the κ rescaling; SPEC §4.1).
 

@@ -3,7 +3,9 @@
 An estimator is a pure, jit-able function `(Rollouts, options) -> Advantages`, with its
 options a frozen dataclass whose defaults are the SPEC's. Options are static under `jit`.
 `needs` names the optional `Rollouts` fields it always reads (e.g. remax's `greedy_outcome`),
-so that a trainer can check before any compute that its rollout stage records them.
+so that a trainer can check before any compute that its rollout stage records them. `spec` is
+the SPEC section that defines it: 4.1 PORTool, 4.2 HiDiffTIR, 4.3 the seeds' baselines, 4.4
+the estimators beyond them; grids list estimators by it (`names(spec=...)`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class Estimator:
   name: str
   fn: Callable[[Rollouts, Any], Advantages]
   options: type
+  spec: str
   needs: tuple[str, ...] = ()
 
   def make_options(self, overrides: Mapping[str, Any] | None = None):
@@ -46,15 +49,22 @@ def _jitted(fn):
 _REGISTRY: dict[str, Estimator] = {}
 
 
-def register(name: str, options: type, needs: tuple[str, ...] = ()):
-  """Decorator: `@register("grpo", GRPOOptions)` on `fn(rollouts, options) -> Advantages`;
-  `needs`: the optional `Rollouts` fields that `fn` always reads."""
+SPEC_SECTIONS = ("4.1", "4.2", "4.3", "4.4")
+
+
+def register(name: str, options: type, *, spec: str, needs: tuple[str, ...] = ()):
+  """Decorator: `@register("grpo", GRPOOptions, spec="4.3")` on `fn(rollouts, options) ->
+  Advantages`; `spec`: the SPEC section that defines it; `needs`: the optional `Rollouts`
+  fields that `fn` always reads."""
   def wrap(fn):
     if name in _REGISTRY:
       raise ValueError(f"advantage estimator '{name}' is registered twice")
+    if spec not in SPEC_SECTIONS:
+      raise ValueError(f"advantage estimator '{name}': spec={spec!r}, expected one of "
+                       f"{SPEC_SECTIONS}")
     if not (dataclasses.is_dataclass(options) and options.__dataclass_params__.frozen):
       raise TypeError(f"options of '{name}' must be a frozen dataclass (hashable, static)")
-    _REGISTRY[name] = Estimator(name, fn, options, tuple(needs))
+    _REGISTRY[name] = Estimator(name, fn, options, spec, tuple(needs))
     return fn
   return wrap
 
@@ -65,5 +75,7 @@ def get(name: str) -> Estimator:
   return _REGISTRY[name]
 
 
-def names() -> list[str]:
-  return sorted(_REGISTRY)
+def names(spec: str | tuple[str, ...] | None = None) -> list[str]:
+  """The registered names, sorted; with `spec`, those of that SPEC section (or sections)."""
+  sections = (spec,) if isinstance(spec, str) else spec
+  return sorted(n for n, e in _REGISTRY.items() if sections is None or e.spec in sections)

@@ -46,7 +46,7 @@ def tree_of_rows(r: Rollouts):
   return jnp.where(has_tree, first, 0), has_tree
 
 
-@register("tree_grpo", TreeGRPOOptions)
+@register("tree_grpo", TreeGRPOOptions, spec="4.4")
 def tree_grpo(r: Rollouts, opts: TreeGRPOOptions) -> Advantages:
   """Tree-GRPO: A_j = z(R_out_j among the rows of its tree) + z(R_out_j among the query's rows).
 
