@@ -335,8 +335,8 @@ def _rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]
   exp, rl, sampler, graphdef = trainer.exp, trainer.phases["rl"], trainer.sampler, trainer.graphdef
   reference = None
   if exp.loss.kl_coef > 0:  # the KL reference: the policy as RL starts (kept across restarts)
-    reference = ReferencePolicy(graphdef, weights.reference_params(state, trainer.workdir),
-                                rl.place, exp.step)
+    params = weights.reference_params(state, trainer.workdir, trainer.ckpt.run_id)
+    reference = ReferencePolicy(graphdef, params, rl.place, exp.step)
   own_logprobs = TokenLogprobs(graphdef, rl.place, exp.step) if exp.train.tempered_policy else None
   trainer.progress.start("rl", exp.train.steps, state.data_position["rl_step"])
   last_eval = None

@@ -178,3 +178,25 @@ def test_an_intact_checkpoint_restores_without_a_word(tmp_path, states):
   with ck.Checkpointer(str(tmp_path), "run-i") as c, warnings.catch_warnings():
     warnings.simplefilter("error", RuntimeWarning)
     assert_same(c.restore(target_like(states[2])), states[2])
+
+
+def test_the_kl_reference_is_a_verified_checkpoint_of_its_run(tmp_path):
+  """Issue 39: the KL reference was a second Orbax checkpoint without sums; a corrupt one would
+  have anchored the KL term to garbage. Now it is saved once, restored as saved by a resumed
+  run (not replaced by the resumed policy), and a flipped byte stops the run by name."""
+  import jax  # noqa: PLC0415
+  import numpy as np  # noqa: PLC0415
+  from tirjax.trainer import weights  # noqa: PLC0415
+  first, later = make_state(step=2), make_state(step=7)
+  later = ck.TrainState(step=7, params=jax.tree.map(lambda x: x + 1, later.params),
+                        opt_state=later.opt_state, rng=later.rng, data_position={},
+                        policy_version=later.policy_version)
+  weights.reference_params(first, str(tmp_path), "run-a")
+  restored = weights.reference_params(later, str(tmp_path), "run-a")
+  for got, saved in zip(jax.tree.leaves(restored), jax.tree.leaves(first.params), strict=True):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(saved))
+  with pytest.raises(ck.RunMismatch):
+    weights.reference_params(later, str(tmp_path), "run-b")
+  flip_bytes(os.path.join(str(tmp_path), "reference", "0"))
+  with pytest.raises(ck.CheckpointCorrupt, match=re.escape(os.path.join("reference", "0"))):
+    weights.reference_params(later, str(tmp_path), "run-a")

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import os
 
-import jax
-
 from tirjax import distributed, rundir
-from tirjax.checkpoint import TrainState
+from tirjax.checkpoint import Checkpointer, CheckpointOptions, TrainState
 from tirjax.models import config as model_config
 from tirjax.models.decoder import init
 from tirjax.models.hf_io import load_hf
@@ -25,22 +23,24 @@ def build_model(model_cfg, vocab_size: int, rules, seed: int):
   return init(cfg, seed=seed, rules=rules)
 
 
-def reference_params(state: TrainState, workdir: str):
+def reference_params(state: TrainState, workdir: str, run_id: str):
   """The KL reference: the policy at the start of RL, saved once in `workdir/reference` so
-  that a resumed run keeps the same reference (Orbax writes atomically)."""
-  import orbax.checkpoint as ocp
-  path = os.path.abspath(os.path.join(workdir, rundir.REFERENCE))
-  ckptr = ocp.StandardCheckpointer()
+  that a resumed run keeps the same reference. It is a checkpoint of the run like the others
+  (`Checkpointer`: atomic, SHA-256 sums verified on restore), so a corrupt reference stops the
+  run by name instead of anchoring its KL term elsewhere.
+
+  Raises:
+    CheckpointCorrupt: the saved reference fails its sums or cannot be read.
+  """
+  path = os.path.join(workdir, rundir.REFERENCE)
   distributed.barrier("reference")  # every process looks before any has saved
-  if os.path.exists(path):
-    target = jax.tree.map(ocp.utils.to_shape_dtype_struct, state.params)
-    params = ckptr.restore(path, target)
-  else:
-    ckptr.save(path, state.params)
-    ckptr.wait_until_finished()
-    params = state.params
-  ckptr.close()
-  return params
+  reference = TrainState(step=0, params=state.params, opt_state={}, rng=state.rng,
+                         data_position={}, policy_version=state.policy_version)
+  with Checkpointer(path, run_id, CheckpointOptions(max_to_keep=1, async_save=False)) as ckpt:
+    if ckpt.latest_step() is None:
+      ckpt.save(reference)
+      return state.params
+    return ckpt.restore(reference, step=0).params
 
 
 def sampler_params(state: TrainState):
