@@ -46,6 +46,7 @@ import ml_collections
 
 from tirjax import advantages, distributed, rundir, sharding
 from tirjax.config import config_from_dataclass, dataclass_from_config, parse_preset_arg
+from tirjax.env import environments
 from tirjax.trainer import sections, shape_needs
 from tirjax.trainer.sections import DEMO_ENVS, ENVS, SAMPLERS
 from tirjax.loss import LossOptions
@@ -53,8 +54,6 @@ from tirjax.models.config import PRESETS as MODEL_PRESETS
 from tirjax.episodes.options import MODES, RolloutOptions
 from tirjax.training.optimizer import OptimizerOptions
 
-DATA = {"toolhop": "../shared/data/toolhop/toolhop100.jsonl",
-        "ftrl": "../shared/data/ftrl/ftrl_test.parquet", "bfcl": "", "toolworld": "", "doors": ""}
 PRESET_KEYS = {"model": tuple(MODEL_PRESETS), "env": ENVS, "sampler": SAMPLERS, "mesh": None,
                "rollout": MODES, "steps": None, "smoke": ("1",)}
 NAMED_PRESETS = ("cpu_scale", "toolworld_headroom", "bfcl", "doors", "smoke")
@@ -106,7 +105,7 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   c.step.packed = True
   env = presets.get("env", "toolworld")
   c.model.preset = presets.get("model", "tiny")
-  c.env.update(name=env, data_path=DATA[env])
+  c.env.update(name=env, data_path=environments.get(env).data_path)
   c.sampler.kind = presets.get("sampler", "jax")
   c.train.update(train or {})
   c.train.steps = _parse_steps(presets.get("steps", "100"))

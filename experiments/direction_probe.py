@@ -14,7 +14,7 @@ from absl import flags
 
 from tirjax import cli
 from tirjax.env.toolworld import Difficulty, make_tasks
-from tirjax.trainer.direction import direction_preference
+from tirjax.env.toolworld.direction import direction_preference
 from tirjax.trainer.tasks import load_tokenizer
 from tirjax.models.hf_io import load_hf
 

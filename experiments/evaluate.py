@@ -13,7 +13,7 @@ its `model.hf_checkpoint` becomes the policy. One greedy episode per eval task
 `--config.sampler.eval_samples=16` also 16 episodes per task at `rollout.temperature`, scored
 as pass@1/4/16 and the shares of tasks whose samples are all wrong, mixed or all right; on
 toolworld, the policy's preference for the directions its questions state
-(`tirjax.trainer.direction`) and what each wrong sample got wrong first
+(`tirjax.env.toolworld.direction`) and what each wrong sample got wrong first
 (`tirjax.env.toolworld.failures`: direction, a miscopied argument, format, ...). Writes
 `<out>/results.json` and `<out>/results.md` (an existing result is never overwritten) and
 prints the table. Metrics:
@@ -44,14 +44,13 @@ from ml_collections import config_flags
 from tirjax import cli, rundir
 from tirjax.episodes import judging
 from tirjax.trainer import prepare, resolve, samplers
-from tirjax.trainer.direction import direction_preference
-from tirjax.trainer.evaluation import evaluate
+from tirjax.env import environments
+from tirjax.trainer.evaluation import evaluate_run
 from tirjax.trainer.progress import METRIC_LABELS, Progress
 from tirjax.trainer.tasks import TaskSource, load_tokenizer
 from tirjax.models.hf_io import load_hf
 from tirjax.reporting import benchmark
 
-UNSUPPORTED_ENVS = {"doors": "the doors bandit is a test task, not a benchmark"}
 SPLITS = ("eval", "train", "all")
 
 
@@ -76,14 +75,14 @@ def evaluation(config, policy: str, out: str, tasks: Optional[int] = None,
   `env.eval_tasks`) of `split`, its shapes fitted to those tasks (`prepare.experiment`), and
   the policy's checkpoint directory: everything `evaluate_policy` checks before any compute.
   Sets `config`'s policy (`model.hf_checkpoint`), `sft.steps` (0) and `env.eval_tasks`."""
-  if config.env.name in UNSUPPORTED_ENVS:
-    raise resolve.ConfigError(
-        f"env.name={config.env.name}: {UNSUPPORTED_ENVS[config.env.name]}")
+  environment = environments.get(config.env.name)
+  if environment.not_a_benchmark:
+    raise resolve.ConfigError(f"env.name={config.env.name}: {environment.not_a_benchmark}")
   if split not in SPLITS:
     raise resolve.ConfigError(f"split: must be one of {SPLITS}, got {split!r}")
-  if split == "all" and config.env.name == "toolworld":
-    raise resolve.ConfigError("split=all: toolworld draws its tasks; evaluate its eval or "
-                              "train split")
+  if split == "all" and environment.draw is not None:
+    raise resolve.ConfigError(f"split=all: {config.env.name} draws its tasks; evaluate its "
+                              "eval or train split")
   path = os.path.join(out, "results.json")
   if os.path.exists(path):
     raise FileExistsError(f"out: {path} exists; choose another --out (results are never "
@@ -116,14 +115,9 @@ def evaluate_policy(config, policy: str, out: str, tasks: Optional[int] = None,
     state = types.SimpleNamespace(params=params, policy_version=0)
     sampler = samplers.make_sampler(exp.sampler, exp.step.logprob_chunk_size, graphdef, state,
                                      out, checkpoint, exp.rollout)
-    metrics = evaluate(sampler, tokenizer, eval_tasks, exp.rollout, judge,
-                       exp.sampler.eval_temperature, seed=exp.seed,
-                       progress=Progress().evaluation(len(eval_tasks)),
-                       answer_in_tool_message=exp.env.answer_in_tool_message,
-                       samples=exp.sampler.eval_samples)
-    if exp.env.name == "toolworld":
-      metrics.update(direction_preference(nnx.merge(graphdef, params), tokenizer, eval_tasks,
-                                          exp.rollout.answer_protocol))
+    metrics = evaluate_run(exp, sampler, tokenizer, eval_tasks, judge, graphdef, params,
+                           samples=exp.sampler.eval_samples,
+                           progress=Progress().evaluation(len(eval_tasks)))
   finally:
     if sampler is not None:
       sampler.close()

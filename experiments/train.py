@@ -31,14 +31,14 @@ from configs import base
 from tirjax import cli, distributed, rundir, sharding
 from tirjax.checkpoint import CheckpointOptions, Checkpointer, TrainState
 from tirjax.credit.fidelity import episode_labels
+from tirjax.env import environments
 from tirjax.episodes import judging, rollout
 from tirjax.ablation.grid import config_module
 from tirjax.models.hf_io import export_hf
 from tirjax.rollouts import Rollouts
 from tirjax.trainer import prepare, processes, refill, resolve, samplers, weights
 from tirjax.trainer import tasks as tasks_lib
-from tirjax.trainer.direction import direction_preference
-from tirjax.trainer.evaluation import evaluate as evaluate_policy
+from tirjax.trainer.evaluation import evaluate_run
 from tirjax.trainer.progress import Progress, summary_table
 from tirjax.trainer.rl_metrics import PhaseClock, credit_metrics, rl_metrics
 from tirjax.trainer.sft_data import SFTData
@@ -215,15 +215,10 @@ class Trainer:
     with self.clock("eval"):
       params = weights.sampler_params(state)
       self.sampler.update(params, state.policy_version)
-      result = evaluate_policy(self.sampler, data.tokenizer, tasks, exp.rollout,
-                               data.judge, exp.sampler.eval_temperature, seed=exp.seed,
-                               progress=self.progress.evaluation(stop - start),
-                               answer_in_tool_message=exp.env.answer_in_tool_message,
-                               samples=0 if subset else exp.sampler.eval_samples,
-                               subset=0 if subset else n)
-      if exp.env.name == "toolworld":
-        result.update(direction_preference(nnx.merge(self.graphdef, params), data.tokenizer,
-                                           tasks, exp.rollout.answer_protocol))
+      result = evaluate_run(exp, self.sampler, data.tokenizer, tasks, data.judge, self.graphdef,
+                            params, samples=0 if subset else exp.sampler.eval_samples,
+                            subset=0 if subset else n,
+                            progress=self.progress.evaluation(stop - start))
       if subset:
         result = {k.replace("eval/", "eval/subset/", 1): v for k, v in result.items()}
       return result
@@ -402,8 +397,8 @@ def _sample(trainer: Trainer, i: int) -> StepBatch:
         exp.train.dynamic_sampling_tries)
   # The rows' longest length (every process's), not the context bound.
   local = trim_tokens(rollouts, longest=distributed.global_max(longest_row(rollouts)))
-  labels = (episode_labels(episodes, sampled.get, local.num_rows)
-            if exp.env.name == "toolworld" else None)  # turns labelled from the plan
+  label = environments.get(exp.env.name).turn_labels  # turns labelled from the task's plan
+  labels = episode_labels(episodes, sampled.get, local.num_rows, label) if label else None
   return StepBatch(share.global_rollouts(local), local, episodes, batch.stats, extra_rounds,
                    labels)
 

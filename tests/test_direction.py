@@ -11,7 +11,7 @@ from tirjax.env import chat
 from tirjax.env.toolworld import Difficulty, make_tasks
 from tirjax.env.toolworld.demos import DemoOptions, direction_steps, flip, make_demo
 from tirjax.env.toolworld.queries import DIRECTION_TOOLS, TEMPLATES
-from tirjax.trainer.direction import direction_preference
+from tirjax.env.toolworld.direction import direction_preference
 from tirjax.models import config, decoder
 from tirjax.testing.reference.model_logprobs import dense_logprobs
 

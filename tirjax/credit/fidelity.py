@@ -78,15 +78,16 @@ def turn_advantages(token_advantages: np.ndarray, token_step: np.ndarray,
 
 
 def episode_labels(records: Sequence, task_of: Callable[[str], Optional[object]],
-                   num_rows: int) -> list[Optional[list[str]]]:
-  """Per row of a batch, its turns' labels (`turn_labels`) from its episode record (`.row`,
-  `.task_id`, `.results`, `.status`, `.verdict`); None for padding rows and for rows whose
-  task `task_of(task_id)` does not know."""
+                   num_rows: int, label: Callable = turn_labels) -> list[Optional[list[str]]]:
+  """Per row of a batch, its turns' labels (`label`: toolworld's `turn_labels`, or an
+  environment's `Environment.turn_labels`) from its episode record (`.row`, `.task_id`,
+  `.results`, `.status`, `.verdict`); None for padding rows and for rows whose task
+  `task_of(task_id)` does not know."""
   labels: list[Optional[list[str]]] = [None] * num_rows
   for rec in records:
     task = task_of(rec.task_id)
     if task is not None:
-      labels[rec.row] = turn_labels(task, rec.results, rec.status == "answered", rec.verdict)
+      labels[rec.row] = label(task, rec.results, rec.status == "answered", rec.verdict)
   return labels
 
 

@@ -20,6 +20,7 @@ import pathlib
 from typing import Sequence, Union
 
 from tirjax.env import chat
+from tirjax.env.registry import Environment, register
 from tirjax.env.tools import Task
 
 DOORS = ("red", "green", "blue", "gold", "grey", "pink", "teal", "plum")  # not "A": judges drop articles
@@ -91,3 +92,25 @@ def build_tokenizer(out_dir: Union[str, os.PathLike], toolworld_dir: Union[str, 
 def _source_stamp(toolworld_dir) -> str:
   build = pathlib.Path(toolworld_dir) / "build.json"
   return build.read_text() + repr(DOORS)
+
+
+def _draw(env_cfg, seed: int, split: str, n: int, hop_weights: tuple) -> list[Task]:
+  del env_cfg, hop_weights  # one kind of room
+  return make_tasks(split, n, seed=seed)
+
+
+def _demonstrations(tasks: Sequence[Task], tokenizer, options, num: int, seed: int) -> list:
+  del options  # the doors' demonstrations have no knobs
+  return demonstrations(tasks, tokenizer, num, seed=seed)
+
+
+def _tokenizer(cache_dir: str, seed: int) -> str:
+  from tirjax.env.toolworld.environment import tokenizer as toolworld_tokenizer  # noqa: PLC0415
+  return str(build_tokenizer(os.path.join(cache_dir, f"doors_tokenizer_seed{seed}"),
+                             toolworld_tokenizer(cache_dir, seed)))
+
+
+ENVIRONMENT = register(Environment(
+    "doors", draw=_draw, demonstrations=_demonstrations, tokenizer=_tokenizer,
+    answer_protocols=(PROTOCOL,),
+    not_a_benchmark="the doors bandit is a test task, not a benchmark"))

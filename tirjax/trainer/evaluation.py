@@ -12,7 +12,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from tirjax import distributed
-from tirjax.env import metrics
+from tirjax.env import environments, metrics
 from tirjax.env.tools import Task
 from tirjax.env.toolworld.failures import failure_kind, failure_shares
 from tirjax.episodes import RolloutOptions, rollout
@@ -66,6 +66,25 @@ def evaluate(sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
     out.update(bfcl_accuracy(episodes, by_id))
   if samples:
     out.update(evaluate_sampled(sampler, tokenizer, tasks, options, samples, judge, seed))
+  return out
+
+
+def evaluate_run(exp, sampler, tokenizer, tasks: Sequence[Task], judge: Optional[Judge],
+                 graphdef, params, *, samples: int = 0, subset: int = 0,
+                 progress: Optional[Callable[[int], None]] = None) -> dict[str, float]:
+  """`evaluate` as the run's options `exp` (a `resolve.Experiment`) say, then the metrics its
+  environment adds of the policy itself (`Environment.eval_extras`: toolworld's preference for
+  the stated directions, from the weights `graphdef`, `params`): what the trainer's
+  evaluations and `experiments.evaluate` report."""
+  out = evaluate(sampler, tokenizer, tasks, exp.rollout, judge, exp.sampler.eval_temperature,
+                 seed=exp.seed, progress=progress,
+                 answer_in_tool_message=exp.env.answer_in_tool_message, samples=samples,
+                 subset=subset)
+  extras = environments.get(exp.env.name).eval_extras
+  if extras is not None:
+    from flax import nnx  # noqa: PLC0415
+    out.update(extras(nnx.merge(graphdef, params), tokenizer, tasks,
+                      exp.rollout.answer_protocol))
   return out
 
 

@@ -22,7 +22,7 @@ import jax
 
 from tirjax import advantages, distributed, sharding
 from tirjax.config import dataclass_from_config, get_key, set_key
-from tirjax.env.toolworld import Difficulty
+from tirjax.env import environments
 from tirjax.loss import LossOptions
 from tirjax.models import config as model_config
 from tirjax.episodes.options import RolloutOptions
@@ -144,10 +144,12 @@ def resolve(c) -> Experiment:
       "step": dataclasses.replace(step, log_entropy=False, temperature=1.0, packed=False)})
 
   # -- Rules that span sections ---------------------------------------------------------------
+  environment = environments.get(env.name)
   if not model.hf_checkpoint:
-    _need(model.preset == "tiny" and env.name in DEMO_ENVS, "model.hf_checkpoint",
+    _need(model.preset == "tiny" and environment.tokenizer is not None, "model.hf_checkpoint",
           f"required for model.preset={model.preset!r} / env.name={env.name!r} (weights and "
-          f"tokenizer); only the tiny model on {' or '.join(DEMO_ENVS)} trains from scratch")
+          f"tokenizer); only the tiny model on {' or '.join(environments.names('tokenizer'))} "
+          "trains from scratch")
     if model.tiny:
       try:  # the whole model config, as the trainer will build it (vocabulary aside)
         model_config.tiny(**model.tiny)
@@ -157,11 +159,10 @@ def resolve(c) -> Experiment:
         _need(model.tiny.get("head_dim", TINY_HEAD_DIM) >= TINY_HEAD_DIM, "model.tiny.head_dim",
               f"vLLM's CPU attention needs a head size >= {TINY_HEAD_DIM}, got "
               f"{model.tiny.get('head_dim')}")
-  if env.name == "toolworld":
+  if environment.check is not None:  # the environment's own values (toolworld's query mix)
     for key, weights in (("env", env.hop_weights), ("sft", sft.hop_weights or env.hop_weights)):
       try:
-        Difficulty(hop_weights=tuple(weights), p_parallel=env.p_parallel, p_down=env.p_down,
-                   p_direction=env.p_direction, chain_directions=env.chain_directions)
+        environment.check(env, tuple(weights))
       except (TypeError, ValueError) as e:
         field = str(e).split(":")[0]
         raise ConfigError(f"{key if field == 'hop_weights' else 'env'}.{e}") from None
@@ -184,9 +185,10 @@ def resolve(c) -> Experiment:
   _need(rollout.shapes.num_rows % per_update == 0, "step.num_microbatches",
         f"{step.num_microbatches} micro-batches × {train.num_minibatches} mini-batches do not "
         f"divide the batch rows {rollout.shapes.num_rows}")
-  _need(env.name != "doors" or rollout.answer_protocol == "answer_tag",
-        "rollout.answer_protocol", "env doors answers in one <answer> step: needs answer_tag")
-  _need(sft.steps == 0 or env.name in DEMO_ENVS, "sft.steps",
+  _need(not environment.answer_protocols
+        or rollout.answer_protocol in environment.answer_protocols, "rollout.answer_protocol",
+        f"env {env.name} is answered in {' or '.join(environment.answer_protocols)} only")
+  _need(sft.steps == 0 or environment.demonstrations is not None, "sft.steps",
         f"demonstrations exist for {' and '.join(DEMO_ENVS)} only; set sft.steps=0 for "
         f"env.name={env.name!r} "
         "(warm-start from an SFT checkpoint with model.hf_checkpoint)")

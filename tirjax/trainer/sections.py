@@ -18,6 +18,7 @@ import os
 from typing import Any, Mapping
 
 from tirjax import option_checks as checks, rundir
+from tirjax.env import environments
 from tirjax.env.judge import ABSTENTION_RULES
 from tirjax.env.toolworld.demos import DemoOptions
 from tirjax.training.optimizer import OptimizerOptions
@@ -25,8 +26,8 @@ from tirjax.training.sft import SFTLossOptions
 from tirjax.training.step import StepOptions
 
 MAX_TASKS = 200_000  # tasks or demonstrations a run may ask for
-ENVS = ("toolworld", "toolhop", "ftrl", "bfcl", "doors")
-DEMO_ENVS = ("toolworld", "doors")  # environments with built-in SFT demonstrations
+ENVS = tuple(environments.names())  # the registry's (`tirjax.env.environments`)
+DEMO_ENVS = tuple(environments.names("demonstrations"))  # SFT can warm-start on these
 SAMPLERS = ("jax", "vllm")
 JUDGES = ("rule", "llm")
 
@@ -75,8 +76,8 @@ class EnvOptions:
   chain_directions: int = 0  # the credit testbed's chains of directions (see `Difficulty`)
 
   def __post_init__(self):
-    checks.one_of("name", self.name, ENVS)
-    if self.name in ("toolhop", "ftrl") and not os.path.exists(self.data_path):
+    checks.one_of("name", self.name, environments.names())
+    if environments.get(self.name).needs_data_file and not os.path.exists(self.data_path):
       raise ValueError(f"data_path: {self.data_path!r} does not exist (env.name={self.name})")
     for name in ("train_tasks", "eval_tasks"):
       checks.int_at_least(name, getattr(self, name), 1)

@@ -1,7 +1,8 @@
-"""Tasks and tokenizers by environment name (toolworld, ToolHop, FTRL, BFCL multi-turn).
+"""A run's tasks, demonstrations and tokenizer, from its environment's registry entry
+(`tirjax.env.environments`).
 
-toolworld draws fresh worlds per query from a seed, with disjoint train and eval splits. The
-real datasets ship one file each; they are split deterministically by task id (a hash, one in
+Generated environments (toolworld, doors) draw their tasks from a seed. The real datasets
+ship one file each; they are split deterministically by task id (a hash, one in
 `EVAL_SHARE`), and their dataset-supplied tool code runs in one shared sandbox.
 """
 
@@ -14,10 +15,9 @@ from typing import Sequence
 import numpy as np
 
 from tirjax import distributed
-from tirjax.env import bandit
+from tirjax.env import environments
 from tirjax.env.tools import Task
-from tirjax.env.toolworld import Difficulty, build_tokenizer, make_tasks
-from tirjax.env.toolworld.demos import DemoOptions, demo_tokens, make_demos
+from tirjax.env.toolworld.demos import DemoOptions
 
 EVAL_SHARE = 5  # one task id in five goes to eval for the single-file datasets
 
@@ -50,15 +50,9 @@ class TaskSource:
     evaluated whole) (a fixed list: iterate over it with a data position);
     toolworld's `hop_weights`, when given, replace the environment's query mix (SFT's
     curriculum)."""
-    if self.name == "doors":
-      return bandit.make_tasks(split, n, seed=self._seed)
-    if self.name == "toolworld":
-      cfg = self._cfg
-      difficulty = Difficulty(hop_weights=tuple(hop_weights or cfg.hop_weights),
-                              p_parallel=cfg.p_parallel, p_down=cfg.p_down,
-                              p_direction=cfg.p_direction,
-                              chain_directions=cfg.chain_directions)
-      return make_tasks(split, n, seed=self._seed, difficulty=difficulty)
+    env = environments.get(self.name)
+    if env.draw is not None:
+      return env.draw(self._cfg, self._seed, split, n, tuple(hop_weights))
     if not self._splits:
       every = self._load(None)
       self._splits = {s: [t for t in every if _split_of(t.task_id) == s]
@@ -81,27 +75,20 @@ class TaskSource:
   def _load(self, sandbox, only=None) -> list[Task]:
     """The dataset's tasks (of ids `only`, if given), their code defined in `sandbox` (None:
     not defined)."""
-    from tirjax.env.datasets import load_bfcl, load_ftrl, load_toolhop
+    env = environments.get(self.name)
     path = self._cfg.data_path
-    if self.name in ("toolhop", "ftrl") and not os.path.exists(path):
+    if env.needs_data_file and not os.path.exists(path):
       raise FileNotFoundError(f"env.data_path: {path!r} does not exist (env={self.name})")
-    if self.name == "toolhop":
-      return load_toolhop(path, sandbox, only=only)
-    if self.name == "ftrl":
-      return load_ftrl(path, sandbox, only=only)
-    if self.name == "bfcl":
-      return load_bfcl(sandbox, data_dir=path or None, only=only)
-    raise ValueError(f"env.name: unknown environment {self.name!r}")
+    return env.load(path, sandbox, only)
 
   def demonstrations(self, tasks: Sequence[Task], tokenizer, options: DemoOptions, num: int
                      ) -> list[tuple[list[int], list[int]]]:
-    """(token ids, loss mask) of `num` SFT demonstrations of `tasks` (toolworld and doors)."""
-    if self.name == "doors":
-      return bandit.demonstrations(tasks, tokenizer, num, seed=self._seed)
-    if self.name != "toolworld":
-      raise ValueError(f"env {self.name}: has no demonstrations (toolworld and doors have)")
-    return [demo_tokens(tokenizer, d)
-            for d in make_demos(tasks[:num], seed=self._seed, options=options)]
+    """(token ids, loss mask) of `num` SFT demonstrations of `tasks`."""
+    make = environments.get(self.name).demonstrations
+    if make is None:
+      have = " and ".join(environments.names("demonstrations"))
+      raise ValueError(f"env {self.name}: has no demonstrations ({have} have)")
+    return make(tasks, tokenizer, options, num, self._seed)
 
   def close(self) -> None:
     if self._sandbox is not None:
@@ -138,14 +125,11 @@ def tokenizer_dir(model_cfg, env_name: str, cache_dir: str, seed: int = 0) -> st
   toolworld's BPE (plus one token per door for doors), built in `cache_dir` if needed."""
   if model_cfg.hf_checkpoint:
     return model_cfg.hf_checkpoint
-  if env_name not in ("toolworld", "doors"):
-    raise ValueError(f"model.hf_checkpoint: required for env={env_name} (the toolworld tokenizer "
-                     "only covers toolworld and doors)")
-  toolworld = build_tokenizer(os.path.join(cache_dir, f"toolworld_tokenizer_seed{seed}"), seed=seed)
-  if env_name == "doors":
-    return str(bandit.build_tokenizer(os.path.join(cache_dir, f"doors_tokenizer_seed{seed}"),
-                                      toolworld))
-  return str(toolworld)
+  build = environments.get(env_name).tokenizer
+  if build is None:
+    raise ValueError(f"model.hf_checkpoint: required for env={env_name} (tokenizers are built "
+                     f"for {' and '.join(environments.names('tokenizer'))} only)")
+  return build(cache_dir, seed)
 
 
 class QueryOrder:

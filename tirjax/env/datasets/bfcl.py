@@ -47,6 +47,7 @@ from importlib import util
 from typing import Any, Collection, Mapping, Optional, Sequence
 
 from tirjax.env.datasets.pycalls import function_params, parse_call
+from tirjax.env.registry import Environment, register
 from tirjax.env.sandbox import Sandbox
 from tirjax.env.tools import Dialogue, Task, Tool, ToolError
 
@@ -296,3 +297,8 @@ def load_bfcl(sandbox: Optional[Sandbox], data_dir: Optional[str] = None,
       if only is None or entry["id"] in only:
         tasks.append(bfcl_task(entry, answers[entry["id"]], category, sandbox, backend))
   return tasks
+
+
+# `env.data_path` "": the installed bfcl-eval package's data folder.
+ENVIRONMENT = register(Environment(
+    "bfcl", load=lambda path, sandbox, only: load_bfcl(sandbox, data_dir=path or None, only=only)))

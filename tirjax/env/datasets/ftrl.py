@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Collection, Optional
 
+from tirjax.env.registry import Environment, register
 from tirjax.env.sandbox import Sandbox, SandboxTool
 from tirjax.env.tools import Task, Tool, ToolError
 
@@ -65,3 +66,8 @@ def load_ftrl(path: str, sandbox: Optional[Sandbox], limit: Optional[int] = None
     rows = rows[:limit]
   return [ftrl_task(row, i, sandbox) for i, row in enumerate(rows)
           if only is None or ftrl_task_id(row, i) in only]
+
+
+ENVIRONMENT = register(Environment(
+    "ftrl", load=lambda path, sandbox, only: load_ftrl(path, sandbox, only=only),
+    data_path="../shared/data/ftrl/ftrl_test.parquet", needs_data_file=True))

@@ -17,6 +17,7 @@ import json
 from typing import Collection, Optional
 
 from tirjax.env.datasets.pycalls import function_params, parse_call
+from tirjax.env.registry import Environment, register
 from tirjax.env.sandbox import Sandbox, SandboxTool
 from tirjax.env.tools import Task, Tool, ToolError
 
@@ -121,3 +122,8 @@ def load_toolhop(path: str, sandbox: Optional[Sandbox], limit: Optional[int] = N
         if only is None or str(row["id"]) in only:
           tasks.append(toolhop_task(row, sandbox))
   return tasks
+
+
+ENVIRONMENT = register(Environment(
+    "toolhop", load=lambda path, sandbox, only: load_toolhop(path, sandbox, only=only),
+    data_path="../shared/data/toolhop/toolhop100.jsonl", needs_data_file=True))

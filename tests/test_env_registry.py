@@ -1,0 +1,81 @@
+"""The environment registry (issue 39): every environment is one entry, the trainer and the
+config checks ask the entry, and a new environment needs its own module and one line."""
+
+import dataclasses
+import pathlib
+import re
+
+import pytest
+
+from configs import grpo
+from tirjax.env import bandit, environments, registry
+from tirjax.trainer import resolve, sections
+from tirjax.trainer.tasks import TaskSource
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_the_registry_is_the_list_of_environments():
+  assert environments.names() == ["bfcl", "doors", "ftrl", "toolhop", "toolworld"]
+  assert sections.ENVS == tuple(environments.names())
+  assert sections.DEMO_ENVS == ("doors", "toolworld")
+  assert environments.names("tokenizer") == ["doors", "toolworld"]
+  assert environments.names("eval_extras") == ["toolworld"]
+  for name in environments.names():
+    env = environments.get(name)
+    assert (env.draw is None) != (env.load is None), name
+  with pytest.raises(KeyError, match="unknown environment 'nosuch'; registered"):
+    environments.get("nosuch")
+  with pytest.raises(ValueError, match="registered twice"):
+    registry.register(environments.get("doors"))
+  with pytest.raises(ValueError, match="exactly one of draw and load"):
+    registry.Environment("x")
+
+
+@pytest.fixture
+def rooms():
+  """A sixth environment, registered as its own module would: the doors' rooms without
+  demonstrations, answered in `response_gen` only."""
+  env = registry.register(dataclasses.replace(
+      environments.get("doors"), name="test_rooms", demonstrations=None,
+      answer_protocols=("response_gen",), not_a_benchmark=""))
+  yield env
+  registry._REGISTRY.pop("test_rooms")  # noqa: SLF001
+
+
+def test_a_new_environment_is_one_entry_that_the_trainer_and_the_checks_follow(rooms):
+  c = grpo.get_config("model=tiny")
+  with c.unlocked():
+    c.env.name = "test_rooms"
+    c.rollout.answer_protocol = "answer_tag"
+  with pytest.raises(resolve.ConfigError, match="rollout.answer_protocol: env test_rooms is "
+                     "answered in response_gen only"):
+    resolve.resolve(c)
+  with c.unlocked():
+    c.rollout.answer_protocol = "response_gen"
+  with pytest.raises(resolve.ConfigError, match="sft.steps: demonstrations exist for doors and "
+                     "toolworld only"):
+    resolve.resolve(c)
+  with c.unlocked():
+    c.sft.steps = 0
+  exp = resolve.resolve(c)
+  tasks = TaskSource(exp.env, seed=3).tasks("train", 5)
+  assert [t.task_id for t in tasks] == [t.task_id for t in bandit.make_tasks("train", 5, seed=3)]
+  with pytest.raises(ValueError, match="env test_rooms: has no demonstrations"):
+    TaskSource(exp.env, seed=3).demonstrations(tasks, None, None, 4)
+
+
+# `<something>.name == "toolworld"`, `env_name in (...)`: a test of an environment's name.
+NAME_TEST = re.compile(r"env(?:_cfg)?\.name\s*(?:==|!=|\bin\b|\bnot in\b)|"
+                       r"env_name\s*(?:==|!=|\bin\b|\bnot in\b)")
+
+
+def test_no_environment_name_is_tested_outside_the_environments():
+  """What an environment can do is asked of its entry (the config presets in configs/ choose
+  values per environment, as a config file may)."""
+  files = [p for p in (ROOT / "tirjax").rglob("*.py") if "env" not in p.relative_to(
+      ROOT / "tirjax").parts[:1]]
+  files += [ROOT / "experiments" / "train.py", ROOT / "experiments" / "evaluate.py"]
+  found = [f"{p.relative_to(ROOT)}:{i}" for p in files
+           for i, line in enumerate(p.read_text().splitlines(), 1) if NAME_TEST.search(line)]
+  assert not found, found

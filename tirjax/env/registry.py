@@ -1,0 +1,94 @@
+"""The environment registry: what the trainer needs of each environment, by name (SPEC §6).
+
+An environment registers one `Environment` from its own module; `tirjax.env.environments`
+imports those modules, so that `environments.get(name)` and `environments.names()` know every
+one (the only list of valid `env.name`s). The trainer, the config checks and the evaluation
+entry point ask the entry, never the name: a new environment touches its own module and one
+line of `tirjax/env/environments.py` (docs/adding_an_environment.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional, Sequence
+
+from tirjax.env.tools import Task
+
+# (env config, seed, split, n, hop weights or ()) -> the first n tasks of the split
+Draw = Callable[[Any, int, str, int, tuple], list]
+# (data path, sandbox or None, task ids or None) -> the dataset's tasks, tool code defined in
+# the sandbox (none without one)
+Load = Callable[[str, Any, Optional[Sequence[str]]], list]
+# (tasks, tokenizer, DemoOptions, num, seed) -> [(token ids, loss mask)]
+Demonstrations = Callable[[Sequence[Task], Any, Any, int, int], list]
+# (cache directory, seed) -> the directory of the tokenizer built for it
+Tokenizer = Callable[[str, int], str]
+# (model, tokenizer, tasks, answer protocol) -> metrics added to each evaluation
+EvalExtras = Callable[[Any, Any, Sequence[Task], str], dict]
+# (task, step results, answered, verdict) -> one label per turn (SPEC §4.5)
+TurnLabels = Callable[[Task, Sequence, bool, str], list]
+# (env config, hop weights) -> None, or ValueError("<field>: problem")
+Check = Callable[[Any, tuple], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+  """One environment.
+
+  Attributes:
+    name: its `env.name`.
+    draw: draws tasks from a seed (generated environments), or None.
+    load: reads a dataset file (`env.data_path`), or None; exactly one of draw and load.
+    data_path: the default `env.data_path` ("": none needed, or the loader's own default).
+    needs_data_file: `env.data_path` must name an existing file.
+    demonstrations: SFT demonstrations of its tasks, or None (then `sft.steps` must be 0).
+    tokenizer: builds a tokenizer for it, so that the tiny model trains from scratch without
+      `model.hf_checkpoint`; None: a checkpoint brings its own.
+    eval_extras: metrics of the policy itself added to each evaluation (toolworld: its
+      preference for the stated directions), or None.
+    turn_labels: labels each turn of an episode right or wrong from the task's ground-truth
+      plan (SPEC §4.5), so that RL steps log where each estimator puts credit (`credit/*`);
+      None: no plan to label from.
+    check: checks its own config values (toolworld: the query mix), or None.
+    answer_protocols: the answer protocols its tasks can be answered in (empty: any).
+    not_a_benchmark: why `experiments.evaluate` refuses it ("": a benchmark).
+  """
+
+  name: str
+  draw: Optional[Draw] = None
+  load: Optional[Load] = None
+  data_path: str = ""
+  needs_data_file: bool = False
+  demonstrations: Optional[Demonstrations] = None
+  tokenizer: Optional[Tokenizer] = None
+  eval_extras: Optional[EvalExtras] = None
+  turn_labels: Optional[TurnLabels] = None
+  check: Optional[Check] = None
+  answer_protocols: tuple[str, ...] = ()
+  not_a_benchmark: str = ""
+
+  def __post_init__(self):
+    if (self.draw is None) == (self.load is None):
+      raise ValueError(f"environment {self.name!r}: give exactly one of draw and load")
+
+
+_REGISTRY: dict[str, Environment] = {}
+
+
+def register(env: Environment) -> Environment:
+  if env.name in _REGISTRY:
+    raise ValueError(f"environment '{env.name}' is registered twice")
+  _REGISTRY[env.name] = env
+  return env
+
+
+def get(name: str) -> Environment:
+  if name not in _REGISTRY:
+    raise KeyError(f"unknown environment '{name}'; registered: {names()}")
+  return _REGISTRY[name]
+
+
+def names(having: Optional[str] = None) -> list[str]:
+  """The registered names, sorted; with `having`, those whose entry has that hook (e.g.
+  "demonstrations": the environments SFT can warm-start on)."""
+  return sorted(n for n, e in _REGISTRY.items() if having is None or getattr(e, having))
