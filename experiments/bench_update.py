@@ -92,22 +92,21 @@ def experiment(config_arg: str, **overrides):
 def sampled_case(config_arg: str) -> dict:
   """Step 0's rollouts of `config_arg` from the warm start, as `experiments.train` samples
   them (its own sampling function), with their advantages."""
-  from experiments import train as train_lib  # pylint: disable=import-outside-toplevel
+  from tirjax.trainer import parts, stages  # pylint: disable=import-outside-toplevel
   exp = experiment(config_arg)
-  mesh, exp = train_lib._mesh(exp)  # pylint: disable=protected-access
+  mesh, exp = parts.mesh(exp)
   share = processes.StepShare.of(mesh, exp.sharding.rules, exp.rollout,
                                  exp.train.queries_per_step)
   with contextlib.ExitStack() as cleanup:
-    data = train_lib._data(exp, cleanup)  # pylint: disable=protected-access
-    graphdef, params, phases = train_lib._model(  # pylint: disable=protected-access
-        exp, len(data.tokenizer), mesh)
+    data = parts.data(exp, cleanup)
+    graphdef, params, phases = parts.model(exp, len(data.tokenizer), mesh)
     state = training.init_state(params, phases["rl"].tx, phases["rl"].place, jax.random.key(0))
     sampler = samplers.make_sampler(exp.sampler, exp.step.logprob_chunk_size, graphdef, state,
                                     FLAGS.sample_workdir, data.tokenizer_dir, share.rollout)
     cleanup.callback(sampler.close)
-    trainer = train_lib.Trainer(exp, FLAGS.sample_workdir, data, graphdef, phases, share,
-                                sampler, None, None, None)
-    r = train_lib._sample(trainer, 0).rollouts  # pylint: disable=protected-access
+    trainer = parts.Trainer(exp, FLAGS.sample_workdir, data, graphdef, phases, share, sampler,
+                            None, None, None)
+    r = stages.sample(trainer, 0).rollouts
   adv = exp.estimator(r, exp.advantage)
   return dict(exp=exp, graphdef=graphdef, params=params, batch=training.policy_batch(r, adv),
               group_id=np.asarray(r.group_id), row_valid=np.asarray(r.row_valid))

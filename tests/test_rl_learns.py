@@ -1,11 +1,11 @@
 """RL learns through the real trainer: SFT warm start, then GRPO on the doors bandit.
 
-`experiments.train.run` does everything a user's run does (tokenizer, tasks, SFT on
-demonstrations, JAX sampler, episodes, judge, `Rollouts`, estimator, jitted policy step,
-hand-over, evaluation). SFT demonstrations pick every door equally often, so after SFT the good
-door is sampled about one time in eight; only RL can raise that. The test asserts a rise far
-outside the binomial noise of the SFT policy's success rate and the seed-to-seed spread, over
-three seeds, and prints the margins.
+`tirjax.trainer.train.run` (`experiments.train`) does everything a user's run does (tokenizer,
+tasks, SFT on demonstrations, JAX sampler, episodes, judge, `Rollouts`, estimator, jitted
+policy step, hand-over, evaluation). SFT demonstrations pick every door equally often, so after
+SFT the good door is sampled about one time in eight; only RL can raise that. The test asserts
+a rise far outside the binomial noise of the SFT policy's success rate and the seed-to-seed
+spread, over three seeds, and prints the margins.
 
 Fault injection: `pytest tests/test_rl_learns.py --inject-fault=NAME` runs the same test with one
 pipeline fault (`FAULTS`); each must make it fail. The results are in issue 13's closing note.
@@ -28,7 +28,8 @@ import pytest
 from flax import nnx
 
 from configs import grpo
-from experiments import train
+from tirjax.trainer import parts, stages
+from tirjax.trainer.train import run
 from tirjax.config import set_key
 from tirjax.env import bandit
 from tirjax.models.logprobs import token_logprobs
@@ -102,11 +103,11 @@ def fault(request, monkeypatch):
   if name not in FAULTS:
     raise pytest.UsageError(f"--inject-fault: one of {FAULTS}, got {name!r}")
   if name in BATCH_FAULTS:
-    corrupt, build = BATCH_FAULTS[name], train.policy_batch
-    monkeypatch.setattr(train, "policy_batch", lambda r, a: corrupt(build(r, a)))
+    corrupt, build = BATCH_FAULTS[name], stages.policy_batch
+    monkeypatch.setattr(stages, "policy_batch", lambda r, a: corrupt(build(r, a)))
   elif name == "fresh_old_logprobs":
-    make_step = train.policy_step
-    monkeypatch.setattr(train, "policy_step", lambda graphdef, tx, place, loss, opts: (
+    make_step = parts.policy_step
+    monkeypatch.setattr(parts, "policy_step", lambda graphdef, tx, place, loss, opts: (
         _FreshOldLogprobs(make_step(graphdef, tx, place, loss, opts), graphdef,
                           opts.logprob_chunk_size)))
   else:  # the sampler keeps the weights it was first given (those after SFT)
@@ -140,7 +141,7 @@ def test_grpo_learns_the_good_door_after_sft(tmp_path, fault, updates):
   gains, report, clipped = [], [], []
   for seed in SEEDS:
     extra = MINIBATCH if updates == "minibatch" else {}
-    summary = train.run(doors_config(seed, extra), str(tmp_path / f"seed{seed}"))
+    summary = run(doors_config(seed, extra), str(tmp_path / f"seed{seed}"))
     records = rl_records(tmp_path / f"seed{seed}")
     acc = np.array([r["train/accuracy"] for r in records])
     start, end = acc[:2].mean(), acc[-4:].mean()

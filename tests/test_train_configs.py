@@ -190,7 +190,7 @@ def test_overriding_a_derived_value_leaves_its_source_alone(derived_key, base_ke
 def test_bad_values_fail_before_the_workdir_is_touched(tmp_path, key, value):
   """Issue 14: each of these failed only after config.json was written (and the corrected
   rerun was then refused); now the check comes first and names the key."""
-  from experiments import train
+  from tirjax.trainer.train import run  # noqa: PLC0415
   c = load("grpo")
   node = c
   *path, leaf = key.split(".")
@@ -199,7 +199,7 @@ def test_bad_values_fail_before_the_workdir_is_touched(tmp_path, key, value):
   node[leaf] = value
   workdir = tmp_path / "run"
   with pytest.raises(resolve.ConfigError, match=key.split(".")[0]):
-    train.run(c, str(workdir))
+    run(c, str(workdir))
   assert not workdir.exists()
 
 
@@ -318,12 +318,12 @@ def test_micro_batches_without_sft_need_no_sft_batch_to_divide():
   """A run without SFT steps never builds an SFT batch, so its size is not checked against
   the micro-batches (it was, and `step.num_microbatches > 1` with `sft.steps = 0` failed on an
   SFT batch that does not exist); with SFT steps it still is, naming the key."""
-  from experiments import train
+  from tirjax.trainer import parts  # noqa: PLC0415
   c = load("hidifftir")
   c.sft.steps, c.sft.batch_size, c.step.num_microbatches = 0, 3, 2
-  _, exp = train._mesh(resolve.resolve(c))
+  _, exp = parts.mesh(resolve.resolve(c))
   per_pass = exp.step.num_microbatches * exp.train.num_minibatches
   assert exp.rollout.shapes.num_rows % per_pass == 0
   c.sft.steps = 5
   with pytest.raises(resolve.ConfigError, match=r"sft\.batch_size: .*multiple"):
-    train._mesh(resolve.resolve(c))
+    parts.mesh(resolve.resolve(c))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from experiments.train import run
+from tirjax.trainer.train import run
 from tirjax.env.toolworld.failures import KINDS as FAILURE_KINDS
 from tirjax.rundir import RunDir
 from tirjax.testing.short_runs import (CONFIGS, SFT_THEN_RL, committed, kill_when, logged,

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from experiments.train import run
+from tirjax.trainer.train import run
 from tirjax.models import config as model_config
 from tirjax.rundir import RunDir
 from tirjax.testing.short_runs import short_config

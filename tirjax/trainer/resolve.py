@@ -21,7 +21,7 @@ from typing import Any
 import jax
 
 from tirjax import advantages, distributed, sharding
-from tirjax.config import dataclass_from_config, get_key, set_key
+from tirjax.config import dataclass_from_config
 from tirjax.env import environments
 from tirjax.loss import LossOptions
 from tirjax.models import config as model_config

@@ -1,0 +1,207 @@
+"""The stages of a run, in order: the supervised warm start, the RL loop (sample, advantages,
+reference and old log-probs, update, evaluate, checkpoint), and the final evaluation, export
+and summary."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from typing import Optional
+
+import jax
+import numpy as np
+from flax import nnx
+
+from tirjax import distributed, rundir
+from tirjax.checkpoint import TrainState
+from tirjax.credit.fidelity import episode_labels
+from tirjax.env import environments
+from tirjax.episodes import rollout
+from tirjax.models.hf_io import export_hf
+from tirjax.rollouts import Rollouts
+from tirjax.trainer import processes, refill, resolve, weights
+from tirjax.trainer.parts import Trainer
+from tirjax.trainer.progress import summary_table
+from tirjax.trainer.rl_metrics import PhaseClock, credit_metrics, rl_metrics
+from tirjax.trainer.sft_data import SFTData
+from tirjax.training.batches import SFTBatch, longest_row, policy_batch, trim_tokens
+from tirjax.training.minibatches import combine_updates, update_passes
+from tirjax.training.reference import (ReferencePolicy, TokenLogprobs, with_policy_logprobs,
+                                      with_reference_logprobs)
+from tirjax.training.step import init_state
+
+
+@dataclasses.dataclass(frozen=True)
+class StepBatch:
+  """One RL step's rollouts: the global batch, and this process's rows of it with their
+  episodes (its host metrics)."""
+
+  rollouts: Rollouts
+  local: Rollouts
+  episodes: list
+  stats: dict  # the sampler's
+  extra_rounds: int  # DAPO's refill rounds
+  labels: Optional[list] = None  # per local row, its turns' labels (toolworld: credit/...)
+
+
+def warm_start(trainer: Trainer, state: TrainState) -> TrainState:
+  """SFT on demonstrations up to `sft.steps`, its evaluation, then the state RL starts from:
+  the same weights with a fresh optimizer (one checkpoint marks it)."""
+  exp, sft, data = trainer.exp, trainer.phases["sft"], trainer.data
+  demos = SFTData.from_sequences(
+      data.source.demonstrations(data.demo_tasks, data.tokenizer, exp.sft.demos,
+                                 exp.sft.num_demos),
+      exp.rollout.shapes.max_tokens, seed=exp.seed)
+  trainer.progress.start("sft", exp.sft.steps, state.data_position["sft_step"])
+  start = time.perf_counter()
+  while state.data_position["sft_step"] < exp.sft.steps:
+    i = state.data_position["sft_step"]
+    state, metrics = sft.step(state, SFTBatch(**demos.batch(i, exp.sft.batch_size)))
+    state = dataclasses.replace(state, data_position={**state.data_position, "sft_step": i + 1})
+    rec = trainer.writer.write("sft", i + 1, jax.device_get(metrics))
+    trainer.progress.update(i + 1, loss=rec["loss"])
+    if (i + 1) % exp.train.checkpoint_every == 0 and i + 1 < exp.sft.steps:
+      trainer.ckpt.save(state)
+  trainer.clock.seconds["sft"] = time.perf_counter() - start
+  trainer.evaluate_and_log(state, 0, stage="sft")
+  rl = trainer.phases["rl"]
+  state = init_state(state.params, rl.tx, rl.place, state.rng, step=state.step,
+                     data_position={**state.data_position, "phase": "rl"},
+                     policy_version=state.policy_version)
+  trainer.ckpt.save(state)
+  return state
+
+
+def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]:
+  """RL steps up to `train.steps`; returns the state and the last evaluation (None if none
+  ran). Each process samples its share of a step; the rest works on the global batch."""
+  exp, rl, sampler, graphdef = trainer.exp, trainer.phases["rl"], trainer.sampler, trainer.graphdef
+  reference = None
+  if exp.loss.kl_coef > 0:  # the KL reference: the policy as RL starts (kept across restarts)
+    params = weights.reference_params(state, trainer.workdir, trainer.ckpt.run_id)
+    reference = ReferencePolicy(graphdef, params, rl.place, exp.step)
+  own_logprobs = TokenLogprobs(graphdef, rl.place, exp.step) if exp.train.tempered_policy else None
+  trainer.progress.start("rl", exp.train.steps, state.data_position["rl_step"])
+  last_eval = None
+  start, eval_before = time.perf_counter(), trainer.clock.seconds.get("eval", 0.0)
+  while state.data_position["rl_step"] < exp.train.steps:
+    i = state.data_position["rl_step"]
+    clock = PhaseClock()  # every phase waited on before its clock stops (asynchronous dispatch)
+    with clock("handover"):
+      sampler.update(weights.sampler_params(state), state.policy_version)
+    with clock("rollout"):
+      batch = sample(trainer, i)
+      sampler.sleep()  # the update takes the accelerators until the next hand-over
+    with clock("advantages"):
+      adv = jax.block_until_ready(exp.estimator(batch.rollouts, exp.advantage))
+    with clock("reference"):
+      rollouts = _with_reference_and_old_logprobs(batch.rollouts, reference, own_logprobs,
+                                                  state, exp.loss)
+    with clock("update"):  # ppo_epochs passes over the batch's mini-batches (SPEC §5.1)
+      state, updates = update_passes(
+          state, rl.step, policy_batch(rollouts, adv),
+          distributed.host_rows(rollouts.group_id), distributed.host_rows(rollouts.row_valid),
+          exp.train.num_minibatches, exp.train.ppo_epochs, seed=exp.seed, step=i)
+    state = dataclasses.replace(state, policy_version=state.policy_version + 1,
+                                data_position={**state.data_position, "rl_step": i + 1})
+    stats = _step_metrics(exp, batch, adv, updates, clock, old_recomputed=own_logprobs is not None)
+    done, last = i + 1, i + 1 == exp.train.steps
+    if (exp.train.eval_every and done % exp.train.eval_every == 0) or last:
+      subset = exp.train.eval_subset > 0 and not last  # the last is the run's result
+      with clock("eval"):
+        result = trainer.evaluate_and_log(state, done, subset=subset)
+      last_eval = last_eval if subset else result
+      stats["time/eval_s"] = clock.seconds["eval"]
+    if done % exp.train.log_every == 0:
+      trainer.writer.write("rl", done, stats)
+    trainer.progress.update(done, reward=stats["reward/mean"],
+                            accuracy=None if last_eval is None else last_eval["eval/accuracy"])
+    if done % exp.train.checkpoint_every == 0 or last:
+      trainer.ckpt.save(state)
+  trainer.ckpt.wait()
+  trainer.clock.seconds["rl"] = (time.perf_counter() - start
+                                 - (trainer.clock.seconds.get("eval", 0.0) - eval_before))
+  return state, last_eval
+
+
+def sample(trainer: Trainer, i: int) -> StepBatch:
+  """RL step `i`'s rollouts: this process's share of the step's queries sampled, executed and
+  judged (groups refilled by DAPO's dynamic sampling), then the step's global batch."""
+  exp, data, share = trainer.exp, trainer.data, trainer.share
+  rng = np.random.default_rng([exp.seed, i])
+  sampled = {}  # task_id -> task, to label the turns of its rows
+
+  def sample_queries(queries):
+    tasks = share.tasks([data.train_tasks[q] for q in queries])
+    sampled.update((t.task_id, t) for t in tasks)
+    return rollout(trainer.sampler, data.tokenizer, tasks, share.rollout, data.judge, rng,
+                   first_query=share.first_query)
+  batch = sample_queries(data.queries.step(i))
+  rollouts, episodes, extra_rounds = batch.rollouts, batch.episodes, 0
+  if exp.advantage_filters_groups:  # each process refills its own share
+    rollouts, episodes, extra_rounds = refill.dapo_refill(
+        batch, exp.estimator, exp.advantage,
+        lambda k: sample_queries(data.queries.extra(i, k, exp.train.queries_per_step)),
+        share.queries, exp.train.dynamic_sampling_tries)
+  # The rows' longest length (every process's), not the context bound.
+  local = trim_tokens(rollouts, longest=distributed.global_max(longest_row(rollouts)))
+  label = environments.get(exp.env.name).turn_labels  # turns labelled from the task's plan
+  labels = episode_labels(episodes, sampled.get, local.num_rows, label) if label else None
+  return StepBatch(share.global_rollouts(local), local, episodes, batch.stats, extra_rounds,
+                   labels)
+
+
+def _with_reference_and_old_logprobs(rollouts: Rollouts, reference, own_logprobs, state,
+                                     loss_options) -> Rollouts:
+  """The KL reference's log-probs (when there is a KL term) and, on the tempered policy, π_old
+  recomputed at the step's temperature (`train.tempered_policy`)."""
+  rollouts = jax.block_until_ready(with_reference_logprobs(rollouts, reference, loss_options))
+  if own_logprobs is not None:
+    rollouts = jax.block_until_ready(with_policy_logprobs(rollouts, own_logprobs, state.params))
+  return rollouts
+
+
+def _step_metrics(exp: resolve.Experiment, batch: StepBatch, adv, updates: list,
+                  clock: PhaseClock, old_recomputed: bool) -> dict:
+  """The step's metrics: each process's of its own rows, combined over the processes. The
+  first update's ratio is the sampler-vs-trainer gap unless π_old was recomputed."""
+  loss_metrics, update_stats = combine_updates(updates)
+  stats = rl_metrics(batch.local, processes.StepShare.local_advantages(adv), loss_metrics,
+                     batch.episodes, batch.stats, exp.rollout.max_steps, exp.loss.aggregation,
+                     first_update=None if old_recomputed else updates[0])
+  stats.update(update_stats)
+  stats.update(clock.metrics(batch.stats))
+  stats["dapo/extra_rounds"] = batch.extra_rounds
+  stats = distributed.reduce_stats(stats)  # every process's rows
+  if batch.labels is not None:  # already over every process's turns
+    stats.update(credit_metrics(batch.local, processes.StepShare.local_advantages(adv),
+                                batch.labels))
+  return stats
+
+
+def final(trainer: Trainer, state: TrainState, last_eval: Optional[dict]) -> dict:
+  """The final evaluation (unless the last RL step ran one), the HF export, the summary."""
+  exp, workdir = trainer.exp, trainer.workdir
+  distributed.barrier("rl-done")  # process 0's files of the run are written
+  after_sft_path = os.path.join(workdir, rundir.EVAL_AFTER_SFT)
+  if last_eval is None and exp.train.steps == 0 and exp.sft.steps > 0:
+    last_eval = rundir.read_json(after_sft_path)  # the same weights
+  if last_eval is None:  # resumed after the last step, or no RL steps
+    last_eval = trainer.evaluate(state)
+  if exp.train.export_final:
+    model = nnx.merge(trainer.graphdef, weights.sampler_params(state))  # whole on every process
+    if distributed.is_primary():
+      export_hf(model, os.path.join(workdir, rundir.HF_EXPORT),
+                source_dir=trainer.data.tokenizer_dir, overwrite=True)
+  after_sft = rundir.read_json(after_sft_path) if os.path.exists(after_sft_path) else {}
+  summary = {"after_sft": after_sft, "after_rl": last_eval, "rl_steps": exp.train.steps,
+             "policy_version": state.policy_version,
+             "seconds": {k: round(v, 1) for k, v in trainer.clock.seconds.items()}}
+  processes.write_json(os.path.join(workdir, rundir.SUMMARY), summary)
+  if distributed.is_primary():
+    print(summary_table(after_sft, last_eval, stage="SFT" if exp.sft.steps else "start"),
+          file=sys.stdout, flush=True)
+  distributed.barrier("run-done")
+  return summary
