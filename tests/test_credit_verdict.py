@@ -1,6 +1,7 @@
 """The credit testbed's verdict: claims checked by the paired t-test over seeds, and the rank
 correlation of fidelity with gains (against scipy)."""
 
+import itertools
 import json
 
 import numpy as np
@@ -37,12 +38,25 @@ def test_claims_hold_only_when_large_enough_and_significant():
   assert out["claims"][3]["seeds"] == [0, 1]
   cells = ["gigpo", "grpo", "hidifftir", "portool"]
   means = [np.mean(list(GAINS[c].values())) for c in cells]
-  rho = scipy.stats.spearmanr([0.65, 0.6, 0.8, 0.7], means)
-  assert out["spearman_fidelity_gain"]["rho"] == pytest.approx(rho.statistic)
-  assert out["spearman_fidelity_gain"]["p_value"] == pytest.approx(rho.pvalue)
+  fid = [0.65, 0.6, 0.8, 0.7]
+  rho = scipy.stats.spearmanr(fid, means).statistic
+  # The exact permutation p-value, by enumerating the 24 pairings here.
+  perms = [scipy.stats.spearmanr(fid, [means[i] for i in order]).statistic
+           for order in itertools.permutations(range(4))]
+  exact = np.mean([abs(r) >= abs(rho) - 1e-12 for r in perms])
+  assert out["spearman_fidelity_gain"]["rho"] == pytest.approx(rho)
+  assert out["spearman_fidelity_gain"]["p_value"] == pytest.approx(exact)
   assert out["cells"]["grpo"]["gain"] == pytest.approx(0.10)
   text = markdown(dict(out, prediction_path="p.json", fidelity_path="f.json"))
   assert "| hidifftir − grpo | +0.050 | – | +0.100" in text
+
+
+def test_a_perfect_rank_correlation_of_three_cells_is_not_significant():
+  """scipy's t approximation gives p = 0 for ρ = ±1 on 3 cells (the credit12 verdict first
+  printed that); the exact p is 2/6: two of the six pairings have |ρ| = 1."""
+  from experiments.credit_verdict import spearman  # noqa: PLC0415
+  out = spearman([0.70, 0.81, 0.66], [0.147, 0.145, 0.149])
+  assert out["rho"] == pytest.approx(-1.0) and out["p_value"] == pytest.approx(1 / 3)
 
 
 def _run(root, name, label, seed, rl_lines, state="finished"):
