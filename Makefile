@@ -98,11 +98,11 @@ test-compat: gpu-wheels
 	  "and none was found among: $(PYTHON_CANDIDATES); give one: make test-compat" \
 	  "COMPAT_PYTHON=/path/to/python3.12" >&2; exit 1; }
 	$(MAKE) setup VENV=$(COMPAT_VENV) PYTHON=$(COMPAT_PYTHON) REQUIREMENTS=requirements-compat.txt
-	$(COMPAT_VENV)/bin/python -m experiments.compat --venv=$(COMPAT_VENV) \
+	$(COMPAT_VENV)/bin/python -m experiments.studies.compat --venv=$(COMPAT_VENV) \
 	  --json=benchmarks/results/compat.json
 
 bench: setup
-	$(PY) -m experiments.bench_kernels --json=benchmarks/results/bench_kernels_cpu.json
+	$(PY) -m benchmarks.bench_kernels --json=benchmarks/results/bench_kernels_cpu.json
 
 # The pure-Python wheels (and rpds-py's manylinux CPython 3.12 build) that the GPU machine's
 # image lacks, for benchmarks/gpu/run.sh there: the sampler section imports jsonschema.

@@ -19,25 +19,21 @@ Produces `<workdir>/<label>/seed<k>/`, an `experiments.train` run directory per 
 each seed that the RL cells start from (one per answer protocol: two for `grid=all`); and
 `<workdir>/report/` (report.md: eval accuracy, steps, unanswerable rate, formatting reward,
 training reward and unlearning rates as mean ± 95% CI over seeds, paired by seed against `grpo`;
-learning curves). `grid=all` is 34 cells × 3 seeds + 6 warm starts. Measured on the 2-core CPU
-with the tiny model (before the default's redesign; now a warm start of 1200 steps takes about 6
-min and an RL cell of 40 steps about 4 min): a warm start (800 SFT steps at ~0.4 s) about 5-6
-min, an RL step (3 queries, ~64 rows) about 9 s, an evaluation of 256 tasks about 30 s: an RL
-cell of 40 steps with its evaluations about 7 min, so `grid=all` about 12-13 CPU-hours (the 23
-cells before SPEC §4.4's estimators: 8-9). `grid=estimators` is every registered estimator (20);
+learning curves). `grid=all` is 34 cells × 3 seeds + 6 warm starts: about half a CPU-day on 2
+cores (each run's seconds are in its summary; `grid=default`'s in
+benchmarks/results/ablation_default/). `grid=estimators` is every registered estimator (20);
 `grid=beyond` (14 cells) puts SPEC §4.4's estimators next to grpo, portool and hidifftir, with
 GiGPO on trees and with prefix anchors and CISPO's loss on grpo; `grid=beyond_smoke` runs those
 8 estimators as `grid=smoke` runs its two. `grid=snapshot` (results:
 benchmarks/results/ablation_toolworld/; the 12 estimators × 3 seeds from one shared warm start
-per answer protocol, `SNAPSHOT_STEPS` RL steps, one final evaluation) about 1.5 CPU-hours.
+per answer protocol, `SNAPSHOT_STEPS` RL steps, one final evaluation).
 `grid=default` (results: benchmarks/results/ablation_default/): grpo, hidifftir and portool on
 the default's protocol (`make run`: 1200 SFT steps, 40 RL steps), one warm start per seed, 3
-seeds: 12 runs in 52 min at `--parallel=1` on a Zen 5 (2 at a time on 2 cores is slower);
-every cell gains on every seed (means +0.09 to +0.16) and none separates from grpo (the design
-detects 0.189). `grid=smoke` (grpo and portool, 2 seeds, 2 steps each, 4 eval tasks) takes 2-3
+seeds, at `--parallel=1` (2 at a time on 2 cores is slower); what it found is in its
+report.md. `grid=smoke` (grpo and portool, 2 seeds, 2 steps each, 4 eval tasks) takes 2-3
 minutes and checks the pipeline, not the methods (accuracies ~0).
 
-`grid=credit` (6 cells x 5 seeds + 5 warm starts, about 45 min per seed on the 2-core Zen 4):
+`grid=credit` (6 cells x 5 seeds + 5 warm starts):
 the prediction written from the fidelity figures before it ran is
 benchmarks/results/ablation_credit/prediction.json; the 5-seed verdict, with each cell's
 credit while training, is benchmarks/results/ablation_credit/verdict.md.
@@ -46,8 +42,7 @@ credit while training, is benchmarks/results/ablation_credit/verdict.md.
 workdir): its prediction and verdict are in benchmarks/results/ablation_credit12/.
 
 Expected result (the papers' claims on 1.7B-7B models and SPEC §4.1; at the tiny scale
-`grid=default` sees no cell separate from GRPO at 3 seeds; PORTool's lower unanswerable
-rate, p = 0.02 with the 600-step warm start, was 0.03 lower and p = 0.12 with 1200 steps):
+`grid=default` sees no cell separate from GRPO at 3 seeds: its report.md):
 PORTool above GRPO in eval accuracy, with fewer tool-call steps and a lower unanswerable rate
 (PORTool §4); PORTool's unlearning rate far below GRPO's, rising sharply with
 `shared_step_trj=own`; HiDiffTIR above GRPO, and each of its ablations

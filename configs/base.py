@@ -45,17 +45,18 @@ from typing import Any, Callable
 import ml_collections
 
 from tirjax import advantages, distributed, rundir, sharding
+from tirjax.ablation import grid
 from tirjax.config import config_from_dataclass, dataclass_from_config, parse_preset_arg
 from tirjax.env import environments
 from tirjax.trainer import sections, shape_needs
-from tirjax.trainer.sections import DEMO_ENVS, ENVS, SAMPLERS
+from tirjax.trainer.sections import SAMPLERS
 from tirjax.loss import LossOptions
 from tirjax.models.config import PRESETS as MODEL_PRESETS
 from tirjax.episodes.options import MODES, RolloutOptions
-from tirjax.training.optimizer import OptimizerOptions
+from tirjax.train_steps.optimizer import OptimizerOptions
 
-PRESET_KEYS = {"model": tuple(MODEL_PRESETS), "env": ENVS, "sampler": SAMPLERS, "mesh": None,
-               "rollout": MODES, "steps": None, "smoke": ("1",)}
+PRESET_KEYS = {"model": tuple(MODEL_PRESETS), "env": tuple(environments.names()),
+               "sampler": SAMPLERS, "mesh": None, "rollout": MODES, "steps": None, "smoke": ("1",)}
 NAMED_PRESETS = ("cpu_scale", "toolworld_headroom", "bfcl", "doors", "smoke")
 # The named presets `make` may apply: all of them, except while `provenance` rebuilds a config
 # without some to see what each one set.
@@ -100,8 +101,8 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   for name, options in sections.SECTIONS.items():
     c[name] = config_from_dataclass(options, omit=sections.DERIVED.get(name, ()))
   # RL's update and log-prob passes forward each query group once, as a packed forest: the
-  # padded path's loss and gradients (issue 38; tests/test_packed_update.py), 12x faster on
-  # `make run`'s rollouts (benchmarks/results/bench_update_cpu.json). False: the padded path.
+  # padded path's loss and gradients (issue 38; tests/test_packed_update.py), faster as
+  # benchmarks/results/bench_update_cpu.json measures. False: the padded path.
   c.step.packed = True
   env = presets.get("env", "toolworld")
   c.model.preset = presets.get("model", "tiny")
@@ -194,6 +195,16 @@ def provenance(get_config: Callable, config_file: str, arg: str | None,
   return out
 
 
+def provenance_text(config_spec: str, final: ml_collections.ConfigDict) -> str:
+  """`provenance` of `config_spec` ("<config file>[:<arg>]", as `--config` takes it) whose
+  final config is `final`, one `key = value  # source` line per key (`--print_config`)."""
+  config_file, _, arg = config_spec.partition(":")
+  get_config = grid.config_module(config_file).get_config
+  return "\n".join(f"{key} = {value!r}  # {source}"
+                   for key, value, source in provenance(get_config, config_file, arg or None,
+                                                        final))
+
+
 def _sized_shapes(c: ml_collections.ConfigDict, given: dict) -> None:
   """The shapes that may be sized from the data (`shape_needs.SIZED`): "auto" unless the
   estimator's protocol gives them; each key takes a number or "auto" (on the command line too:
@@ -237,7 +248,7 @@ def _cpu_scale(c: ml_collections.ConfigDict, env: str, steps_given: bool) -> Non
   c.rollout.max_steps = 6  # toolworld needs at most 4 tool steps and the answer
   c.rollout.shapes.max_steps = c.rollout.get_ref("max_steps") + 0
   c.rollout.max_new_tokens = 64
-  if env in DEMO_ENVS:
+  if env in environments.names("demonstrations"):
     c.rollout.shapes.update(max_tokens=512, max_gt_calls=8, max_params=4)
 
 
@@ -249,22 +260,18 @@ def _toolworld_headroom(c: ml_collections.ConfigDict, steps_given: bool) -> None
   direction-taking tool must be called (`sft.demos.p_confuse=1`: both directions
   demonstrated), on queries that all need a direction (`env.p_direction=1`) with 1-3 hops
   (`hop_weights`). SFT then teaches the format, the plan and the copying of names and values
-  but leaves the direction a coin flip (P(the stated direction) 0.50-0.55; RL takes it to
-  0.71-0.74), which only outcomes can teach. Measured on a Zen 5 AMD EPYC, seeds 0-2: greedy
-  0.344/0.301/0.289, pass@16 at T = 0.6 0.562/0.555/0.574 (headroom 0.22/0.25/0.29), 46/47/50%
-  of tasks with mixed outcomes.
+  but leaves the direction a coin flip, which only outcomes can teach (the warm starts'
+  accuracy, headroom and mixed groups: benchmarks/results/default_run.json).
 
   RL: 8 queries x 6 rows per step in 4 mini-batches (4 updates per rollout batch, as verl's
   default), sampled at T = 0.6 with the loss on the tempered policy (`train.tempered_policy`),
-  lr 3e-4, 40 steps. `make run` (jax 0.12, seeds 0-2): greedy accuracy +0.141/+0.172/+0.164,
-  pass@1 at T = 0.6 +0.125/+0.161/+0.141, mostly by removing direction failures.
+  lr 3e-4, 40 steps; what RL gains, mostly by removing direction failures:
+  benchmarks/results/default_run.json.
 
-  Why 1200 steps: with 600, the same seeds' warm starts reached greedy 0.062-0.289 depending on
-  the CPU (the same seed's SFT differs by CPU), and where they miscopied names and values
-  (seed 2 on the Zen 5: 81% of samples) RL had nothing to take (-0.016 greedy); on the earlier
-  EPYC 600 steps gained +0.160/+0.105/+0.105 (benchmarks/results/default_run_sft600*.json).
-  At T = 1 the same budget gained +0.04 to +0.05; lr 1e-3 collapsed (entropy up, accuracy
-  down).
+  Why 1200 steps: with 600, the warm starts' accuracy depended on the CPU (the same seed's SFT
+  differs by CPU), and where they miscopied names and values RL had nothing to take
+  (benchmarks/results/default_run_sft600*.json). At T = 1 the same budget gained less, and
+  lr 1e-3 collapsed (entropy up, accuracy down).
   """
   if not steps_given:
     c.train.steps = 40
@@ -320,7 +327,7 @@ def _smoke(c: ml_collections.ConfigDict, env: str, steps_given: bool) -> None:
   c.train.update(queries_per_step=2, mini_batch_queries=1, eval_every=0, checkpoint_every=1)
   c.rollout.update(n=2, max_steps=min(c.rollout.max_steps, 2), max_new_tokens=16)
   c.rollout.arpo.update(initial_rollouts=2, total_rollouts=3)
-  if env not in DEMO_ENVS:
+  if env not in environments.names("demonstrations"):
     c.rollout.shapes.max_tokens = shape_needs.AUTO
 
 

@@ -8,10 +8,8 @@ lr 1e-6, KL 0.001 (k3), entropy bonus 0.001. The tiny preset keeps the method's 
 assignment (α, λ, matching, the answer protocol) but not its budget: T_max = 6 turns, 64 new
 tokens per turn, 8 queries x 6 rows at T = 0.6 in 4 mini-batches, 40 steps, on a warm start
 designed to leave RL a lever (configs/base.py, `_toolworld_headroom`).
-Measured with `model=tiny` (`make run`, seeds 0-2, a Zen 5 AMD EPYC,
-benchmarks/results/default_run.json): greedy eval accuracy 0.344/0.301/0.289 after 1200 SFT
-steps, 0.484/0.473/0.453 after 40 RL steps (+0.141/+0.172/+0.164); pass@1 at T = 0.6
-0.327/0.284/0.265 -> 0.452/0.445/0.406.
+Measured with `model=tiny` (`make run`, 3 seeds, with the CPU it ran on):
+benchmarks/results/default_run.json (docs/results.md reads it).
 """
 
 from configs import base

@@ -1,15 +1,19 @@
-"""experiments.bench_sampler's `vllm_comparison` section (`benchmark.sampler_comparison`): the
-JAX sampler's throughput beside the vLLM numbers of experiments.bench_vllm's result file, read,
-never measured again."""
+"""benchmarks.bench_sampler's `vllm_comparison` section (`benchmark.sampler_comparison`): the
+JAX sampler's throughput beside the vLLM numbers of benchmarks.bench_vllm's result file, read,
+never measured again; and the throughput measure both benchmarks share."""
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tirjax.reporting import benchmark
+from tirjax.sampling.interface import Sample
+from tirjax.sampling.throughput import throughput
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MACHINE = {"cpu": "Some CPU", "cpus": 2, "platform": "Linux"}
@@ -44,7 +48,7 @@ def test_other_setups_are_flagged():
 
 
 def test_a_file_that_is_not_bench_vllms_is_refused_by_name():
-  with pytest.raises(ValueError, match="other.json: not an experiments.bench_vllm result"):
+  with pytest.raises(ValueError, match="other.json: not an benchmarks.bench_vllm result"):
     benchmark.sampler_comparison(JAX, {"sections": {}}, "other.json")
 
 
@@ -53,7 +57,7 @@ def bench(tmp_path, sections, result):
   for name, data in (("result", result), ("vllm", VLLM)):
     with open(paths[name], "w") as f:
       json.dump(data, f)
-  proc = subprocess.run([sys.executable, "-m", "experiments.bench_sampler",
+  proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_sampler",
                          f"--sections={sections}", f"--json={paths['result']}",
                          f"--vllm_result={paths['vllm']}"],
                         capture_output=True, text=True, cwd=ROOT, timeout=600)
@@ -69,4 +73,31 @@ def test_the_section_reads_both_files_and_the_vllm_section_is_gone(tmp_path):
       JAX, VLLM, str(tmp_path / "vllm.json"))}
   proc, _ = bench(tmp_path, "vllm", {"sections": {"jax": JAX}})
   assert proc.returncode != 0
-  assert "unknown ['vllm']" in proc.stderr and "experiments.bench_vllm" in proc.stderr
+  assert "unknown ['vllm']" in proc.stderr and "benchmarks.bench_vllm" in proc.stderr
+
+
+class _CountingSampler:
+  """Returns `new_tokens` tokens per row; records every call's prompts."""
+
+  def __init__(self):
+    self.calls = []
+
+  def generate(self, prompts, params):
+    self.calls.append(prompts)
+    n = params.max_new_tokens
+    return [[Sample(tokens=[1] * n, logprobs=[0.0] * n, finish_reason="length")]
+            for _ in prompts]
+
+
+def test_throughput_times_the_repeats_after_one_untimed_call_of_the_same_shape():
+  """The one throughput measure of both sampler benchmarks (issue 39)."""
+  sampler = _CountingSampler()
+  r = throughput(sampler, batch=3, prompt_len=5, new_tokens=7, repeats=4, vocab_size=10)
+  assert len(sampler.calls) == 5 and all(c == sampler.calls[0] for c in sampler.calls)
+  assert np.shape(sampler.calls[0]) == (3, 5) and 2 <= np.min(sampler.calls[0])
+  assert np.max(sampler.calls[0]) < 10
+  assert r["tokens_per_call"] == 21 and len(r["tokens_per_s_all"]) == 4
+  assert r["tokens_per_s"] == statistics.median(r["tokens_per_s_all"])
+  assert r["tokens_per_s_all"] == [21 / s for s in r["seconds_all"]]
+  with pytest.raises(ValueError, match="repeats"):
+    throughput(sampler, batch=3, prompt_len=5, new_tokens=7, repeats=0, vocab_size=10)

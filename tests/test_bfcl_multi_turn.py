@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from experiments import bfcl_agreement
+from tirjax.testing import bfcl_agreement
 from tirjax.env import chat
 from tirjax.env.datasets import bfcl
 from tirjax.env.executor import ToolEnvOptions, ToolEnv

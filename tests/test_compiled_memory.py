@@ -1,5 +1,5 @@
 """`tirjax.reporting.benchmark.compiled_memory`: XLA's memory analysis as the bench scripts
-record it (experiments.bench_model compares `peak_bytes`, experiments.bench_train_step
+record it (benchmarks.bench_model compares `peak_bytes`, benchmarks.bench_train_step
 `peak_bytes_per_device` and `peak_bytes_all_devices`)."""
 
 import jax

@@ -2,6 +2,9 @@
 (issue 39), and `--print_config` names where each value came from."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -65,3 +68,19 @@ def test_provenance_names_each_layer():
   source = {k: s for k, _, s in base.provenance(grpo.get_config, "configs/grpo.py",
                                                 "model=tiny,env=doors", doors)}
   assert source["env.name"] == "preset argument" and source["sft.steps"] == "preset doors"
+
+
+def test_print_config_prints_each_key_with_its_source_and_trains_nothing(tmp_path):
+  """`experiments.train --print_config`, run as a user runs it."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.train", "--config=configs/hidifftir.py:model=tiny",
+       "--config.rollout.n=4", "--print_config", f"--workdir={tmp_path / 'run'}"],
+      cwd=root, capture_output=True, text=True, timeout=600,
+      env={**os.environ, "PYTHONPATH": root, "JAX_PLATFORMS": "cpu"})
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  lines = dict(line.split(" = ", 1) for line in proc.stdout.splitlines())
+  assert lines["rollout.n"] == "4  # command line"
+  assert lines["loss.kl_coef"].endswith("# configs/hidifftir.py")
+  assert lines["sft.steps"].endswith("# preset toolworld_headroom")
+  assert len(lines) > 100 and not (tmp_path / "run").exists()

@@ -1,14 +1,17 @@
 """The credit bench: Theorem 3.1 in numbers on the designed task, the training loop, cells and
-the command line (tirjax.credit.cells/train, experiments.credit_bench)."""
+the bench and its command line (tirjax.credit.cells/train/bench,
+experiments.studies.credit_bench)."""
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from absl.testing import flagsaver
 
-from experiments import credit_bench
 from tirjax import reporting
+from tirjax.credit import bench
 from tirjax.credit import ChainTask, ChainRolloutOptions, CreditTrainOptions, cells, parse_cell, run_cell
 from tirjax.loss import LossOptions
 
@@ -99,14 +102,14 @@ def test_default_labels_cover_the_registry_and_the_ablations():
 
 
 def test_seeds_and_label_lists():
-  assert credit_bench.parse_seeds("0-2,7") == [0, 1, 2, 7]
-  assert credit_bench.split_labels("grpo,portool/omega1=0,fork_scale=none,rloo") == [
+  assert bench.parse_seeds("0-2,7") == [0, 1, 2, 7]
+  assert bench.split_labels("grpo,portool/omega1=0,fork_scale=none,rloo") == [
       "grpo", "portool/omega1=0,fork_scale=none", "rloo"]
   for bad in ("", "1,1", "a"):
     with pytest.raises(ValueError, match="seeds"):
-      credit_bench.parse_seeds(bad)
+      bench.parse_seeds(bad)
   with pytest.raises(ValueError, match="before any estimator"):
-    credit_bench.split_labels("omega1=0,grpo")
+    bench.split_labels("omega1=0,grpo")
 
 
 @pytest.mark.parametrize("kwargs, name", [(dict(iterations=0), "iterations"),
@@ -119,21 +122,20 @@ def test_train_options_reject_bad_values_by_name(kwargs, name):
     CreditTrainOptions(**kwargs)
 
 
-def test_command_line_writes_json_and_markdown_and_records_a_crash(tmp_path, monkeypatch,
-                                                                   capsys):
-  real = credit_bench.run_cell
+def test_the_bench_writes_json_and_markdown_and_records_a_crash(tmp_path, monkeypatch):
+  real = bench.run_cell
 
   def crash_on_rloo(task, cell, seed, opts):
     if cell.estimator == "rloo" and seed == 1:
       raise RuntimeError("boom")
     return real(task, cell, seed, opts)
 
-  monkeypatch.setattr(credit_bench, "run_cell", crash_on_rloo)
+  monkeypatch.setattr(bench, "run_cell", crash_on_rloo)
   path = tmp_path / "bench.json"
-  with flagsaver.as_parsed(json=str(path), seeds="0-1", iterations="2", estimators="grpo,rloo"):
-    credit_bench.main(["credit_bench"])
+  _, table = bench.run(seeds="0-1", iterations=2, estimators="grpo,rloo", json_path=str(path),
+                       command="the command")
   data = json.loads(path.read_text())
-  assert data["command"].startswith("python -m experiments.credit_bench")
+  assert data["command"] == "the command"
   assert data["machine"]["cpus"] >= 1 and data["task"]["num_stages"] == TASK.num_stages
   states = {(r["label"], r["seed"]): r["state"] for r in data["runs"]}
   assert states == {("grpo", 0): "finished", ("grpo", 1): "finished",
@@ -143,19 +145,36 @@ def test_command_line_writes_json_and_markdown_and_records_a_crash(tmp_path, mon
   assert "RuntimeError: boom" in markdown
   study = reporting.load([str(path)])
   assert [r.label for r in study.runs] == ["grpo", "grpo", "rloo", "rloo"]
-  assert "Credit bench" in capsys.readouterr().out
+  assert table == markdown
+
+
+def test_the_command_line_records_its_command_and_prints_the_table(tmp_path):
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  path = tmp_path / "cli.json"
+  args = [f"--json={path}", "--seeds=0", "--estimators=grpo", "--iterations=2"]  # its order
+  proc = subprocess.run([sys.executable, "-m", "experiments.studies.credit_bench", *args],
+                        cwd=root, capture_output=True, text=True, timeout=600,
+                        env={**os.environ, "PYTHONPATH": root, "JAX_PLATFORMS": "cpu"})
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  data = json.loads(path.read_text())
+  assert data["command"] == "python -m experiments.studies.credit_bench " + " ".join(args)
+  assert "Credit bench" in proc.stdout and (tmp_path / "cli.md").exists()
+  bad = subprocess.run([sys.executable, "-m", "experiments.studies.credit_bench",
+                        "--seeds=1,1"], cwd=root, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "PYTHONPATH": root, "JAX_PLATFORMS": "cpu"})
+  assert bad.returncode != 0 and "--seeds: need distinct seeds" in bad.stderr
 
 
 def test_rewriting_the_markdown_keeps_the_hand_written_notes(tmp_path):
   path = str(tmp_path / "bench.md")
-  credit_bench.write_markdown(path, "# tables v1\n")
-  notes = f"{credit_bench.NOTES_MARKER}\n## Why\nan explanation\n"
+  bench.write_markdown(path, "# tables v1\n")
+  notes = f"{bench.NOTES_MARKER}\n## Why\nan explanation\n"
   with open(path, "a") as f:
     f.write("\n" + notes)
-  credit_bench.write_markdown(path, "# tables v2\n")
+  bench.write_markdown(path, "# tables v2\n")
   text = open(path).read()
   assert text.startswith("# tables v2\n") and "tables v1" not in text
-  assert text.endswith(notes) and text.count(credit_bench.NOTES_MARKER) == 1
+  assert text.endswith(notes) and text.count(bench.NOTES_MARKER) == 1
 
 
 def test_reuse_keeps_runs_of_the_same_cell_and_reruns_the_rest(tmp_path, monkeypatch):
@@ -163,21 +182,20 @@ def test_reuse_keeps_runs_of_the_same_cell_and_reruns_the_rest(tmp_path, monkeyp
   (marked), a changed cell or a new seed runs, and a record without a loss option added since
   counts as its default."""
   first = tmp_path / "first.json"
-  with flagsaver.as_parsed(json=str(first), seeds="0", iterations="2", estimators="grpo,rloo"):
-    credit_bench.main(["credit_bench"])
+  bench.run(seeds="0", iterations=2, estimators="grpo,rloo", json_path=str(first),
+            command="python -m experiments.studies.credit_bench --seeds=0")
   old = json.loads(first.read_text())
   for run in old["runs"]:
     del run["loss"]["surrogate"]  # as written before the option existed
   first.write_text(json.dumps(old))
   ran = []
-  real = credit_bench.run_cell
-  monkeypatch.setattr(credit_bench, "run_cell",
+  real = bench.run_cell
+  monkeypatch.setattr(bench, "run_cell",
                       lambda task, cell, seed, opts: ran.append((cell.label, seed)) or
                       real(task, cell, seed, opts))
   second = tmp_path / "second.json"
-  with flagsaver.as_parsed(json=str(second), seeds="0-1", iterations="2", reuse=str(first),
-                           estimators="grpo,rloo/singleton=raw"):
-    credit_bench.main(["credit_bench"])
+  bench.run(seeds="0-1", iterations=2, reuse=[str(first)], estimators="grpo,rloo/singleton=raw",
+            json_path=str(second))
   data = json.loads(second.read_text())
   assert ran == [("grpo", 1), ("rloo/singleton=raw", 0), ("rloo/singleton=raw", 1)]
   kept = [r for r in data["runs"] if r.get("reused")]
@@ -185,7 +203,6 @@ def test_reuse_keeps_runs_of_the_same_cell_and_reruns_the_rest(tmp_path, monkeyp
   assert kept[0]["final"] == old["runs"][0]["final"] and kept[0]["reused_from"] == str(first)
   assert [(r["from"], r["runs"]) for r in data["reused"]] == [(str(first), 1)]
   assert f"- 1 of the 4 runs from `{first}`: `python -m" in (tmp_path / "second.md").read_text()
-  with flagsaver.as_parsed(json=str(tmp_path / "third.json"), seeds="0", iterations="3",
-                           reuse=str(first), estimators="grpo"):
-    credit_bench.main(["credit_bench"])  # other training options: nothing is kept
+  bench.run(seeds="0", iterations=3, reuse=[str(first)], estimators="grpo",
+            json_path=str(tmp_path / "third.json"))  # other training options: nothing is kept
   assert ran[-1] == ("grpo", 0)

@@ -183,10 +183,10 @@ def test_the_training_metrics_are_the_measures_of_the_steps_turns():
 
 @pytest.mark.slow
 def test_the_entry_point_measures_every_estimator_on_both_rollout_kinds(tmp_path):
-  """`experiments.credit_fidelity` end to end on a tiny random policy (its turns are mostly
+  """`tirjax.credit.rollout_fidelity.measure` end to end on a tiny random policy (its turns are mostly
   format failures: the pipeline, not the figures, is under test here)."""
   from configs import hidifftir
-  from experiments import credit_fidelity
+  from tirjax.credit import rollout_fidelity
   from tirjax import advantages
   from tirjax.env.toolworld import build_tokenizer
   from tirjax.models import config as model_config
@@ -203,7 +203,7 @@ def test_the_entry_point_measures_every_estimator_on_both_rollout_kinds(tmp_path
     config.rollout.n = 2
     config.rollout.max_new_tokens = 24
   out = str(tmp_path / "fidelity")
-  result = credit_fidelity.measure(config, policy, 4, out, resamples=20)
+  result = rollout_fidelity.measure(config, policy, 4, out, resamples=20)
   for ext in (".json", ".md", ".png"):
     assert os.path.exists(out + ext)
   assert result["queries"] == 4 and set(result["rollouts"]) == {"independent", "tree"}
@@ -215,7 +215,7 @@ def test_the_entry_point_measures_every_estimator_on_both_rollout_kinds(tmp_path
         assert v is None or 0 <= v <= 1, (k, v)
   assert result["own"]["portool"] == "tree" and result["own"]["grpo"] == "independent"
   with pytest.raises(FileExistsError, match="never overwritten"):
-    credit_fidelity.measure(config, policy, 4, out, resamples=20)
+    rollout_fidelity.measure(config, policy, 4, out, resamples=20)
 
 
 def test_a_query_drawn_twice_is_two_queries_of_the_resample():

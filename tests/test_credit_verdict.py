@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from experiments.credit_verdict import markdown, training_credit, verdict
+from tirjax.ablation.verdict import markdown, spearman, training_credit, verdict
 from tirjax import rundir
 
 GAINS = {"grpo": {0: 0.10, 1: 0.12, 2: 0.08, 3: 0.11, 4: 0.09},
@@ -54,7 +54,6 @@ def test_claims_hold_only_when_large_enough_and_significant():
 def test_a_perfect_rank_correlation_of_three_cells_is_not_significant():
   """scipy's t approximation gives p = 0 for ρ = ±1 on 3 cells (the credit12 verdict first
   printed that); the exact p is 2/6: two of the six pairings have |ρ| = 1."""
-  from experiments.credit_verdict import spearman  # noqa: PLC0415
   out = spearman([0.70, 0.81, 0.66], [0.147, 0.145, 0.149])
   assert out["rho"] == pytest.approx(-1.0) and out["p_value"] == pytest.approx(1 / 3)
 

@@ -21,8 +21,8 @@ MARKDOWN = textwrap.dedent('''\
     ```
 
     Prose with `make x
-    Y=1`, then `python -m experiments.bench_vllm
-    --json=v.json` across lines, and `python -m experiments.step_time` alone.
+    Y=1`, then `python -m benchmarks.bench_vllm
+    --json=v.json` across lines, and `python -m experiments.studies.step_time` alone.
 
     A shell string: --command="
       cd x && python -m experiments.train \\
@@ -58,8 +58,8 @@ def test_commands_in_markdown_and_docstrings_with_their_lines(tmp_path):
       ("README.md:4", "experiments.train", "--config=configs/a.py:model=tiny --workdir=runs/a"),
       ("README.md:5", "experiments.report", "runs/a --out=r/"),
       ("README.md:6", "experiments.train", "--config=configs/b.py --workdir=runs/b"),
-      ("README.md:11", "experiments.bench_vllm", "--json=v.json"),
-      ("README.md:12", "experiments.step_time", ""),
+      ("README.md:11", "benchmarks.bench_vllm", "--json=v.json"),
+      ("README.md:12", "experiments.studies.step_time", ""),
       ("README.md:15", "experiments.train", "--workdir=/w"),
       ("README.md:18", "experiments.report", "z --out=w"),
       ("docs/guide.md:1", "experiments.report", "x --out=y"),
@@ -78,4 +78,4 @@ def test_the_repository_documents_at_least_50_commands():
   commands = doc_commands.collect(ROOT)
   assert len(commands) >= 50
   assert {"experiments.train", "experiments.evaluate", "experiments.ablate",
-          "experiments.report", "experiments.bench_kernels"} <= {c.module for c in commands}
+          "experiments.report", "benchmarks.bench_kernels"} <= {c.module for c in commands}

@@ -157,7 +157,7 @@ def checked(mirror, grid, tmp_path_factory):
 def test_the_docs_hold_at_least_50_commands_found_in_every_source():
   assert len(COMMANDS) >= 50
   sources = {c.path.split("/")[0] if "/" in c.path else c.path for c in COMMANDS}
-  assert sources == {"README.md", "docs", "configs", "experiments"}
+  assert sources == {"README.md", "docs", "configs", "experiments", "benchmarks"}
   assert len({c.module for c in COMMANDS}) >= 15
 
 
@@ -243,7 +243,7 @@ def test_the_evaluate_example_runs_on_each_dataset(env, mirror, default_run, tmp
 def test_bench_kernels_documented_command_in_smoke_form(mirror, tmp_path):
   root, cache = mirror
   (bench,) = [c for c in COMMANDS if c.where.startswith("docs/adding_an_estimator.md:")
-              and c.module == "experiments.bench_kernels"]
+              and c.module == "benchmarks.bench_kernels"]
   argv = [a if not a.startswith("--json=") else f"--json={tmp_path / 'b.json'}"
           for a in written(bench)]
   assert argv[0] == "--only=grpo"

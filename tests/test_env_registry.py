@@ -1,6 +1,7 @@
 """The environment registry (issue 39): every environment is one entry, the trainer and the
 config checks ask the entry, and a new environment needs its own module and one line."""
 
+import ast
 import dataclasses
 import pathlib
 import re
@@ -8,8 +9,9 @@ import re
 import pytest
 
 from configs import grpo
+from tirjax import advantages
 from tirjax.env import bandit, environments, registry
-from tirjax.trainer import resolve, sections
+from tirjax.trainer import resolve
 from tirjax.trainer.tasks import TaskSource
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -17,8 +19,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def test_the_registry_is_the_list_of_environments():
   assert environments.names() == ["bfcl", "doors", "ftrl", "toolhop", "toolworld"]
-  assert sections.ENVS == tuple(environments.names())
-  assert sections.DEMO_ENVS == ("doors", "toolworld")
+  assert environments.names("demonstrations") == ["doors", "toolworld"]
+  assert environments.DEFAULT in environments.names()
   assert environments.names("tokenizer") == ["doors", "toolworld"]
   assert environments.names("eval_extras") == ["toolworld"]
   for name in environments.names():
@@ -70,12 +72,39 @@ NAME_TEST = re.compile(r"env(?:_cfg)?\.name\s*(?:==|!=|\bin\b|\bnot in\b)|"
                        r"env_name\s*(?:==|!=|\bin\b|\bnot in\b)")
 
 
+def _entry_points_and_package():
+  files = [p for p in (ROOT / "tirjax").rglob("*.py") if "env" not in p.relative_to(
+      ROOT / "tirjax").parts[:1]]
+  return files + sorted((ROOT / "experiments").glob("*.py"))
+
+
 def test_no_environment_name_is_tested_outside_the_environments():
   """What an environment can do is asked of its entry (the config presets in configs/ choose
   values per environment, as a config file may)."""
-  files = [p for p in (ROOT / "tirjax").rglob("*.py") if "env" not in p.relative_to(
-      ROOT / "tirjax").parts[:1]]
-  files += [ROOT / "experiments" / "train.py", ROOT / "experiments" / "evaluate.py"]
-  found = [f"{p.relative_to(ROOT)}:{i}" for p in files
+  found = [f"{p.relative_to(ROOT)}:{i}" for p in _entry_points_and_package()
            for i, line in enumerate(p.read_text().splitlines(), 1) if NAME_TEST.search(line)]
   assert not found, found
+
+
+def env_name_literals(source: str) -> list[tuple[int, str]]:
+  """(line, name) of each string constant, docstrings aside, that is a registered environment
+  name and not also an estimator's ("ftrl" names both: FTRL's reward and scorer)."""
+  tree = ast.parse(source)
+  docs = {id(n.body[0].value) for n in ast.walk(tree)
+          if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+          and n.body and isinstance(n.body[0], ast.Expr)
+          and isinstance(n.body[0].value, ast.Constant)}
+  names = set(environments.names()) - set(advantages.names())
+  return [(n.lineno, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant)
+          and isinstance(n.value, str) and id(n) not in docs and n.value in names]
+
+
+def test_no_environment_name_is_written_outside_the_environments():
+  """Issue 39: no env name as a value outside tirjax/env/ (and configs/): metadata keyed on a
+  dataset's name (`== "toolhop"`) is a branch too. The benchmark and study scripts about one
+  dataset (check_datasets, bench_sandbox) name theirs by design and are not scanned."""
+  found = [f"{p.relative_to(ROOT)}:{line} {name}" for p in _entry_points_and_package()
+           for line, name in env_name_literals(p.read_text())]
+  assert found == []
+  assert env_name_literals('"""toolworld"""\nx = t.metadata.get("dataset") == "toolhop"\n'
+                           'y = "ftrl"\n') == [(2, "toolhop")]

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from configs import hidifftir
-from experiments import evaluate
+from tirjax.trainer import policy_eval
 from tirjax.env.toolworld import build_tokenizer
 from tirjax.trainer.progress import METRIC_LABELS
 from tirjax.trainer.tasks import load_tokenizer
@@ -68,7 +68,7 @@ def test_each_dataset_gets_its_papers_metrics(policy, data, tmp_path, env, paper
   if env == "toolworld":  # also sampled: pass@k and what each wrong sample got wrong first
     with config.unlocked():
       config.sampler.eval_samples = 2
-  result = evaluate.evaluate_policy(config, run_dir, out, tasks=2)
+  result = policy_eval.evaluate_policy(config, run_dir, out, tasks=2)
   assert result["checkpoint"] == policy and result["tasks"] == 2
   axes = ("eval/accuracy", "eval/avg_steps", "eval/unanswerable_rate", "eval/format_reward")
   assert set(axes + paper_metrics) <= set(result["metrics"])
@@ -88,19 +88,19 @@ def test_each_dataset_gets_its_papers_metrics(policy, data, tmp_path, env, paper
     assert failures and "| samples failed first by format |" in table
     assert sum(failures.values()) + result["metrics"]["eval/sampled_accuracy"] == pytest.approx(1)
   with pytest.raises(FileExistsError, match="never overwritten"):
-    evaluate.evaluate_policy(config_for(env, data), run_dir, out, tasks=2)
+    policy_eval.evaluate_policy(config_for(env, data), run_dir, out, tasks=2)
 
 
 def test_bad_policies_and_splits_are_refused_by_name(tmp_path):
   with pytest.raises(ValueError, match="is not a directory"):
-    evaluate.policy_directory(str(tmp_path / "missing"))
+    policy_eval.policy_directory(str(tmp_path / "missing"))
   with pytest.raises(ValueError, match="neither a Hugging Face checkpoint directory"):
-    evaluate.policy_directory(str(tmp_path))
+    policy_eval.policy_directory(str(tmp_path))
   with pytest.raises(ValueError, match="env.name=doors: the doors bandit"):
-    evaluate.evaluate_policy(hidifftir.get_config("model=tiny,env=doors"), str(tmp_path),
+    policy_eval.evaluate_policy(hidifftir.get_config("model=tiny,env=doors"), str(tmp_path),
                              str(tmp_path / "out"))
   with pytest.raises(ValueError, match="split=all: toolworld draws its tasks"):
-    evaluate.evaluate_policy(hidifftir.get_config("model=tiny"), str(tmp_path),
+    policy_eval.evaluate_policy(hidifftir.get_config("model=tiny"), str(tmp_path),
                              str(tmp_path / "out"), split="all")
 
 

@@ -9,13 +9,13 @@ from hypothesis import given, strategies as st
 from flax import nnx
 
 from tirjax.testing import train_setup as ts
-from tirjax import loss, training
+from tirjax import loss, train_steps
 from tirjax.testing.reference import model_logprobs
 from tirjax.testing.reference import train_step as ref
-from tirjax.training.minibatches import combine_updates, minibatch_rows, update_passes
+from tirjax.train_steps.minibatches import combine_updates, minibatch_rows, update_passes
 
 LOSS = loss.LossOptions(clip_high=0.28)
-STEP = training.StepOptions(num_microbatches=2, logprob_chunk_size=32)
+STEP = train_steps.StepOptions(num_microbatches=2, logprob_chunk_size=32)
 
 
 # -- The partition ----------------------------------------------------------------------------
@@ -118,8 +118,8 @@ def grouped_batch(rng, own_logprobs_of=None):
 def fresh(model, tx=None):
   graphdef, params, tx0, place, _ = model
   tx = tx0 if tx is None else tx
-  place = training.placement(params, tx, place.mesh)
-  return training.init_state(params, tx, place, jax.random.key(3)), place, tx
+  place = train_steps.placement(params, tx, place.mesh)
+  return train_steps.init_state(params, tx, place, jax.random.key(3)), place, tx
 
 
 def test_one_minibatch_one_pass_is_the_single_update(model):
@@ -127,7 +127,7 @@ def test_one_minibatch_one_pass_is_the_single_update(model):
   graphdef = model[0]
   batch, group, valid = grouped_batch(np.random.default_rng(0))
   state, place, tx = fresh(model)
-  step = training.policy_step(graphdef, tx, place, LOSS, STEP)
+  step = train_steps.policy_step(graphdef, tx, place, LOSS, STEP)
   a, updates = update_passes(state, step, batch, group, valid, 1, 1, seed=0, step=0)
   state, _, _ = fresh(model)
   b, metrics = step(state, batch)
@@ -142,8 +142,8 @@ def test_minibatch_updates_match_a_loop_of_single_updates(model, num_mb, epochs)
   own aggregation denominators, no padding), AdamW applied one update at a time."""
   graphdef, params = model[0], model[1]
   batch, group, valid = grouped_batch(np.random.default_rng(1))
-  state, place, tx = fresh(model, training.make_optimizer(ts.OPTIMIZER))
-  step = training.policy_step(graphdef, tx, place, LOSS, STEP)
+  state, place, tx = fresh(model, train_steps.make_optimizer(ts.OPTIMIZER))
+  step = train_steps.policy_step(graphdef, tx, place, LOSS, STEP)
   new, updates = update_passes(state, step, batch, group, valid, num_mb, epochs, seed=5,
                                step=7)
   assert len(updates) == num_mb * epochs
@@ -179,9 +179,9 @@ def test_clip_acts_only_after_the_first_update(model):
   large learning rate then moves the ratio past ε on the next mini-batches."""
   graphdef, params = model[0], model[1]
   batch, group, valid = grouped_batch(np.random.default_rng(2), own_logprobs_of=model[:2])
-  big = training.OptimizerOptions(learning_rate=0.05, weight_decay=0.0, max_grad_norm=None)
-  state, place, tx = fresh(model, training.make_optimizer(big))
-  step = training.policy_step(graphdef, tx, place, LOSS, STEP)
+  big = train_steps.OptimizerOptions(learning_rate=0.05, weight_decay=0.0, max_grad_norm=None)
+  state, place, tx = fresh(model, train_steps.make_optimizer(big))
+  step = train_steps.policy_step(graphdef, tx, place, LOSS, STEP)
   _, updates = update_passes(state, step, batch, group, valid, 4, 1, seed=0, step=0)
   clipped = [float(u["metrics/clip_frac_low"]) + float(u["metrics/clip_frac_high"])
              for u in updates]

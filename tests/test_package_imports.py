@@ -1,6 +1,6 @@
 """The package's import graph (issue 39): no circle, counting imports inside functions too (a
-lazy import that closes a circle only hides it), and nothing under `tirjax/` imports the
-entry points (`experiments`)."""
+lazy import that closes a circle only hides it), and neither the package nor a test imports
+the entry points (`experiments`, `benchmarks`): what a test needs lives in the package."""
 
 import ast
 import pathlib
@@ -90,10 +90,32 @@ def test_function_level_imports_count(tmp_path):
   assert circles(import_graph(tmp_path)) == [["tirjax.one", "tirjax.two"]]
 
 
+ENTRY_POINTS = ("experiments", "benchmarks")
+
+
+def _entry_point_users(paths) -> list[str]:
+  return sorted(str(p.relative_to(ROOT)) for p in paths
+                if any(d.split(".")[0] in ENTRY_POINTS for d in _imports(p)))
+
+
 def test_the_package_does_not_import_the_entry_points():
-  users = sorted(m for m, p in _modules(ROOT).items()
-                 if any(d.split(".")[0] == "experiments" for d in _imports(p)))
-  assert users == []
+  assert _entry_point_users(_modules(ROOT).values()) == []
+
+
+def test_no_test_imports_the_entry_points():
+  """Issue 39: a test runs an entry point as a user does (a subprocess) or tests the package
+  function behind it."""
+  tests = sorted((ROOT / "tests").rglob("*.py"))
+  assert len(tests) > 50
+  assert _entry_point_users(tests) == []
+
+
+def test_an_entry_point_import_is_seen(tmp_path):
+  for i, line in enumerate(("from experiments import evaluate", "import benchmarks.bench_update",
+                            "def f():\n  from experiments.studies import step_time")):
+    (tmp_path / f"t{i}.py").write_text(line + "\n")
+  found = [d for p in sorted(tmp_path.glob("*.py")) for d in _imports(p)]
+  assert [d.split(".")[0] for d in found] == ["experiments", "benchmarks", "experiments"]
 
 
 # A run directory's own files (`tirjax.rundir`): not "config.json" (a Hugging Face file name
@@ -110,7 +132,8 @@ def _string_constants(path: pathlib.Path) -> set[str]:
 def test_a_run_directory_s_files_are_named_in_rundir_only():
   """Issue 39: one module names every file of a run directory (writers and readers use its
   names); a literal elsewhere would be a second home."""
-  files = [*(ROOT / "tirjax").rglob("*.py"), *(ROOT / "experiments").rglob("*.py")]
+  files = [*(ROOT / "tirjax").rglob("*.py"), *(ROOT / "experiments").rglob("*.py"),
+           *(ROOT / "benchmarks").rglob("*.py")]
   named = {str(p.relative_to(ROOT)): sorted(_string_constants(p) & set(RUN_FILES))
            for p in files if p != ROOT / "tirjax" / "rundir.py"}
   assert {p: n for p, n in named.items() if n} == {}

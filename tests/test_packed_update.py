@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from tirjax import advantages, loss, training
+from tirjax import advantages, loss, train_steps
 from tirjax.models import tree_attention
 from tirjax.testing import strategies, synthetic, train_setup as ts
 from tirjax.testing.compile_counts import compiled_functions
 from tirjax.testing.reference import train_step as ref
-from tirjax.training.minibatches import update_passes
+from tirjax.train_steps.minibatches import update_passes
 
-PADDED = training.StepOptions(logprob_chunk_size=32)
+PADDED = train_steps.StepOptions(logprob_chunk_size=32)
 PACKED = dataclasses.replace(PADDED, packed=True, attention_block=8,
                              max_tokens_per_microbatch=48)
 MODES = {  # every mode, each with the KL and entropy terms on and the clip acting
@@ -50,7 +50,7 @@ def mixed_rollouts(seed: int):
 
 def batch_of(rollouts, estimator: str):
   spec = advantages.get(estimator)
-  return training.policy_batch(rollouts, spec(rollouts, spec.make_options({})))
+  return train_steps.policy_batch(rollouts, spec(rollouts, spec.make_options({})))
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def rollouts():
 
 def run_step(shape, opts, loss_opts, batch, group_id, row_valid, minibatches=1):
   graphdef, _, tx, place, state = ts.setup(shape)
-  step = training.policy_step(graphdef, tx, place, loss_opts, opts)
+  step = train_steps.policy_step(graphdef, tx, place, loss_opts, opts)
   new, updates = update_passes(state, step, batch, group_id, row_valid, minibatches, 1,
                                seed=0, step=0)
   return new, updates
@@ -121,8 +121,8 @@ def test_packed_step_on_the_mesh_with_minibatches(rollouts, shape):
 @pytest.fixture(scope="module")
 def logprob_passes():
   graphdef, params, _, place, _ = ts.setup()
-  return (params, training.TokenLogprobs(graphdef, place, PADDED),
-          training.TokenLogprobs(graphdef, place, PACKED))
+  return (params, train_steps.TokenLogprobs(graphdef, place, PADDED),
+          train_steps.TokenLogprobs(graphdef, place, PACKED))
 
 
 @settings(max_examples=15)
@@ -142,7 +142,7 @@ def test_reference_and_old_logprob_passes_fill_the_generated_tokens(rollouts, lo
   params, padded, packed = logprob_passes
   with pytest.raises(ValueError, match="group_id: the packed log-prob pass"):
     packed(params, rollouts.tokens, rollouts.token_valid)
-  got = np.asarray(training.with_policy_logprobs(rollouts, packed, params).old_logprobs)
+  got = np.asarray(train_steps.with_policy_logprobs(rollouts, packed, params).old_logprobs)
   want = np.asarray(padded(params, rollouts.tokens, rollouts.token_valid))
   generated = np.asarray(rollouts.loss_mask)
   np.testing.assert_allclose(got[generated], want[generated], rtol=TOL, atol=TOL)
@@ -155,15 +155,15 @@ def test_a_run_compiles_a_handful_of_executables():
   buckets."""
   graphdef, params, tx, place, state = ts.setup()
   opts = dataclasses.replace(PACKED, max_tokens_per_microbatch=256)
-  step = training.policy_step(graphdef, tx, place, MODES["seq_mean_token_mean"], opts)
-  passes = training.TokenLogprobs(graphdef, place, opts)
+  step = train_steps.policy_step(graphdef, tx, place, MODES["seq_mean_token_mean"], opts)
+  passes = train_steps.TokenLogprobs(graphdef, place, opts)
   with compiled_functions() as compiled:
     for i in range(12):
       rng = np.random.default_rng(100 + i)
       r = synthetic.independent_rollouts(rng, [4] * 4, max_depth=4, finish_prob=0.4,
                                          prompt_tokens=int(rng.integers(8, 16)), step_tokens=4,
                                          response_tokens=3, vocab_size=ts.VOCAB)
-      r = training.with_policy_logprobs(r, passes, state.params)
+      r = train_steps.with_policy_logprobs(r, passes, state.params)
       state, _ = update_passes(state, step, batch_of(r, "grpo"), np.asarray(r.group_id),
                                np.asarray(r.row_valid), 2, 1, seed=0, step=i)
   counts = {name: compiled.count(name) for name in set(compiled)}

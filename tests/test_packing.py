@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from tirjax.training import forest, packing
+from tirjax.train_steps import forest, packing
 
 
 @st.composite

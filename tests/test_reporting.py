@@ -6,15 +6,14 @@ import io
 import json
 import math
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import scipy.stats
-from absl import flags
-from absl.testing import flagsaver
 from hypothesis import given, strategies as st
 
-from experiments import report as report_cli
 from tirjax import reporting
 from tirjax import rundir
 from tirjax.reporting import runs as runs_lib
@@ -234,16 +233,23 @@ def test_bench_results_render_as_a_table():
   assert f"| grpo | 2 | ok | 0.800 ± {(hi - lo) / 2:.3f} (n=2) | 1000 (n=1) |" in md
 
 
-def test_command_line(run_root, tmp_path, capsys):
+def _report(*args):
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  return subprocess.run([sys.executable, "-m", "experiments.report", *args], cwd=root,
+                        capture_output=True, text=True, timeout=600,
+                        env={**os.environ, "PYTHONPATH": root, "JAX_PLATFORMS": "cpu"})
+
+
+def test_command_line(run_root, tmp_path):
   out = str(tmp_path / "report")
-  with flagsaver.as_parsed(out=out, last_rl="2"):
-    report_cli.main(["report", run_root])
+  proc = _report(run_root, f"--out={out}", "--last_rl=2")
+  assert proc.returncode == 0, proc.stderr[-2000:]
   assert sorted(os.listdir(out)) == ["curve_eval_accuracy.png", "curve_reward_mean.png",
                                      "paired.csv", "report.md", "summary.csv"]
-  assert "Paired comparison against `grpo`" in capsys.readouterr().out
-  with pytest.raises(flags.IllegalFlagValueError, match="last_rl"):
-    with flagsaver.as_parsed(out=out, last_rl="0"):
-      pass
+  assert "Paired comparison against `grpo`" in proc.stdout
+  bad = _report(run_root, f"--out={tmp_path / 'other'}", "--last_rl=0")
+  assert bad.returncode != 0 and "last_rl" in bad.stderr
+  assert not os.path.exists(tmp_path / "other")
 
 
 finite = st.floats(-1e3, 1e3, allow_nan=False)

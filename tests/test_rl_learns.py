@@ -34,7 +34,7 @@ from tirjax.config import set_key
 from tirjax.env import bandit
 from tirjax.models.logprobs import token_logprobs
 from tirjax.sampling.jax_sampler import JaxSampler
-from tirjax.training import packed
+from tirjax.train_steps import packed
 
 STEPS = 16
 SETTINGS = {"sharding.num_devices": 1, "train.progress_bar": False, "train.export_final": False,

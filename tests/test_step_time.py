@@ -1,4 +1,4 @@
-"""The step-time model (experiments.step_time): its counts and times follow from the named
+"""The step-time model (tirjax.reporting.step_time): its counts and times follow from the named
 constants, and it refuses what cannot run."""
 
 import subprocess
@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from experiments import step_time as st
+from tirjax.reporting import step_time as st
 from tirjax.models import config as model_config
 from tirjax.models import decoder
-from tirjax.training import flops
+from tirjax.train_steps import flops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,7 +51,7 @@ def test_what_cannot_run_is_refused_by_name():
 
 
 def test_the_command_prints_the_papers_table():
-  proc = subprocess.run([sys.executable, "-m", "experiments.step_time"], cwd=ROOT,
+  proc = subprocess.run([sys.executable, "-m", "experiments.studies.step_time"], cwd=ROOT,
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.count("| qwen3_") == 16 and "Constants:" in proc.stdout

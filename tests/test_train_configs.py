@@ -10,8 +10,8 @@ from tirjax import advantages
 from tirjax.env.toolworld.demos import DemoOptions
 from tirjax.testing.short_runs import CONFIGS
 from tirjax.trainer import resolve, sections
-from tirjax.training.optimizer import OptimizerOptions
-from tirjax.training.sft import SFTLossOptions
+from tirjax.train_steps.optimizer import OptimizerOptions
+from tirjax.train_steps.sft import SFTLossOptions
 
 
 def load(name, arg="model=tiny"):

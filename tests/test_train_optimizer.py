@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from tirjax.testing.reference import train_step as ref
 from tirjax.models import config
-from tirjax.training import batches, flops
-from tirjax.training.optimizer import (OptimizerOptions, learning_rate, learning_rate_schedule,
+from tirjax.train_steps import batches, flops
+from tirjax.train_steps.optimizer import (OptimizerOptions, learning_rate, learning_rate_schedule,
                                        make_optimizer)
 
 

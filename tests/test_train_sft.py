@@ -10,10 +10,10 @@ from flax import nnx
 from tirjax.testing import train_setup as ts
 from tirjax.testing.compile_counts import count_compiles
 from tirjax.testing.reference import train_step as ref
-from tirjax import sharding, training
+from tirjax import sharding, train_steps
 
-STEP = training.StepOptions(num_microbatches=2, logprob_chunk_size=32)
-FAST = training.OptimizerOptions(learning_rate=3e-2, eps=1e-4, max_grad_norm=1.0)
+STEP = train_steps.StepOptions(num_microbatches=2, logprob_chunk_size=32)
+FAST = train_steps.OptimizerOptions(learning_rate=3e-2, eps=1e-4, max_grad_norm=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def model():
 @pytest.fixture(scope="module")
 def step(model):
   graphdef, _, tx, place, _ = model
-  return training.sft_step(graphdef, tx, place, training.SFTLossOptions(), STEP)
+  return train_steps.sft_step(graphdef, tx, place, train_steps.SFTLossOptions(), STEP)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def batch():
 
 def fresh_state(model):
   _, params, tx, place, _ = model
-  return training.init_state(params, tx, place, jax.random.key(0))
+  return train_steps.init_state(params, tx, place, jax.random.key(0))
 
 
 def test_loss_is_the_masked_cross_entropy(model, step, batch):
@@ -90,11 +90,11 @@ def test_all_masked_is_zero(model, step, batch):
 def test_microbatches_equal_one_batch(model, batch, aggregation):
   """Same gradient with 1 and 4 micro-batches under per-token and per-row weighting."""
   graphdef, _, tx, place, _ = model
-  opts = training.SFTLossOptions(aggregation=aggregation)
+  opts = train_steps.SFTLossOptions(aggregation=aggregation)
   grads = []
   for num in (1, 4):
-    step = training.sft_step(graphdef, tx, place, opts,
-                             training.StepOptions(num_microbatches=num, logprob_chunk_size=32))
+    step = train_steps.sft_step(graphdef, tx, place, opts,
+                             train_steps.StepOptions(num_microbatches=num, logprob_chunk_size=32))
     new, _ = step(fresh_state(model), batch)
     grads.append(ref.flatten(new.opt_state[0].grads))
   for x, y in zip(*grads):
@@ -108,4 +108,4 @@ def test_microbatches_equal_one_batch(model, batch, aggregation):
 ])
 def test_invalid_sft_options_name_the_option(change, match):
   with pytest.raises(ValueError, match=match):
-    training.SFTLossOptions(**change)
+    train_steps.SFTLossOptions(**change)

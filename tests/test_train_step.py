@@ -14,11 +14,11 @@ from tirjax.testing.compile_counts import count_compiles
 from tirjax.testing.reference import model_logprobs
 from tirjax.testing.reference import train_step as ref
 from tirjax import checkpoint as ck
-from tirjax import loss, training
+from tirjax import loss, train_steps
 from tirjax.loss.aggregation import aggregate
 
 LOSS = loss.LossOptions(clip_high=0.28)
-STEP = training.StepOptions(num_microbatches=2, logprob_chunk_size=32)
+STEP = train_steps.StepOptions(num_microbatches=2, logprob_chunk_size=32)
 
 
 @pytest.fixture(scope="module")
@@ -29,12 +29,12 @@ def model():
 @pytest.fixture(scope="module")
 def step(model):
   graphdef, _, tx, place, _ = model
-  return training.policy_step(graphdef, tx, place, LOSS, STEP)
+  return train_steps.policy_step(graphdef, tx, place, LOSS, STEP)
 
 
 def fresh_state(model, **kwargs):
   _, params, tx, place, _ = model
-  return training.init_state(params, tx, place, jax.random.key(3), **kwargs)
+  return train_steps.init_state(params, tx, place, jax.random.key(3), **kwargs)
 
 
 def test_compiles_once_per_batch_shape(model, step):
@@ -84,7 +84,7 @@ def test_temperature_and_entropy_metrics(model):
   reports the entropy without an entropy term in the loss."""
   graphdef, params, tx, place, _ = model
   opts = dataclasses.replace(STEP, temperature=0.7, log_entropy=True)
-  step = training.policy_step(graphdef, tx, place, LOSS, opts)
+  step = train_steps.policy_step(graphdef, tx, place, LOSS, opts)
   batch = ts.policy_batch(np.random.default_rng(3))
   want = ref.full_batch_policy_objective(graphdef, params, batch, LOSS, temperature=0.7)
   model_ = nnx.merge(graphdef, params)
@@ -101,7 +101,7 @@ def test_temperature_and_entropy_metrics(model):
 
 def test_kl_without_reference_logprobs_is_an_error(model):
   graphdef, _, tx, place, _ = model
-  step = training.policy_step(graphdef, tx, place, loss.LossOptions(kl_coef=0.001), STEP)
+  step = train_steps.policy_step(graphdef, tx, place, loss.LossOptions(kl_coef=0.001), STEP)
   with pytest.raises(ValueError, match="ref_logprobs: required when kl_coef > 0"):
     step(fresh_state(model), ts.policy_batch(np.random.default_rng(4)))
 
@@ -134,12 +134,12 @@ def test_resume_from_a_checkpoint(model, step, tmp_path):
 ])
 def test_invalid_step_options_name_the_option(change, match):
   with pytest.raises(ValueError, match=match):
-    training.StepOptions(**change)
+    train_steps.StepOptions(**change)
 
 
 def test_microbatches_must_divide_the_batch(model):
   graphdef, _, tx, place, _ = model
-  step = training.policy_step(graphdef, tx, place, LOSS,
-                              training.StepOptions(num_microbatches=3))
+  step = train_steps.policy_step(graphdef, tx, place, LOSS,
+                              train_steps.StepOptions(num_microbatches=3))
   with pytest.raises(ValueError, match="num_microbatches: 3 does not divide the batch of 16"):
     step(fresh_state(model), ts.policy_batch(np.random.default_rng(6)))

@@ -12,7 +12,7 @@ import pytest
 
 from tirjax.testing import train_setup as ts
 from tirjax.testing.reference import train_step as ref
-from tirjax import loss, training
+from tirjax import loss, train_steps
 
 pytestmark = pytest.mark.slow  # left out of `make test-fast`
 
@@ -52,9 +52,9 @@ def want(model, batch):
 @pytest.mark.parametrize("mode", MODES)
 def test_microbatches_equal_the_full_batch_step(model, batch, want, mode, num):
   graphdef, params, tx, place, _ = model
-  state = training.init_state(params, tx, place, jax.random.key(0))
-  step = training.policy_step(graphdef, tx, place, MODES[mode],
-                              training.StepOptions(num_microbatches=num, logprob_chunk_size=40))
+  state = train_steps.init_state(params, tx, place, jax.random.key(0))
+  step = train_steps.policy_step(graphdef, tx, place, MODES[mode],
+                              train_steps.StepOptions(num_microbatches=num, logprob_chunk_size=40))
   new, metrics = step(state, batch)
   want_loss, want_grads, want_params = want[mode]
   np.testing.assert_allclose(float(metrics["loss"]), want_loss, rtol=1e-5, atol=1e-7)

@@ -7,14 +7,14 @@ import pytest
 
 from tirjax.testing import train_setup as ts
 from tirjax.testing.reference import train_step as ref
-from tirjax import loss, sharding, training
+from tirjax import loss, sharding, train_steps
 
 pytestmark = pytest.mark.slow  # left out of `make test-fast`
 
 MESHES = [(1, 1, 1), (8, 1, 1), (2, 4, 1), (2, 2, 2)]
 LOSS = loss.LossOptions(clip_high=0.28, dual_clip=3.0, kl_coef=0.05, entropy_coef=0.01)
 # 16 rows in 2 micro-batches: 8 rows each, one per batch shard on the (8, 1, 1) mesh.
-STEP = training.StepOptions(num_microbatches=2, logprob_chunk_size=48)
+STEP = train_steps.StepOptions(num_microbatches=2, logprob_chunk_size=48)
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def results(batch):
   out = {}
   for shape in MESHES:
     graphdef, _, tx, place, state = ts.setup(shape)
-    step = training.policy_step(graphdef, tx, place, LOSS, STEP)
+    step = train_steps.policy_step(graphdef, tx, place, LOSS, STEP)
     new, metrics = step(state, sharding.shard_batch(batch, place.mesh, place.rules))
     out[shape] = (place, new, metrics)
   return out

@@ -30,7 +30,7 @@ from tirjax.sampling.teacher import DecoderTeacher, padded_shape
 from tirjax.sampling.vllm import SamplerError
 from tirjax.sampling.vllm_server import request_json
 from tirjax.testing.vllm_toolworld import TOL, perturbed
-from tirjax.training.step import split_model
+from tirjax.train_steps.step import split_model
 
 pytestmark = pytest.mark.xdist_group("vllm")
 

@@ -75,14 +75,14 @@ section() {
     tail -5 "$OUT/$name.log" >&2
   fi
 }
-section train_step "${LIMITS[0]}" -m experiments.bench_train_step "${TRAIN[@]}" \
+section train_step "${LIMITS[0]}" -m benchmarks.bench_train_step "${TRAIN[@]}" \
   --json="$OUT/train_step.json"
-section logprobs "${LIMITS[1]}" -m experiments.bench_model "${LOGPROBS[@]}" \
+section logprobs "${LIMITS[1]}" -m benchmarks.bench_model "${LOGPROBS[@]}" \
   --json="$OUT/logprobs.json"
-section kernels "${LIMITS[2]}" -m experiments.bench_kernels "${KERNELS[@]}" \
+section kernels "${LIMITS[2]}" -m benchmarks.bench_kernels "${KERNELS[@]}" \
   --json="$OUT/kernels.json"
-section sampler "${LIMITS[3]}" -m experiments.bench_sampler --sections=jax "${SAMPLER[@]}" \
+section sampler "${LIMITS[3]}" -m benchmarks.bench_sampler --sections=jax "${SAMPLER[@]}" \
   --json="$OUT/sampler.json"
-section update "${LIMITS[4]}" -m experiments.bench_update --cases=synthetic "${UPDATE[@]}" \
+section update "${LIMITS[4]}" -m benchmarks.bench_update --cases=synthetic "${UPDATE[@]}" \
   --json="$OUT/update.json"
 "$PY" benchmarks/gpu/summarize.py "$OUT" --dry_run="$DRY" "${status[@]}"

@@ -8,10 +8,10 @@
 Modules: `task` (the environment), `evaluate` (exact policy values), `softmax_policy` (an MLP
 softmax policy), `chain_rollouts` (Algorithm-1 trees and independent rollouts as `Rollouts`),
 `cells` (estimator, options, rollouts and loss of a labelled cell), `train` (one run).
-The entry point is `python -m experiments.credit_bench`.
+The entry point is `python -m experiments.studies.credit_bench`.
 
 `fidelity` is apart from the bench: where an estimator puts credit on real toolworld rollouts,
-against turn labels from the plan (SPEC §4.5; `python -m experiments.credit_fidelity`).
+against turn labels from the plan (SPEC §4.5; `python -m experiments.studies.credit_fidelity`).
 """
 
 from tirjax.credit.cells import Cell, default_labels, parse_cell

@@ -6,4 +6,6 @@ from tirjax.env.datasets import bfcl, ftrl, toolhop  # noqa: F401
 from tirjax.env.registry import Environment, get, names
 from tirjax.env.toolworld import environment  # noqa: F401  toolworld
 
-__all__ = ["Environment", "get", "names"]
+__all__ = ["DEFAULT", "Environment", "get", "names"]
+
+DEFAULT = "toolworld"  # the environment of a config that names none (`env.name`)

@@ -10,7 +10,7 @@ line of `tirjax/env/environments.py` (docs/adding_an_environment.md).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from tirjax.env.tools import Task
 
@@ -29,6 +29,13 @@ EvalExtras = Callable[[Any, Any, Sequence[Task], str], dict]
 TurnLabels = Callable[[Task, Sequence, bool, str], list]
 # (env config, hop weights) -> None, or ValueError("<field>: problem")
 Check = Callable[[Any, tuple], None]
+# (greedy eval episodes, their tasks by id, env.answer_in_tool_message) -> `eval/...` metrics
+EpisodeMetrics = Callable[[Sequence, Mapping[str, Task], bool], dict]
+# (task, step results, answered, answer) -> the kind of failure an episode failed by first
+# (None: it was right)
+FailureKind = Callable[[Task, Sequence, bool, Optional[str]], Optional[str]]
+# (each sampled episode's failure kind, None for a right one) -> `eval/failure/<kind>` shares
+FailureShares = Callable[[Sequence[Optional[str]]], dict]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +56,10 @@ class Environment:
     turn_labels: labels each turn of an episode right or wrong from the task's ground-truth
       plan (SPEC §4.5), so that RL steps log where each estimator puts credit (`credit/*`);
       None: no plan to label from.
+    episode_metrics: its benchmark's own metrics of the greedy eval episodes (ToolHop's answer
+      correctness, BFCL's accuracy per category), or None.
+    failure_kind, failure_shares: what each sampled eval episode got wrong first and the
+      shares of those kinds (toolworld: direction, a miscopied argument, ...); both or none.
     check: checks its own config values (toolworld: the query mix), or None.
     answer_protocols: the answer protocols its tasks can be answered in (empty: any).
     not_a_benchmark: why `experiments.evaluate` refuses it ("": a benchmark).
@@ -63,6 +74,9 @@ class Environment:
   tokenizer: Optional[Tokenizer] = None
   eval_extras: Optional[EvalExtras] = None
   turn_labels: Optional[TurnLabels] = None
+  episode_metrics: Optional[EpisodeMetrics] = None
+  failure_kind: Optional[FailureKind] = None
+  failure_shares: Optional[FailureShares] = None
   check: Optional[Check] = None
   answer_protocols: tuple[str, ...] = ()
   not_a_benchmark: str = ""
@@ -70,6 +84,9 @@ class Environment:
   def __post_init__(self):
     if (self.draw is None) == (self.load is None):
       raise ValueError(f"environment {self.name!r}: give exactly one of draw and load")
+    if (self.failure_kind is None) != (self.failure_shares is None):
+      raise ValueError(f"environment {self.name!r}: give both failure_kind and failure_shares "
+                       "or neither")
 
 
 _REGISTRY: dict[str, Environment] = {}

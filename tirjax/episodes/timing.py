@@ -1,4 +1,4 @@
-"""Wall time of rollout modes at equal n with a given sampler (used by `experiments/bench_sampler`).
+"""Wall time of rollout modes at equal n with a given sampler (used by `benchmarks/bench_sampler`).
 
 The tree mode makes one sampler call per depth with f candidates per active node and selects
 n − n_c of them, so it samples up to f times the tokens of independent rollouts, in about as

@@ -20,7 +20,7 @@ assignment's optimal duals). So the ground-truth calls are always the assigned s
 with fewer predicted calls is padded with empty ones).
 
 Why not `optax.assignment.hungarian_algorithm` (issue 17, measured by
-`experiments.bench_kernels` at the papers' batch, 4096 matrices of 40 × 8, on the 2-core CPU):
+`benchmarks.bench_kernels` at the papers' batch, 4096 matrices of 40 × 8, on the 2-core CPU):
 vmapped, it takes 49 ms against this matcher's 30 ms, so speed would allow it, but it returns
 only the assignment. The tie rule needs the assignment's optimal duals (`ties.py` reads the
 reduced costs), and optax's own choice among tied optimal matchings differs from SPEC §4.2's on

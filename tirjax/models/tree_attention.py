@@ -1,7 +1,7 @@
 """Attention over packed token forests: every shared prefix computed once, no padding.
 
 A packed sequence `[N]` holds one or more forests (a query group's rows laid out once, see
-`tirjax.training.forest`) in depth-first order: a token's ancestors (the tokens before it on
+`tirjax.train_steps.forest`) in depth-first order: a token's ancestors (the tokens before it on
 its root-to-token path) all lie before it, and the tokens below it (its subtree) form the
 contiguous range `[i, seg_end[i]]`. So query i may read key j iff
 

@@ -105,12 +105,12 @@ def compiled_memory(compiled, num_devices: int = 1) -> dict:
 
 
 def sampler_comparison(ours: dict, vllm: dict, source: str) -> dict:
-  """The JAX sampler's tokens per second (`ours`, `experiments.bench_sampler`'s `jax` section)
-  beside vLLM's (`vllm`, `experiments.bench_vllm`'s result, read from `source`) at the batch
+  """The JAX sampler's tokens per second (`ours`, `benchmarks.bench_sampler`'s `jax` section)
+  beside vLLM's (`vllm`, `benchmarks.bench_vllm`'s result, read from `source`) at the batch
   sizes both measured: vLLM over JAX per batch, with both setups, models and machines (a ratio
   is like for like only where `same_setup`: the same prompt and new tokens per row)."""
   if "throughput" not in vllm or "throughput_setup" not in vllm:
-    raise ValueError(f"{source}: not an experiments.bench_vllm result (no 'throughput' or "
+    raise ValueError(f"{source}: not an benchmarks.bench_vllm result (no 'throughput' or "
                      "'throughput_setup')")
   theirs = {r["batch"]: r["tokens_per_s"] for r in vllm["throughput"]}
   batches = [r for r in ours["throughput"] if r["batch"] in theirs]

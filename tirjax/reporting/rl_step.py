@@ -1,4 +1,4 @@
-"""What bounds an RL step's speed-up, from the phases `experiments.bench_rl_step` measures."""
+"""What bounds an RL step's speed-up, from the phases `benchmarks.bench_rl_step` measures."""
 
 from __future__ import annotations
 

@@ -169,7 +169,7 @@ def load_run_dirs(paths: list[str], last_rl: int = 5, baseline: str = "grpo") ->
 
 
 def bench_study(data: dict, source: str = "", baseline: str = "grpo") -> Study:
-  """A credit-bench result (the JSON object of `experiments.credit_bench`) as a `Study`."""
+  """A credit-bench result (the JSON object of `experiments.studies.credit_bench`) as a `Study`."""
   if "runs" not in data:
     raise ValueError(f"{source or 'data'}: not a credit-bench result (no 'runs')")
   runs = []

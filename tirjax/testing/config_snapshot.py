@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from tirjax import rundir
+from tirjax.env import environments
 from tirjax.testing.short_runs import CONFIGS
 from tirjax.trainer import resolve
 
@@ -28,7 +29,8 @@ PRESETS = ("model=tiny,env=doors", "model=tiny,env=bfcl", "model=tiny,env=toolho
            "model=tiny,env=ftrl", "model=qwen3_1p7b", "model=qwen3_0p6b,env=bfcl",
            "model=tiny,smoke=1", "model=tiny,rollout=tree", "model=tiny,rollout=arpo",
            "model=tiny,mesh=-1x1x1,steps=7")
-DATASET_ENVS = ("bfcl", "toolhop", "ftrl")
+# the environments read from dataset files
+DATASET_ENVS = tuple(n for n in environments.names() if environments.get(n).load is not None)
 
 
 def case(name: str, arg: str) -> dict[str, Any]:

@@ -1,8 +1,9 @@
-"""The `python -m experiments.<name> ...` commands the documentation gives, found where they are
-written: README.md, docs/*.md, and the docstrings of configs/*.py and experiments/*.py (module,
+"""The `python -m experiments.<name> ...` (and `benchmarks.<name>`, `experiments.studies.<name>`)
+commands the documentation gives, found where they are written: README.md, docs/*.md, and the
+docstrings of configs/, experiments/, experiments/studies/ and benchmarks/ modules (module,
 class and function docstrings; commands in code are not documentation).
 
-A command starts at `python -m experiments.<name>` (a line may wrap inside it) and ends with its
+A command starts at `python -m <module>` (a line may wrap inside it) and ends with its
 line, or, where a line ends in a backslash, with the line that does not; one inside a backtick span (`...`) of prose
 ends at the closing backtick, on whichever line. A shell comment (` # ...`) and the quote that
 closes an enclosing shell string (`--command="... python -m ..."`) are not part of it.
@@ -19,8 +20,10 @@ import re
 import shlex
 from typing import Iterator, Sequence
 
-SOURCES = ("README.md", "docs/*.md", "configs/*.py", "experiments/*.py")
-_START = re.compile(r"python\s+-m\s+(experiments\.\w+)")  # (a line may wrap inside it)
+SOURCES = ("README.md", "docs/*.md", "configs/*.py", "experiments/*.py",
+           "experiments/studies/*.py", "benchmarks/*.py")
+# (a line may wrap between `python`, `-m` and the module)
+_START = re.compile(r"python\s+-m\s+((?:experiments|benchmarks)(?:\.\w+)+)")
 
 
 @dataclasses.dataclass(frozen=True)

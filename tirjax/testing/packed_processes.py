@@ -24,11 +24,11 @@ import numpy as np
 from absl import app, flags
 from jax.experimental import multihost_utils
 
-from tirjax import advantages, distributed, loss, sharding, training
+from tirjax import advantages, distributed, loss, sharding, train_steps
 from tirjax.models import decoder
 from tirjax.testing import strategies, train_setup as ts
 from tirjax.testing.reference import train_step as ref
-from tirjax.training.minibatches import update_passes
+from tirjax.train_steps.minibatches import update_passes
 
 flags.DEFINE_string("out", None, "Directory of result.npz.")
 flags.DEFINE_integer("num_processes", 1, "Processes.")
@@ -38,7 +38,7 @@ FLAGS = flags.FLAGS
 
 HALF = 16  # rows per half: trees of 4 and 3 rows, independent groups of 3 and 1, general 4
 LOSS = loss.LossOptions(kl_coef=0.05, entropy_coef=0.01, clip_high=0.28)
-PADDED = training.StepOptions(logprob_chunk_size=32)
+PADDED = train_steps.StepOptions(logprob_chunk_size=32)
 PACKED = dataclasses.replace(PADDED, packed=True, attention_block=8, max_tokens_per_microbatch=32)
 
 
@@ -73,17 +73,17 @@ def main(argv):
       coordinator_address=FLAGS.coordinator))
   graphdef, params, tx, place, _ = ts.setup((len(jax.devices()), 1, 1))
   r = global_batch(place.mesh)
-  _, ref_params = training.split_model(decoder.init(ts.CONFIG, 1))
-  reference = training.ReferencePolicy(graphdef, ref_params, place, PACKED)
-  r = training.with_reference_logprobs(r, reference, LOSS)
+  _, ref_params = train_steps.split_model(decoder.init(ts.CONFIG, 1))
+  reference = train_steps.ReferencePolicy(graphdef, ref_params, place, PACKED)
+  r = train_steps.with_reference_logprobs(r, reference, LOSS)
   spec = advantages.get("portool")
-  batch = training.policy_batch(r, spec(r, spec.make_options({})))
+  batch = train_steps.policy_batch(r, spec(r, spec.make_options({})))
   gid, valid = distributed.host_rows(r.group_id), distributed.host_rows(r.row_valid)
   out = {"ref_logprobs": distributed.host_rows(r.ref_logprobs),
          "loss_mask": distributed.host_rows(r.loss_mask)}
   for name, opts in (("padded", PADDED), ("packed", PACKED)):
-    state = training.init_state(params, tx, place, jax.random.key(0))
-    step = training.policy_step(graphdef, tx, place, LOSS, opts)
+    state = train_steps.init_state(params, tx, place, jax.random.key(0))
+    step = train_steps.policy_step(graphdef, tx, place, LOSS, opts)
     state, updates = update_passes(state, step, batch, gid, valid, 2, 1, seed=0, step=0)
     grads = multihost_utils.process_allgather(state.opt_state[0].grads, tiled=True)
     out[f"{name}/losses"] = np.asarray([float(u["loss"]) for u in updates])

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from tirjax import sharding, training
+from tirjax import sharding, train_steps
 from tirjax.models import config, decoder
 
 VOCAB = 64
@@ -22,7 +22,7 @@ CONFIG = config.tiny(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num
                      num_kv_heads=2, head_dim=8)
 # Clipping active at these scales; eps large enough that Adam's first, sign-like update is a
 # smooth function of the gradient (float32 summation-order noise stays ~1e-8 in the params).
-OPTIMIZER = training.OptimizerOptions(learning_rate=1e-3, eps=1e-4, weight_decay=0.01,
+OPTIMIZER = train_steps.OptimizerOptions(learning_rate=1e-3, eps=1e-4, weight_decay=0.01,
                                       max_grad_norm=0.05, warmup_steps=2)
 
 
@@ -48,17 +48,17 @@ def record_grads() -> optax.GradientTransformation:
 def optimizer(opts=OPTIMIZER) -> optax.GradientTransformation:
   """`make_optimizer(opts)` behind `record_grads`: `opt_state[0].grads` is the gradient the
   optimizer received (after accumulation, before clipping)."""
-  return optax.chain(record_grads(), training.make_optimizer(opts))
+  return optax.chain(record_grads(), train_steps.make_optimizer(opts))
 
 
 def setup(shape=(1, 1, 1), seed=0, tx=None, cfg=CONFIG):
   """(graphdef, params, tx, placement, state) of a freshly initialised tiny model."""
   m = mesh(shape)
   model = decoder.init(cfg, seed)
-  graphdef, params = training.split_model(model)
+  graphdef, params = train_steps.split_model(model)
   tx = optimizer() if tx is None else tx
-  place = training.placement(params, tx, m)
-  state = training.init_state(params, tx, place, jax.random.key(seed))
+  place = train_steps.placement(params, tx, m)
+  state = train_steps.init_state(params, tx, place, jax.random.key(seed))
   return graphdef, params, tx, place, state
 
 
@@ -71,7 +71,7 @@ def ragged_rows(rng, rows, length, min_len=3):
   return tokens, valid, lengths
 
 
-def policy_batch(rng, rows=16, length=12, with_ref=False) -> training.PolicyBatch:
+def policy_batch(rng, rows=16, length=12, with_ref=False) -> train_steps.PolicyBatch:
   """Prompts of 1-4 tokens, then generated tokens; one padding row (row_mask False), one row
   whose tokens are all prompt (no loss tokens); old log-probs near -log V so that ratios fall
   on both sides of the clip range."""
@@ -87,16 +87,16 @@ def policy_batch(rng, rows=16, length=12, with_ref=False) -> training.PolicyBatc
   ref = (np.where(valid, -np.log(VOCAB) + rng.normal(0, 0.2, (rows, length)), 0.0)
          if with_ref else None)
   f32 = lambda x: None if x is None else np.asarray(x, np.float32)
-  return training.PolicyBatch(tokens=tokens, token_valid=valid, loss_mask=loss_mask,
+  return train_steps.PolicyBatch(tokens=tokens, token_valid=valid, loss_mask=loss_mask,
                               old_logprobs=f32(old), advantages=f32(adv), row_mask=row_mask,
                               ref_logprobs=f32(ref))
 
 
-def sft_batch(rng, rows=8, length=12) -> training.SFTBatch:
+def sft_batch(rng, rows=8, length=12) -> train_steps.SFTBatch:
   """Prompt (masked), answer (targets), and 0-2 masked trailing tokens per row."""
   tokens, valid, lengths = ragged_rows(rng, rows, length, min_len=6)
   pos = np.arange(length)[None]
   prompt = rng.integers(1, 3, rows)[:, None]
   trailing = rng.integers(0, 3, rows)[:, None]
   loss_mask = valid & (pos >= prompt) & (pos < lengths[:, None] - trailing)
-  return training.SFTBatch(tokens=tokens, token_valid=valid, loss_mask=loss_mask)
+  return train_steps.SFTBatch(tokens=tokens, token_valid=valid, loss_mask=loss_mask)

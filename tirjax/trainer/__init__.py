@@ -4,4 +4,4 @@ line). `train` is the run in order, `parts` what its stages work with and how th
 and their resolution (`sections`, `resolve`, `prepare`), tasks and tokenizers from the
 environment registry (`tasks`), each process's share of a step (`processes`), evaluation,
 SFT data, DAPO refill, metrics and progress. The jitted steps and their batches are
-`tirjax.training`."""
+`tirjax.train_steps`."""

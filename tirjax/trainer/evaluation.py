@@ -1,5 +1,5 @@
 """Evaluation: one greedy (or low-temperature) episode per eval task, PORTool's four axes plus
-Solve-P/R/F1 where tasks carry expected answers and ToolHop's answer correctness; optionally
+Solve-P/R/F1 where tasks carry expected answers and the environment's own metrics; optionally
 n sampled episodes per task at the rollout temperature, for pass@k and the share of tasks with
 mixed outcomes (the headroom RL has: it re-weights what the policy already samples)."""
 
@@ -14,7 +14,6 @@ import numpy as np
 from tirjax import distributed
 from tirjax.env import environments, metrics
 from tirjax.env.tools import Task
-from tirjax.env.toolworld.failures import failure_kind, failure_shares
 from tirjax.episodes import RolloutOptions, rollout
 from tirjax.episodes.judging import Judge
 
@@ -23,10 +22,12 @@ def evaluate(sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
              judge: Optional[Judge] = None, temperature: float = 0.0, seed: int = 0,
              progress: Optional[Callable[[int], None]] = None,
              answer_in_tool_message: bool = False, samples: int = 0,
-             subset: int = 0) -> dict[str, float]:
+             subset: int = 0, environment: str = "") -> dict[str, float]:
   """Metrics named `eval/...` over `tasks`, in chunks of the configured batch rows;
-  `progress(tasks done)` is called after each chunk. `answer_in_tool_message`: ToolHop's AC
-  also accepts an answer contained in the tool response before it (FTRL's scorer).
+  `progress(tasks done)` is called after each chunk. `environment` (a registered name; ""
+  none): its own metrics are added (`Environment.episode_metrics`, and with samples its
+  `failure_kind` shares); `answer_in_tool_message`: ToolHop's AC also accepts an answer
+  contained in the tool response before it (FTRL's scorer).
   `samples` > 0 adds `evaluate_sampled`'s pass@k at the rollout temperature (`options`).
   `subset` > 0 adds `eval/subset/<axis>`, PORTool's four axes over the first `subset` tasks
   only (the tasks a run's evaluations between its first and last run on, `train.eval_subset`),
@@ -55,17 +56,13 @@ def evaluate(sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
   with_expected = [s for s in summaries if s.num_expected > 0]
   if with_expected:
     out.update({f"eval/{k}": v for k, v in metrics.solve_metrics(with_expected).items()})
-  by_id = {t.task_id: t for t in tasks}
-  if all(by_id[e.task_id].metadata.get("dataset") == "toolhop" for e in episodes):
-    out["eval/answer_correctness"] = metrics.query_mean(
-        [e.task_id for e in episodes],
-        [metrics.answer_correctness(
-            e.answer, by_id[e.task_id].answer,
-            _preceding_tool_message(e) if answer_in_tool_message else None) for e in episodes])
-  if all(by_id[e.task_id].metadata.get("dataset") == "bfcl" for e in episodes):
-    out.update(bfcl_accuracy(episodes, by_id))
+  env = environments.get(environment) if environment else None
+  if env is not None and env.episode_metrics is not None:
+    out.update(env.episode_metrics(episodes, {t.task_id: t for t in tasks},
+                                   answer_in_tool_message))
   if samples:
-    out.update(evaluate_sampled(sampler, tokenizer, tasks, options, samples, judge, seed))
+    out.update(evaluate_sampled(sampler, tokenizer, tasks, options, samples, judge, seed,
+                                environment=environment))
   return out
 
 
@@ -79,7 +76,7 @@ def evaluate_run(exp, sampler, tokenizer, tasks: Sequence[Task], judge: Optional
   out = evaluate(sampler, tokenizer, tasks, exp.rollout, judge, exp.sampler.eval_temperature,
                  seed=exp.seed, progress=progress,
                  answer_in_tool_message=exp.env.answer_in_tool_message, samples=samples,
-                 subset=subset)
+                 subset=subset, environment=exp.env.name)
   extras = environments.get(exp.env.name).eval_extras
   if extras is not None:
     from flax import nnx  # noqa: PLC0415
@@ -135,11 +132,13 @@ def sampled_metrics(correct: Sequence[Sequence[bool]], ks: Sequence[int] = PASS_
 
 def evaluate_sampled(sampler, tokenizer, tasks: Sequence[Task], options: RolloutOptions,
                      samples: int, judge: Optional[Judge] = None, seed: int = 0,
-                     progress: Optional[Callable[[int], None]] = None) -> dict[str, float]:
+                     progress: Optional[Callable[[int], None]] = None,
+                     environment: str = "") -> dict[str, float]:
   """`samples` independent episodes per task at the rollout temperature (`options`), scored
   as pass@k (`sampled_metrics`) and the sampled accuracy `eval/sampled_accuracy` (the
-  mean over every sample: pass@1's plug-in value); on toolworld also `eval/failure/<kind>`,
-  the share of samples that failed first by each kind (`toolworld.failures`). Batches hold as
+  mean over every sample: pass@1's plug-in value); where `environment` registers
+  `failure_kind` (toolworld) also `eval/failure/<kind>`, the share of samples that failed
+  first by each kind. Batches hold as
   many whole tasks as the configured rows allow (one task's samples if they exceed them). Each
   process runs its block of the tasks; every batch starts the same round seeds and rows draw
   from streams keyed on their task's index, so neither the batching nor the split over
@@ -149,10 +148,11 @@ def evaluate_sampled(sampler, tokenizer, tasks: Sequence[Task], options: Rollout
   if per_call * samples > opts.shapes.num_rows:
     opts = dataclasses.replace(opts, shapes=dataclasses.replace(opts.shapes, num_rows=samples))
   first, last = distributed.task_block(len(tasks))
-  toolworld = all(t.metadata.get("env") == "toolworld" for t in tasks)
+  env = environments.get(environment) if environment else None
+  failure_kind = None if env is None else env.failure_kind
   by_id = {t.task_id: t for t in tasks}
   correct: list[list[bool]] = []
-  kinds: list = []  # toolworld: each sample's failure kind (None: right)
+  kinds: list = []  # each sample's failure kind (None: right), where the environment names them
   for start in range(first, last, per_call):
     stop = min(start + per_call, last)
     batch = rollout(sampler, tokenizer, tasks[start:stop], opts, judge,
@@ -160,7 +160,7 @@ def evaluate_sampled(sampler, tokenizer, tasks: Sequence[Task], options: Rollout
     by_group: dict[int, list[bool]] = {}
     for e in batch.episodes:
       by_group.setdefault(e.group, []).append(e.verdict == "true")
-      if toolworld:
+      if failure_kind is not None:
         kinds.append(None if e.verdict == "true" else failure_kind(
             by_id[e.task_id], e.results, e.status == "answered", e.answer))
     correct += [by_group.get(q, []) for q in range(stop - start)]
@@ -168,29 +168,9 @@ def evaluate_sampled(sampler, tokenizer, tasks: Sequence[Task], options: Rollout
       progress(len(correct))
   correct = [c for part in distributed.allgather_objects(correct) for c in part]
   out = sampled_metrics(correct)
-  if toolworld:
-    out.update(failure_shares([k for part in distributed.allgather_objects(kinds)
-                               for k in part]))
+  if failure_kind is not None:
+    out.update(env.failure_shares([k for part in distributed.allgather_objects(kinds)
+                                   for k in part]))
   out["eval/sampled_accuracy"] = float(np.mean([np.mean(c) for c in correct]))
   out["eval/sampled_temperature"] = float(opts.temperature)
   return out
-
-
-def bfcl_accuracy(episodes, by_id) -> dict[str, float]:
-  """BFCL multi-turn accuracy as bfcl-eval reports it: per category, the share of entries its
-  checker accepts; `overall`, the unweighted mean over the categories evaluated (bfcl-eval's
-  multi-turn summary)."""
-  by_category: dict[str, list] = {}
-  for e in episodes:
-    by_category.setdefault(by_id[e.task_id].metadata["category"], []).append(e.verdict == "true")
-  out = {f"eval/bfcl/{c}": float(np.mean(v)) for c, v in sorted(by_category.items())}
-  out["eval/bfcl/overall"] = float(np.mean([np.mean(v) for v in by_category.values()]))
-  return out
-
-
-def _preceding_tool_message(episode) -> Optional[str]:
-  """The tool response of the step before the answering one (None if the row answered first
-  or did not answer)."""
-  if episode.answer is None or len(episode.results) < 2:
-    return None
-  return episode.results[-2].response_content

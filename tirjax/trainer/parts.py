@@ -23,9 +23,9 @@ from tirjax.trainer.evaluation import evaluate_run
 from tirjax.trainer.progress import Progress
 from tirjax.trainer.rl_metrics import PhaseClock
 from tirjax.trainer.tasks import TaskSource, load_tokenizer
-from tirjax.training.optimizer import make_optimizer
-from tirjax.training.policy_step import policy_step
-from tirjax.training.step import Placement, init_state, placement, sft_step, split_model
+from tirjax.train_steps.optimizer import make_optimizer
+from tirjax.train_steps.policy_step import policy_step
+from tirjax.train_steps.step import Placement, init_state, placement, sft_step, split_model
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,17 +27,16 @@ from tirjax.loss import LossOptions
 from tirjax.models import config as model_config
 from tirjax.episodes.options import RolloutOptions
 from tirjax.sampling.vllm import TINY_HEAD_DIM
-from tirjax.training.optimizer import OptimizerOptions
-from tirjax.training.step import StepOptions
+from tirjax.train_steps.optimizer import OptimizerOptions
+from tirjax.train_steps.step import StepOptions
 
 from tirjax.trainer import shape_needs
-from tirjax.trainer.sections import (DEMO_ENVS, ENVS, JUDGES, MAX_TASKS, SAMPLERS,
-                                     SECTIONS, EnvOptions, JudgeOptions, ModelOptions,
-                                     SamplerOptions, SFTOptions, TrainOptions)
+from tirjax.trainer.sections import (JUDGES, MAX_TASKS, SAMPLERS, SECTIONS, EnvOptions,
+                                     JudgeOptions, ModelOptions, SamplerOptions, SFTOptions,
+                                     TrainOptions)
 
 __all__ = ["ConfigError", "Experiment", "resolve", "config_record", "fit_to_mesh", "fit_to_data",
-           "ENVS",
-           "SAMPLERS", "JUDGES", "DEMO_ENVS", "MAX_TASKS"]
+           "SAMPLERS", "JUDGES", "MAX_TASKS"]
 
 
 class ConfigError(ValueError):
@@ -189,8 +188,8 @@ def resolve(c) -> Experiment:
         or rollout.answer_protocol in environment.answer_protocols, "rollout.answer_protocol",
         f"env {env.name} is answered in {' or '.join(environment.answer_protocols)} only")
   _need(sft.steps == 0 or environment.demonstrations is not None, "sft.steps",
-        f"demonstrations exist for {' and '.join(DEMO_ENVS)} only; set sft.steps=0 for "
-        f"env.name={env.name!r} "
+        f"demonstrations exist for {' and '.join(environments.names('demonstrations'))} only; "
+        f"set sft.steps=0 for env.name={env.name!r} "
         "(warm-start from an SFT checkpoint with model.hf_checkpoint)")
   _need(sft.steps == 0 or sft.batch_size % step.num_microbatches == 0, "sft.batch_size",
         f"must be a multiple of step.num_microbatches={step.num_microbatches}")

@@ -1,7 +1,7 @@
 """The experiment config's sections as typed options, one options dataclass per section.
 
 The experiment's own sections are the dataclasses here (model, env, judge, sampler, train,
-sft); `step` is the train step's `tirjax.training.step.StepOptions`, and the other sections
+sft); `step` is the train step's `tirjax.train_steps.step.StepOptions`, and the other sections
 are the options dataclasses of the components they configure (rollout, advantage.options,
 loss, optim, sharding, distributed). A section's keys are its dataclass's fields, with the same
 names, but for the fields `resolve` derives from other sections (`DERIVED`). Each class here
@@ -21,13 +21,11 @@ from tirjax import option_checks as checks, rundir
 from tirjax.env import environments
 from tirjax.env.judge import ABSTENTION_RULES
 from tirjax.env.toolworld.demos import DemoOptions
-from tirjax.training.optimizer import OptimizerOptions
-from tirjax.training.sft import SFTLossOptions
-from tirjax.training.step import StepOptions
+from tirjax.train_steps.optimizer import OptimizerOptions
+from tirjax.train_steps.sft import SFTLossOptions
+from tirjax.train_steps.step import StepOptions
 
 MAX_TASKS = 200_000  # tasks or demonstrations a run may ask for
-ENVS = tuple(environments.names())  # the registry's (`tirjax.env.environments`)
-DEMO_ENVS = tuple(environments.names("demonstrations"))  # SFT can warm-start on these
 SAMPLERS = ("jax", "vllm")
 JUDGES = ("rule", "llm")
 
@@ -60,7 +58,7 @@ class ModelOptions:
 
 @dataclasses.dataclass(frozen=True)
 class EnvOptions:
-  name: str = "toolworld"
+  name: str = environments.DEFAULT
   data_path: str = ""  # the dataset file (ToolHop, FTRL); "" = built in or bfcl-eval's own
   train_tasks: int = 2000
   eval_tasks: int = 64

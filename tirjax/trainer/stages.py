@@ -26,11 +26,11 @@ from tirjax.trainer.parts import Trainer
 from tirjax.trainer.progress import summary_table
 from tirjax.trainer.rl_metrics import PhaseClock, credit_metrics, rl_metrics
 from tirjax.trainer.sft_data import SFTData
-from tirjax.training.batches import SFTBatch, longest_row, policy_batch, trim_tokens
-from tirjax.training.minibatches import combine_updates, update_passes
-from tirjax.training.reference import (ReferencePolicy, TokenLogprobs, with_policy_logprobs,
+from tirjax.train_steps.batches import SFTBatch, longest_row, policy_batch, trim_tokens
+from tirjax.train_steps.minibatches import combine_updates, update_passes
+from tirjax.train_steps.reference import (ReferencePolicy, TokenLogprobs, with_policy_logprobs,
                                       with_reference_logprobs)
-from tirjax.training.step import init_state
+from tirjax.train_steps.step import init_state
 
 
 @dataclasses.dataclass(frozen=True)

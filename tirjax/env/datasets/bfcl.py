@@ -46,6 +46,8 @@ import os
 from importlib import util
 from typing import Any, Collection, Mapping, Optional, Sequence
 
+import numpy as np
+
 from tirjax.env.datasets.pycalls import function_params, parse_call
 from tirjax.env.registry import Environment, register
 from tirjax.env.sandbox import Sandbox
@@ -300,5 +302,19 @@ def load_bfcl(sandbox: Optional[Sandbox], data_dir: Optional[str] = None,
 
 
 # `env.data_path` "": the installed bfcl-eval package's data folder.
+def bfcl_accuracy(episodes, by_id, answer_in_tool_message: bool = False) -> dict[str, float]:
+  """BFCL multi-turn accuracy as bfcl-eval reports it: `eval/bfcl/<category>`, the share of
+  entries its checker accepts; `eval/bfcl/overall`, the unweighted mean over the categories
+  evaluated (bfcl-eval's multi-turn summary). (`answer_in_tool_message` is ToolHop's.)"""
+  del answer_in_tool_message
+  by_category: dict[str, list] = {}
+  for e in episodes:
+    by_category.setdefault(by_id[e.task_id].metadata["category"], []).append(e.verdict == "true")
+  out = {f"eval/bfcl/{c}": float(np.mean(v)) for c, v in sorted(by_category.items())}
+  out["eval/bfcl/overall"] = float(np.mean([np.mean(v) for v in by_category.values()]))
+  return out
+
+
 ENVIRONMENT = register(Environment(
-    "bfcl", load=lambda path, sandbox, only: load_bfcl(sandbox, data_dir=path or None, only=only)))
+    "bfcl", load=lambda path, sandbox, only: load_bfcl(sandbox, data_dir=path or None, only=only),
+    episode_metrics=bfcl_accuracy))

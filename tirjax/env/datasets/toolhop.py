@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Collection, Optional
 
+from tirjax.env import metrics
 from tirjax.env.datasets.pycalls import function_params, parse_call
 from tirjax.env.registry import Environment, register
 from tirjax.env.sandbox import Sandbox, SandboxTool
@@ -124,6 +125,26 @@ def load_toolhop(path: str, sandbox: Optional[Sandbox], limit: Optional[int] = N
   return tasks
 
 
+def episode_metrics(episodes, by_id, answer_in_tool_message: bool) -> dict[str, float]:
+  """ToolHop's answer correctness `eval/answer_correctness` (the paper's containment, a mean
+  per query); `answer_in_tool_message` also accepts an answer contained in the tool response
+  before the answering step (FTRL's scorer's rule)."""
+  return {"eval/answer_correctness": metrics.query_mean(
+      [e.task_id for e in episodes],
+      [metrics.answer_correctness(
+          e.answer, by_id[e.task_id].answer,
+          _preceding_tool_message(e) if answer_in_tool_message else None) for e in episodes])}
+
+
+def _preceding_tool_message(episode) -> Optional[str]:
+  """The tool response of the step before the answering one (None if the row answered first
+  or did not answer)."""
+  if episode.answer is None or len(episode.results) < 2:
+    return None
+  return episode.results[-2].response_content
+
+
 ENVIRONMENT = register(Environment(
     "toolhop", load=lambda path, sandbox, only: load_toolhop(path, sandbox, only=only),
-    data_path="../shared/data/toolhop/toolhop100.jsonl", needs_data_file=True))
+    data_path="../shared/data/toolhop/toolhop100.jsonl", needs_data_file=True,
+    episode_metrics=episode_metrics))

@@ -9,7 +9,7 @@ from typing import Sequence
 from tirjax.env.registry import Environment, register
 from tirjax.env.tools import Task
 from tirjax.env.toolworld.demos import demo_tokens, make_demos
-from tirjax.env.toolworld.failures import turn_labels
+from tirjax.env.toolworld.failures import failure_kind, failure_shares, turn_labels
 from tirjax.env.toolworld.tasks import Difficulty, make_tasks
 from tirjax.env.toolworld.tokenizer import build_tokenizer
 
@@ -47,4 +47,5 @@ def check(env_cfg, hop_weights: tuple) -> None:
 
 ENVIRONMENT = register(Environment(
     "toolworld", draw=draw, demonstrations=demonstrations, tokenizer=tokenizer,
-    eval_extras=direction_probe, turn_labels=turn_labels, check=check))
+    eval_extras=direction_probe, turn_labels=turn_labels, failure_kind=failure_kind,
+    failure_shares=failure_shares, check=check))

@@ -1,6 +1,6 @@
 """Benchmark: the RL update and its log-prob passes, padded against shared/packed (issue 38).
 
-    python -m experiments.bench_update --hf_checkpoint=runs/warm/hf_export \\
+    python -m benchmarks.bench_update --hf_checkpoint=runs/warm/hf_export \\
         --json=benchmarks/results/bench_update_cpu.json
 
 Per case, both variants run the same phases on the same batch, in one process, interleaved
@@ -49,12 +49,12 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from tirjax import cli, distributed, sharding, training
+from tirjax import cli, distributed, sharding, train_steps
 from tirjax.env.chat import render_prompt_ids
 from tirjax.models import config as model_config, decoder
 from tirjax.reporting import benchmark
 from tirjax.trainer import processes, resolve, samplers, tasks as tasks_lib
-from tirjax.training.minibatches import update_passes
+from tirjax.train_steps.minibatches import update_passes
 
 flags.DEFINE_string("hf_checkpoint", None, "Warm start: an HF export of the tiny model "
                     "(every case but synthetic).")
@@ -100,7 +100,7 @@ def sampled_case(config_arg: str) -> dict:
   with contextlib.ExitStack() as cleanup:
     data = parts.data(exp, cleanup)
     graphdef, params, phases = parts.model(exp, len(data.tokenizer), mesh)
-    state = training.init_state(params, phases["rl"].tx, phases["rl"].place, jax.random.key(0))
+    state = train_steps.init_state(params, phases["rl"].tx, phases["rl"].place, jax.random.key(0))
     sampler = samplers.make_sampler(exp.sampler, exp.step.logprob_chunk_size, graphdef, state,
                                     FLAGS.sample_workdir, data.tokenizer_dir, share.rollout)
     cleanup.callback(sampler.close)
@@ -108,7 +108,7 @@ def sampled_case(config_arg: str) -> dict:
                             None, None, None)
     r = stages.sample(trainer, 0).rollouts
   adv = exp.estimator(r, exp.advantage)
-  return dict(exp=exp, graphdef=graphdef, params=params, batch=training.policy_batch(r, adv),
+  return dict(exp=exp, graphdef=graphdef, params=params, batch=train_steps.policy_batch(r, adv),
               group_id=np.asarray(r.group_id), row_valid=np.asarray(r.row_valid))
 
 
@@ -157,11 +157,11 @@ def prompt_case(exp, cfg, prompts, n: int, big: bool) -> dict:
     loss_mask[b, len(prompt):length] = True
   valid = np.arange(width)[None] < np.asarray(lengths)[:, None]
   adv = rng.standard_normal(rows)[:, None] * loss_mask
-  batch = training.PolicyBatch(
+  batch = train_steps.PolicyBatch(
       tokens=tokens, token_valid=valid, loss_mask=loss_mask,
       old_logprobs=np.where(loss_mask, -np.log(cfg.vocab_size), 0).astype(np.float32),
       advantages=adv.astype(np.float32), row_mask=np.ones(rows, bool))
-  graphdef, params = training.split_model(decoder.init(cfg, seed=0))
+  graphdef, params = train_steps.split_model(decoder.init(cfg, seed=0))
   exp = dataclasses.replace(exp, train=dataclasses.replace(exp.train, mini_batch_queries=0,
                                                            tempered_policy=False))
   return dict(exp=exp, graphdef=graphdef, params=params, batch=batch,
@@ -170,7 +170,7 @@ def prompt_case(exp, cfg, prompts, n: int, big: bool) -> dict:
               params_count=sum(x.size for x in jax.tree.leaves(params)))
 
 
-def variant_options(case: dict, packed: bool) -> training.StepOptions:
+def variant_options(case: dict, packed: bool) -> train_steps.StepOptions:
   step = dataclasses.replace(case["exp"].step, packed=packed)
   if packed and case.get("packed_budget"):
     step = dataclasses.replace(step, max_tokens_per_microbatch=case["packed_budget"],
@@ -189,19 +189,19 @@ class Variant:
     exp, graphdef = case["exp"], case["graphdef"]
     self.case, self.packed = case, packed
     opts = variant_options(case, packed)
-    self.tx = training.make_optimizer(exp.optim)
-    self.place = training.placement(case["params"], self.tx, sharding.make_mesh(exp.sharding))
-    self.step = training.policy_step(graphdef, self.tx, self.place, exp.loss, opts)
-    self.reference = (training.ReferencePolicy(graphdef, case["params"], self.place, opts)
+    self.tx = train_steps.make_optimizer(exp.optim)
+    self.place = train_steps.placement(case["params"], self.tx, sharding.make_mesh(exp.sharding))
+    self.step = train_steps.policy_step(graphdef, self.tx, self.place, exp.loss, opts)
+    self.reference = (train_steps.ReferencePolicy(graphdef, case["params"], self.place, opts)
                       if exp.loss.kl_coef > 0 else None)
-    self.own = (training.TokenLogprobs(graphdef, self.place, opts)
+    self.own = (train_steps.TokenLogprobs(graphdef, self.place, opts)
                 if exp.train.tempered_policy else None)
 
   def run(self) -> dict:
     """The reference phase and the update phase of one RL step, as `experiments.train` runs
     them, from the case's parameters."""
     case, exp = self.case, self.case["exp"]
-    state = training.init_state(case["params"], self.tx, self.place, jax.random.key(0))
+    state = train_steps.init_state(case["params"], self.tx, self.place, jax.random.key(0))
     b, gid = case["batch"], case["group_id"]
     start = time.perf_counter()
     passes, forwarded = {}, 0
@@ -293,7 +293,7 @@ def main(argv):
   unknown = sorted(set(FLAGS.cases) - set(makers))
   if unknown:
     raise app.UsageError(f"--cases: unknown {unknown}; known: {sorted(makers)}")
-  out = dict(command="python -m experiments.bench_update " + " ".join(sys.argv[1:]),
+  out = dict(command="python -m benchmarks.bench_update " + " ".join(sys.argv[1:]),
              machine=info, cases={})
   for name in FLAGS.cases:
     case = makers[name]()

@@ -1,7 +1,7 @@
 """How often a policy takes the direction a toolworld question states (`tirjax.trainer.
 direction`): P(right step) against the flipped step, teacher-forced, averaged over eval tasks.
 
-    python -m experiments.direction_probe --policy=runs/default/hf_export --tasks=256
+    python -m experiments.studies.direction_probe --policy=runs/default/hf_export --tasks=256
 
 The tasks are toolworld eval tasks whose plans all take a direction (`env.p_direction` = 1, no
 tool down). Confused demonstrations (`sft.demos.p_confuse` = 1) leave P(right) at 0.5 after SFT;

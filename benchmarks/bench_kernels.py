@@ -1,6 +1,6 @@
 """Advantage kernels and matchers against their loop references, at paper scale.
 
-    python -m experiments.bench_kernels --json=benchmarks/results/bench_kernels_cpu.json
+    python -m benchmarks.bench_kernels --json=benchmarks/results/bench_kernels_cpu.json
 
 Batches (SPEC §4, issue "Foundation"; `--queries` scales both):
   * independent: 256 queries × 16 rows × 10 steps × 4 calls per step × 8 ground-truth calls
@@ -120,7 +120,7 @@ def main(argv):
 
   B, T, K, C = flat.call_sim.shape
   out = dict(
-      command="python -m experiments.bench_kernels " + " ".join(sys.argv[1:]),
+      command="python -m benchmarks.bench_kernels " + " ".join(sys.argv[1:]),
       device=str(jax.devices()[0]), machine=info,
       batch=dict(independent=dict(queries=_QUERIES.value, rows=B, steps=T, calls_per_step=K,
                                   gt_calls=C, valid_rows=int(flat_batch["row_valid"].sum())),

@@ -3,7 +3,7 @@ off at equal work (same config, seed and warm start: the same sampled tokens), a
 vLLM sampler beside them (vLLM's automatic prefix caching on; its own sampling, so not the
 same tokens).
 
-    python -m experiments.bench_rl_step --hf_checkpoint=runs/default_bench/seed0/hf_export \\
+    python -m benchmarks.bench_rl_step --hf_checkpoint=runs/default_bench/seed0/hf_export \\
         --json=benchmarks/results/bench_rl_step_cpu.json
 
 Each variant is a fresh `experiments.train` run of `--steps` RL steps from the checkpoint (no
@@ -108,7 +108,7 @@ def main(argv):
   rows = RunDir(variant_workdir(FLAGS.variants[0])).config()["rollout"]["shapes"]["num_rows"]
   raw = raw_decode(rows)
   out = dict(
-      command="python -m experiments.bench_rl_step " + " ".join(sys.argv[1:]),
+      command="python -m benchmarks.bench_rl_step " + " ".join(sys.argv[1:]),
       machine=info, config=FLAGS.config, rows_per_step=rows, variants=results,
       raw_decode_tokens_per_s=raw)
   if "re-prefill" in results and "prefix cache" in results:

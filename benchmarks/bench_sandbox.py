@@ -2,7 +2,7 @@
 has to start again, loading ToolHop, a BFCL episode's back-end and verdict, and the tool calls
 of one RL step on ToolHop.
 
-    python -m experiments.bench_sandbox --json=benchmarks/results/bench_sandbox.json
+    python -m benchmarks.bench_sandbox --json=benchmarks/results/bench_sandbox.json
 
 The same script measures an earlier design when run against that tree, merged into the same
 file under another label: the one-worker design (commit e4ecef7), or the worker model before
@@ -10,7 +10,7 @@ issue 40 (fea0cdb: workers as root of their user namespace, blocking pipes, one 
 namespace for every verdict):
 
     git archive fea0cdb | tar -x -C /tmp/fea0cdb
-    PYTHONPATH=/tmp/fea0cdb python experiments/bench_sandbox.py --label=before_issue40_fea0cdb \\
+    PYTHONPATH=/tmp/fea0cdb python benchmarks/bench_sandbox.py --label=before_issue40_fea0cdb \\
         --json=benchmarks/results/bench_sandbox.json
 
 The RL step replays the tool calls of `--queries` random ToolHop tasks with `--episodes`

@@ -1,6 +1,6 @@
 """Benchmark: the built-in JAX sampler's throughput and the cost of tree rollouts.
 
-  python -m experiments.bench_sampler --json=benchmarks/results/bench_sampler_cpu.json
+  python -m benchmarks.bench_sampler --json=benchmarks/results/bench_sampler_cpu.json
 
 Sections (`--sections`, each written under its name into the JSON file, other sections of an
 existing file kept):
@@ -15,7 +15,7 @@ existing file kept):
   random: rows never answer and run to T_max (or are truncated), which is the most sampling
   either mode can do.
 * `vllm_comparison`: measures nothing. It sets the `jax` section (of this run, or kept in the
-  JSON file) beside vLLM's throughput from `--vllm_result`, the file `experiments.bench_vllm`
+  JSON file) beside vLLM's throughput from `--vllm_result`, the file `benchmarks.bench_vllm`
   writes (vLLM's numbers, start-up and hand-over are that benchmark's), at the batch sizes
   both measured. The two models are alike in size, not the same (see `models`); the ratio is
   like for like only where `same_setup` (prompt and new tokens per row) holds.
@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import time
 
-import numpy as np
 import transformers
 from absl import app, flags
 
@@ -40,8 +38,8 @@ from tirjax.env import chat
 from tirjax.env.toolworld import build_tokenizer, make_tasks
 from tirjax.models import config, decoder
 from tirjax.episodes import RolloutOptions, Shapes, TreeOptions, time_modes
-from tirjax.sampling.interface import Sampler, SamplingParams
 from tirjax.sampling.jax_sampler import JaxSampler, JaxSamplerOptions, bucket
+from tirjax.sampling.throughput import throughput
 from tirjax.reporting import benchmark
 
 _JSON = flags.DEFINE_string("json", None, "merge the sections into this JSON file")
@@ -58,31 +56,11 @@ _STEP_TOKENS = flags.DEFINE_integer("step_tokens", 32, "max_new_tokens per step"
 _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 1024, "tokens per row (shapes.max_tokens)")
 _ROLLOUT_REPEATS = flags.DEFINE_integer("rollout_repeats", 3, "timed rollouts per mode")
 _VLLM_RESULT = flags.DEFINE_string("vllm_result", "benchmarks/results/vllm_cpu.json",
-                                   "vllm_comparison: experiments.bench_vllm's result file")
+                                   "vllm_comparison: benchmarks.bench_vllm's result file")
 _PRESET = flags.DEFINE_string("preset", "tiny", "jax section: model preset (tiny, or "
                               "qwen3_0p6b / qwen3_1p7b sizes with random bf16 weights)")
 _TOKENIZER_DIR = flags.DEFINE_string("tokenizer_dir", "/tmp/tirjax_bench_tokenizer",
                                      "where the toolworld tokenizer is built")
-
-
-def throughput(sampler: Sampler, batch: int, prompt_len: int, new_tokens: int, repeats: int,
-               vocab_size: int) -> dict:
-  """Generated tokens per second of `sampler.generate` at `batch` rows (median of `repeats`
-  calls after one untimed call)."""
-  rng = np.random.default_rng(batch)
-  prompts = rng.integers(0, vocab_size, size=(batch, prompt_len)).tolist()
-  params = SamplingParams(max_new_tokens=new_tokens, seed=0)
-  sampler.generate(prompts, params)  # compiles / warms the path
-  rates, times = [], []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    out = sampler.generate(prompts, params)
-    seconds = time.perf_counter() - t0
-    tokens = sum(len(s.tokens) for g in out for s in g)
-    rates.append(tokens / seconds)
-    times.append(seconds)
-  return {"batch": batch, "tokens_per_s": statistics.median(rates),
-          "tokens_per_call": tokens, "seconds_all": times, "tokens_per_s_all": rates}
 
 
 def toolworld_tokenizer():
@@ -179,7 +157,7 @@ def main(argv):
   unknown = set(_SECTIONS.value) - known
   if unknown:
     raise app.UsageError(f"--sections: unknown {sorted(unknown)}; known: {sorted(known)} "
-                         "(vLLM's own numbers: experiments.bench_vllm)")
+                         "(vLLM's own numbers: benchmarks.bench_vllm)")
   measured = [name for name in _SECTIONS.value if name in SECTIONS]
   tokenizer = toolworld_tokenizer() if measured else None
   results = {}

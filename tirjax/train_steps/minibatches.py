@@ -93,7 +93,7 @@ def update_passes(state, train_step, batch, group_id: np.ndarray, row_valid: np.
 
   Args:
     state: the train state (`tirjax.checkpoint.TrainState`).
-    train_step: a `tirjax.training.step.TrainStep` (its `prepare` makes each mini-batch: rows
+    train_step: a `tirjax.train_steps.step.TrainStep` (its `prepare` makes each mini-batch: rows
       gathered on device, or packed forests).
     batch: the rollout batch's `PolicyBatch` (host arrays, or global arrays).
     group_id, row_valid: [B] the batch's group ids and valid rows, whole on every process.

@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tirjax.training.forest import Forest
+from tirjax.train_steps.forest import Forest
 
 
 def bucket(n: int, quantum: int, steps: int = 1) -> int:

@@ -23,16 +23,16 @@ from flax import nnx
 from tirjax.loss.objective import LossOptions
 from tirjax.models.logprobs import token_logprobs
 from tirjax.rollouts import Rollouts
-from tirjax.training.batches import merge_microbatches, split_microbatches
-from tirjax.training.packed import PackedLogprobs
-from tirjax.training.step import Placement, StepOptions, placed_copy
+from tirjax.train_steps.batches import merge_microbatches, split_microbatches
+from tirjax.train_steps.packed import PackedLogprobs
+from tirjax.train_steps.step import Placement, StepOptions, placed_copy
 
 
 class TokenLogprobs:
   """`(params, tokens, token_valid, group_id) -> [B, L]` log-probs under `params`, with the
   policy step's chunking, micro-batching and temperature; `jitted` is the compiled function.
   With `opts.packed` each query group (`group_id`, then required) is forwarded once as a
-  packed forest (`tirjax.training.packed.PackedLogprobs`): the same log-probs."""
+  packed forest (`tirjax.train_steps.packed.PackedLogprobs`): the same log-probs."""
 
   def __init__(self, graphdef: nnx.GraphDef, place: Placement, opts: StepOptions = StepOptions()):
     self.placement = place

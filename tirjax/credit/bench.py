@@ -1,26 +1,7 @@
-"""Credit-assignment bench: every estimator trained on the chain task, over seeds.
-
-    python -m experiments.credit_bench --json=benchmarks/results/credit_bench.json --seeds=0-9
-    python -m experiments.credit_bench --estimators=grpo,portool/omega1=0,rloo --seeds=0,1
-    python -m experiments.credit_bench --json=new.json --seeds=0-9 --reuse=old.json,more.json
-    python -m experiments.report benchmarks/results/credit_bench.json --out=report/credit
-
-Runs each cell (`tirjax.credit.cells`: an estimator label such as "portool/omega1=0"; by
-default every registered estimator plus PORTool's ablations) for each seed on the task of
-`tirjax.credit.task` (defaults), and reports per cell: episodes (training rows) until the
-sampled policy's exact success reaches 90% of the optimum, final success and return, and the
-unlearning rates (SPEC §4.1) averaged over training batches. Writes the JSON (command,
-machine, options, every run with its curve) and a Markdown table next to it (`--markdown`),
-and prints the table. A run that raises is recorded as failed and shown as such.
-
-`--reuse=<earlier results>` keeps those files' finished runs whose cell (estimator, options,
-rollouts, loss), seed, task and training options are the same as this command's, instead of
-running them again; the first file that has a run wins. A run is deterministic given these and
-the code, so this joins the pieces of one table run by the same code (seeds 0-4 and 5-9, say); a
-file from older code is no substitute (the unlearning rate's definition changed in 270ba0d, for
-one). Kept runs carry `"reused": true` and the file they come from; the header says how many
-come from which file, run by what command on which machine. A record without a loss option
-added since (e.g. `surrogate`) counts as that option's default.
+"""The credit-assignment bench (`experiments.studies.credit_bench` is its command line; its
+docstring says what a cell, a run and `--reuse` are): every cell trained on the chain task for
+each seed, a crashed run recorded as failed, the result written as JSON (one line per run) and
+a Markdown table whose hand-written notes survive a rewrite.
 """
 
 from __future__ import annotations
@@ -31,17 +12,19 @@ import os
 import sys
 import time
 import traceback
+from typing import Optional, Sequence
 
-from absl import app, flags
-
-from tirjax import cli, reporting
-from tirjax.credit.cells import split_labels
-from tirjax.reporting import benchmark
+from tirjax import reporting
 from tirjax.credit import cells, evaluate
+from tirjax.credit.cells import split_labels
 from tirjax.credit.chain_rollouts import ChainRolloutOptions
 from tirjax.credit.task import ChainTask
 from tirjax.credit.train import CreditTrainOptions, run_cell
 from tirjax.loss import LossOptions
+from tirjax.reporting import benchmark
+
+__all__ = ["NOTES_MARKER", "checked", "parse_seeds", "run", "run_all", "split_labels",
+           "write_markdown"]
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -111,70 +94,55 @@ def run_all(labels: list[str], seeds: list[int], task: ChainTask, train: CreditT
                if final else f"  {entry['error']}"), file=log, flush=True)
   return runs
 
-
-_JSON = flags.DEFINE_string("json", None, "write the results here")
-_MARKDOWN = flags.DEFINE_string("markdown", None, "write the table here (default: the JSON's .md)")
-_SEEDS = flags.DEFINE_string("seeds", "0-4", "e.g. 0-4 or 0,2,5")
-_ESTIMATORS = flags.DEFINE_string("estimators", None, "cell labels, comma-separated (default: "
-                                  "every registered estimator and PORTool's ablations)")
-_ITERATIONS = flags.DEFINE_integer("iterations", CreditTrainOptions.iterations,
-                                   "training batches per run", lower_bound=1)
-_REUSE = flags.DEFINE_list("reuse", [], "earlier result files whose finished runs of the same "
-                           "cells, seeds, task and training are kept, not rerun")
-_EARLY_ANSWER = flags.DEFINE_float("early_answer", ChainTask.early_answer,
-                                   "R_out of an answer before the chain is done (0: "
-                                   "unable_to_answer, a local optimum above a crash's -1; -1 "
-                                   "removes it)")
+def checked(seeds: str, estimators: Optional[str], iterations: int, early_answer: float
+            ) -> tuple[list[int], list[str], ChainTask, ChainRolloutOptions, CreditTrainOptions]:
+  """The seeds, cell labels (default: `cells.default_labels`), task, rollouts and training
+  options, every label parsed before any run (a `ValueError` or `KeyError` names the bad one)."""
+  seed_list = parse_seeds(seeds)
+  labels = split_labels(estimators) if estimators else cells.default_labels()
+  task, rollouts = ChainTask(early_answer=early_answer), ChainRolloutOptions()
+  train = CreditTrainOptions(iterations=iterations)
+  for label in labels:
+    cells.parse_cell(label, rollouts, task.max_steps)
+  return seed_list, labels, task, rollouts, train
 
 
-def main(argv) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  try:
-    seeds = parse_seeds(_SEEDS.value)
-    labels = split_labels(_ESTIMATORS.value) if _ESTIMATORS.value else cells.default_labels()
-    task, rollouts = ChainTask(early_answer=_EARLY_ANSWER.value), ChainRolloutOptions()
-    train = CreditTrainOptions(iterations=_ITERATIONS.value)
-    for label in labels:  # fail on a bad label before any run
-      cells.parse_cell(label, rollouts, task.max_steps)
-  except (ValueError, KeyError) as e:
-    raise app.UsageError(str(e)) from e
-
-  earlier, reuse = {}, {}
-  for path in _REUSE.value:
+def run(seeds: str = "0-4", estimators: Optional[str] = None,
+        iterations: int = CreditTrainOptions.iterations,
+        early_answer: float = ChainTask.early_answer, reuse: Sequence[str] = (),
+        json_path: Optional[str] = None, markdown_path: Optional[str] = None,
+        command: str = "") -> tuple[dict, str]:
+  """Runs the bench (keeping `reuse` files' matching runs); writes the JSON to `json_path` and
+  the table to `markdown_path` (default: the JSON's .md) when given; returns (result, table)."""
+  seed_list, labels, task, rollouts, train = checked(seeds, estimators, iterations,
+                                                     early_answer)
+  earlier, kept = {}, {}
+  for path in reuse:
     with open(path) as f:
       earlier[path] = json.load(f)
-    for key, run in reusable_runs(earlier[path], task, train).items():
-      reuse.setdefault(key, (run, path))
+    for key, old in reusable_runs(earlier[path], task, train).items():
+      kept.setdefault(key, (old, path))
   start = time.perf_counter()
-  runs = run_all(labels, seeds, task, train, rollouts, reuse=reuse)
-  result = {"bench": "credit_bench",
-            "command": "python -m experiments.credit_bench " + " ".join(_given_flags()),
+  runs = run_all(labels, seed_list, task, train, rollouts, reuse=kept)
+  result = {"bench": "credit_bench", "command": command,
             "machine": benchmark.machine(), "task": dataclasses.asdict(task),
             "train": dataclasses.asdict(train), "rollouts": dataclasses.asdict(rollouts),
             "optimal": evaluate.optimal_value(task),
             "seconds": round(time.perf_counter() - start, 1), "runs": runs}
   if earlier:
     result["reused"] = [
-        {"from": path, "runs": sum(run.get("reused_from") == path for run in runs),
+        {"from": path, "runs": sum(r.get("reused_from") == path for r in runs),
          "command": old.get("command"), "machine": old.get("machine"),
          "seconds": old.get("seconds")} for path, old in earlier.items()]
-  markdown = header(result) + reporting.render_markdown(
-      reporting.bench_study(result, _JSON.value or ""))
-  if _JSON.value:
-    os.makedirs(os.path.dirname(_JSON.value) or ".", exist_ok=True)
-    with open(_JSON.value, "w") as f:
+  table = header(result) + reporting.render_markdown(
+      reporting.bench_study(result, json_path or ""))
+  if json_path:
+    os.makedirs(os.path.dirname(json_path) or ".", exist_ok=True)
+    with open(json_path, "w") as f:
       f.write(dumps(result))
-  if _MARKDOWN.value or _JSON.value:
-    write_markdown(_MARKDOWN.value or os.path.splitext(_JSON.value)[0] + ".md", markdown)
-  print(markdown)
-
-
-def _given_flags() -> list[str]:
-  """This command's flags that were given, as `--name=value`."""
-  holders = (_JSON, _MARKDOWN, _SEEDS, _ESTIMATORS, _ITERATIONS, _EARLY_ANSWER, _REUSE)
-  return [f"--{h.name}={','.join(h.value) if isinstance(h.value, list) else h.value}"
-          for h in holders if h.present]
+  if markdown_path or json_path:
+    write_markdown(markdown_path or os.path.splitext(json_path)[0] + ".md", table)
+  return result, table
 
 
 NOTES_MARKER = benchmark.NOTES_MARKER
@@ -206,7 +174,3 @@ def _machine(m: dict) -> str:
   """A result's machine in words (files written before `cpu` was recorded lack it)."""
   return (f"{m.get('cpu', m['platform'])}, {m['platform']}, {m['cpus']} CPUs, Python "
           f"{m['python']}, jax {m['jax']} ({m['backend']})")
-
-
-if __name__ == "__main__":
-  cli.run(main)

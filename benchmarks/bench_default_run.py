@@ -1,6 +1,6 @@
 """The embedded default (`make run`) for several seeds, timed, with RL's headroom and gain.
 
-    python -m experiments.bench_default_run --seeds=0,1,2 --sampled_seeds=0,1,2 \\
+    python -m benchmarks.bench_default_run --seeds=0,1,2 --sampled_seeds=0,1,2 \\
         --control_seed=0 --workdir=runs/default_bench --json=benchmarks/results/default_run.json
 
 Runs the trainer on `make run`'s config, configs/hidifftir.py:model=tiny, once per seed (a
@@ -121,7 +121,7 @@ def main(argv):
     records.append(record(seed, _train(workdir, seed, overrides)))
     print(json.dumps(records[-1]), flush=True)
   out = dict(
-      command="python -m experiments.bench_default_run " + " ".join(sys.argv[1:]),
+      command="python -m benchmarks.bench_default_run " + " ".join(sys.argv[1:]),
       config=FLAGS.config, commit=commit, dirty=dirty, machine=info, runs=records)
   for key in ("gain_greedy", "gain_pass@1", "headroom"):
     values = [r[key] for r in records if r.get(key) is not None]

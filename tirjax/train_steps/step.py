@@ -43,10 +43,10 @@ from tirjax.checkpoint import TrainState
 from tirjax.loss import objective
 from tirjax.loss.stats import Mean, Summary, finalize
 from tirjax.models.logprobs import token_logprobs
-from tirjax.training import optimizer as optimizer_lib
-from tirjax.training import sft as sft_lib
-from tirjax.training.batches import PolicyBatch, SFTBatch, split_microbatches
-from tirjax.training.minibatches import gather_rows
+from tirjax.train_steps import optimizer as optimizer_lib
+from tirjax.train_steps import sft as sft_lib
+from tirjax.train_steps.batches import PolicyBatch, SFTBatch, split_microbatches
+from tirjax.train_steps.minibatches import gather_rows
 
 # loss_fn(model, micro_batch) -> (objective, stats, counts): the objective's `sum` is
 # differentiated; `stats` (a pytree of `Mean` / `Summary`) are merged across micro-batches and
@@ -64,7 +64,7 @@ class StepOptions:
       Packed: at least this many (the token budget may need more).
     packed: the policy step and its log-prob passes (reference, π_old) forward each query
       group once as a packed forest: every shared prefix (a group's prompt, a tree's shared
-      steps) computed once, no padding (`tirjax.training.packed`); micro-batches by
+      steps) computed once, no padding (`tirjax.train_steps.packed`); micro-batches by
       `max_tokens_per_microbatch`. False: every `[B, L]` row whole (the padded path). The
       SFT step is always padded (its demonstrations share no prefixes).
     max_tokens_per_microbatch: packed tokens per batch shard per micro-batch (a query group

@@ -1,14 +1,14 @@
 """Benchmark: tokens per second and peak memory of the policy train step, per model and mesh.
 
-  python -m experiments.bench_train_step --json=benchmarks/results/bench_train_step_cpu.json
-  python -m experiments.bench_train_step --gpu \
+  python -m benchmarks.bench_train_step --json=benchmarks/results/bench_train_step_cpu.json
+  python -m benchmarks.bench_train_step --gpu \
       --json=benchmarks/results/bench_train_step_gpu.json
 
 CPU mode (default): 8 simulated CPU devices, meshes (data, fsdp, tensor) = (1,1,1), (8,1,1),
 (2,2,2), (2,4,1), for the `tiny` preset and `qwen3_97m`, a scaled-down Qwen3 (Qwen3's
 vocabulary and layer layout; width 512, SwiGLU 1536, 5 layers, 8 query / 4 key-value heads of
 128, tied embedding: 97.5M parameters, 77.8M of them the embedding). One step = forward,
-backward and AdamW update of the whole batch (micro-batched), as `training.policy_step` runs
+backward and AdamW update of the whole batch (micro-batched), as `train_steps.policy_step` runs
 it.
 
 GPU mode (`--gpu`): a Qwen3-1.7B-sized model (`qwen3_1p7b`, float32 master weights, bfloat16
@@ -18,7 +18,7 @@ against the chips' peak (`--peak_tflops`, per chip; default from the device kind
 Per case: compile time; step time (median of `--repeats` after one warm-up) and tokens per
 second; per-device memory from XLA's compiled memory analysis (arguments + outputs + temporaries
 − aliased (donated) bytes; CPU has no allocator statistics); model FLOPs per step
-(`tirjax.training.flops`: 6·N + attention, PaLM's convention) and achieved model FLOP/s; MFU
+(`tirjax.train_steps.flops`: 6·N + attention, PaLM's convention) and achieved model FLOP/s; MFU
 where a peak is known. Simulated devices share the host's memory: a case whose devices together
 would need more than `--host_memory_budget_gib` is compiled and analysed but not run.
 """
@@ -36,10 +36,10 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import flags  # noqa: E402
 
-from tirjax import cli, loss, sharding, training  # noqa: E402
+from tirjax import cli, loss, sharding, train_steps  # noqa: E402
 from tirjax.reporting import benchmark  # noqa: E402
 from tirjax.models import config, decoder  # noqa: E402
-from tirjax.training import flops  # noqa: E402
+from tirjax.train_steps import flops  # noqa: E402
 
 _JSON = flags.DEFINE_string("json", None, "write results here")
 _GPU = flags.DEFINE_bool("gpu", False, "GPU mode: qwen3_1p7b on all GPUs, with MFU")
@@ -77,12 +77,12 @@ def model_config(name: str) -> config.ModelConfig:
   return config.preset(name)
 
 
-def policy_batch(rows: int, length: int, vocab: int, seed: int = 0) -> training.PolicyBatch:
+def policy_batch(rows: int, length: int, vocab: int, seed: int = 0) -> train_steps.PolicyBatch:
   """Full rows: a quarter prompt, the rest generated; random advantages and old log-probs."""
   rng = np.random.default_rng(seed)
   valid = np.ones((rows, length), bool)
   loss_mask = valid & (np.arange(length)[None] >= length // 4)
-  return training.PolicyBatch(
+  return train_steps.PolicyBatch(
       tokens=rng.integers(0, vocab, (rows, length)).astype(np.int32), token_valid=valid,
       loss_mask=loss_mask,
       old_logprobs=(-np.log(vocab) + rng.normal(0, 0.3, (rows, length))).astype(np.float32),
@@ -100,11 +100,11 @@ def compile_case(cfg, mesh_shape, devices, rows, length, microbatches) -> dict:
   opts = sharding.ShardingOptions(mesh=tuple(zip(("data", "fsdp", "tensor"), mesh_shape)))
   n = int(np.prod(mesh_shape))
   mesh = sharding.make_mesh(opts, devices=devices[:n])
-  graphdef, abstract_params = training.split_model(decoder.abstract(cfg, rules=opts.rules))
-  tx = training.make_optimizer(training.OptimizerOptions(learning_rate=1e-5))
-  place = training.placement(abstract_params, tx, mesh, opts.rules)
-  step = training.policy_step(graphdef, tx, place, loss.LossOptions(),
-                              training.StepOptions(num_microbatches=microbatches,
+  graphdef, abstract_params = train_steps.split_model(decoder.abstract(cfg, rules=opts.rules))
+  tx = train_steps.make_optimizer(train_steps.OptimizerOptions(learning_rate=1e-5))
+  place = train_steps.placement(abstract_params, tx, mesh, opts.rules)
+  step = train_steps.policy_step(graphdef, tx, place, loss.LossOptions(),
+                              train_steps.StepOptions(num_microbatches=microbatches,
                                                    logprob_chunk_size=_CHUNK.value))
   batch = policy_batch(rows, length, cfg.vocab_size)
   abstract_opt = abstract(jax.eval_shape(tx.init, abstract_params), place.opt_state)
@@ -125,7 +125,7 @@ def time_case(cfg, case: dict, length: int, peak_flops_per_chip) -> dict:
   rows, n = case["rows"], case["devices"]
   step_flops = flops.train_step_flops(cfg, rows, length)
   case["model_flops_per_step"] = step_flops
-  params = jax.jit(lambda: training.split_model(decoder.init(cfg, 0, rules=opts.rules))[1],
+  params = jax.jit(lambda: train_steps.split_model(decoder.init(cfg, 0, rules=opts.rules))[1],
                    out_shardings=place.params)()
   opt_state = jax.jit(tx.init, out_shardings=place.opt_state)(params)
   batch = jax.device_put(batch, place.batch)

@@ -1,8 +1,8 @@
 """The expected first-order push of each cell on the credit bench's start state.
 
-    python -m experiments.credit_push --json=benchmarks/results/credit_push.json
+    python -m experiments.studies.credit_push --json=benchmarks/results/credit_push.json
 
-For each cell label (as `experiments.credit_bench` names them) samples `--batches` batches from
+For each cell label (as `experiments.studies.credit_bench` names them) samples `--batches` batches from
 one fixed policy (the bench's warm start, seed 0; `--early` then raises the probability of
 answering at progress 0 to that value, the drifted policy that collapsing runs pass through)
 and averages `tirjax.credit.push.logit_push` at the start state (progress 0, step 0) for the
@@ -118,7 +118,7 @@ def main(argv):
     with open(_JSON.value, "w") as fh:
       given = [f"--{h.name}={h.serialize().split('=', 1)[-1]}"
                for h in (_CELLS, _BATCHES, _EARLY, _JSON) if h.present]
-      json.dump({"command": "python -m experiments.credit_push " + " ".join(given),
+      json.dump({"command": "python -m experiments.studies.credit_push " + " ".join(given),
                  "machine": benchmark.machine(),
                  "seconds": round(time.perf_counter() - start, 1), "results": results}, fh, indent=1)
 

@@ -51,9 +51,9 @@ from tirjax import distributed, sharding
 from tirjax.loss import objective
 from tirjax.models.logprobs import packed_logprobs
 from tirjax.models.tree_attention import TreeMask
-from tirjax.training import forest, packing
-from tirjax.training.batches import PolicyBatch, merge_microbatches, split_microbatches
-from tirjax.training.step import Placement, StepOptions, TrainStep, policy_terms
+from tirjax.train_steps import forest, packing
+from tirjax.train_steps.batches import PolicyBatch, merge_microbatches, split_microbatches
+from tirjax.train_steps.step import Placement, StepOptions, TrainStep, policy_terms
 
 
 @flax.struct.dataclass(frozen=True)

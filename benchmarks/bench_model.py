@@ -1,6 +1,6 @@
 """Benchmark: chunked token log-probs (and their gradient) against the naive computation.
 
-  python -m experiments.bench_model --json=benchmarks/results/bench_model_cpu.json
+  python -m benchmarks.bench_model --json=benchmarks/results/bench_model_cpu.json
 
 Only the final projection and log-softmax: hidden states `[B, L, D]` and an unembedding
 `[V, D]` (V = 151,936, Qwen3's vocabulary) → log p(token) `[B, L]`. Two measurements:

@@ -1,6 +1,6 @@
 """Offline check of the real-data loaders: how many items load and how many executions succeed.
 
-    python -m experiments.check_datasets --toolhop=../shared/data/toolhop/toolhop100.jsonl \
+    python -m experiments.studies.check_datasets --toolhop=../shared/data/toolhop/toolhop100.jsonl \
         --ftrl=../shared/data/ftrl/ftrl_test.parquet --bfcl --json=benchmarks/results/datasets.json
 
 ToolHop: replays the gold calls (rows that have them) through `ToolEnv` and checks that the

@@ -1,6 +1,6 @@
 """GRPO at a high learning rate from an SFT warm start, under the judge's two abstention rules.
 
-    python -m experiments.abstention_check --warm_start=runs/h0/hf_export \\
+    python -m experiments.studies.abstention_check --warm_start=runs/h0/hf_export \\
         --workdir=runs/abstention --json=benchmarks/results/abstention_check.json
 
 SPEC §6: `unable_to_answer` (R_out 0) is earned, not claimed. Under the old rule, which paid 0
@@ -52,7 +52,7 @@ def _overrides(rule: str) -> list[str]:
 
 def main(argv):
   del argv
-  out = dict(command="python -m experiments.abstention_check " + " ".join(sys.argv[1:]),
+  out = dict(command="python -m experiments.studies.abstention_check " + " ".join(sys.argv[1:]),
              machine=benchmark.machine(jax_info=False), runs={})
   for rule in RULES:
     # a finished run is only re-evaluated

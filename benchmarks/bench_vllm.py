@@ -1,6 +1,6 @@
 """Benchmark of the vLLM sampler on a tiny random Qwen3: start-up, throughput, hand-over.
 
-    python -m experiments.bench_vllm --json=benchmarks/results/vllm_cpu.json [--time_env]
+    python -m benchmarks.bench_vllm --json=benchmarks/results/vllm_cpu.json [--time_env]
 
 Launches one vLLM server (from `.venv-vllm`) of a tiny model saved by transformers, then
 measures completion throughput (sampled tokens per second, no stop tokens) at each batch size,
@@ -23,9 +23,9 @@ from absl import app, flags
 
 from tirjax import cli
 from tirjax.testing import tiny_hf
-from tirjax.sampling.interface import SamplingParams
 from tirjax.sampling.vllm import VLLMOptions, VLLMSampler
 from tirjax.reporting import benchmark
+from tirjax.sampling.throughput import throughput
 from tirjax.sampling.vllm_server import ServerOptions
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,20 +59,6 @@ def pss_bytes(pids) -> int:
     except (psutil.NoSuchProcess, psutil.AccessDenied):
       pass
   return total
-
-
-def throughput(sampler, batch: int, prompt_len: int, new_tokens: int, repeats: int) -> dict:
-  prompts = [[2 + (7 * i + j) % 250 for j in range(prompt_len)] for i in range(batch)]
-  params = SamplingParams(max_new_tokens=new_tokens)
-  sampler.generate(prompts[:1], SamplingParams(max_new_tokens=2))  # warm the request path
-  rates = []
-  for _ in range(repeats):
-    t0 = time.monotonic()
-    out = sampler.generate(prompts, params)
-    seconds = time.monotonic() - t0
-    rates.append(sum(len(s.tokens) for g in out for s in g) / seconds)
-  return {"batch": batch, "tokens_per_s": round(statistics.median(rates), 1),
-          "all_tokens_per_s": [round(r, 1) for r in rates]}
 
 
 def handover(sampler, dirs, teachers, repeats: int) -> dict:
@@ -127,7 +113,8 @@ def main(argv) -> dict:
       results["startup_s"] = round(sampler.server.startup_s, 1)
       results["server_pss_bytes_idle"] = pss_bytes(sampler.server.pids())
       results["throughput"] = [
-          throughput(sampler, int(b), _PROMPT_LEN.value, _NEW_TOKENS.value, _REPEATS.value)
+          throughput(sampler, int(b), _PROMPT_LEN.value, _NEW_TOKENS.value, _REPEATS.value,
+                     tiny_hf.TinyQwen3().vocab_size)
           for b in _BATCHES.value]
       results["throughput_setup"] = {"prompt_len": _PROMPT_LEN.value,
                                      "new_tokens": _NEW_TOKENS.value, "temperature": 1.0}

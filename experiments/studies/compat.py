@@ -2,7 +2,7 @@
 benchmarks/gpu/run.sh --dry-run under the image's versions, written to compat.json.
 
     make test-compat     # creates .venv-compat (requirements-compat.txt), fills .whl/, runs:
-    .venv-compat/bin/python -m experiments.compat --venv=.venv-compat \
+    .venv-compat/bin/python -m experiments.studies.compat --venv=.venv-compat \
         --json=benchmarks/results/compat.json
 
 The dry run runs with the packages the image lacks (ABSENT) blocked in the environment
@@ -30,7 +30,7 @@ from absl import flags
 from tirjax import cli
 from tirjax.reporting import benchmark
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ABSENT = ("ml_collections", "jsonschema", "tensorboardX", "vllm")
 IMAGE_PYTHON = "3.12.3"  # recorded on the GPU machine; pyenv's 3.12 here
 PACKAGES = ("jax", "jaxlib", "numpy", "transformers", "tokenizers", "safetensors", "flax",

@@ -1,27 +1,15 @@
-"""Credit fidelity on real rollouts (SPEC §4.5): where each estimator puts credit.
-
-    python -m experiments.credit_fidelity --policy=runs/default --out=runs/credit_fidelity
-
-From a policy (an HF checkpoint directory, or a run directory's `hf_export/`, e.g. the default's
-warm start), samples the first `--queries` train queries of `--config`'s environment (toolworld)
-at the rollout temperature, in batches of the config's `train.queries_per_step` queries as an
-RL step does (each query also with one greedy episode, ReMax's baseline): once as independent
-groups (`rollout.n` rows each) and once as PORTool trees of the same queries (n leaves, branching `rollout.tree`). Every turn is
-labelled from the ground-truth plan (`failures.turn_labels`), every registered estimator's
-advantages (its SPEC-default options) are computed on each batch, and the measures of
-`tirjax.credit.fidelity` are reported per estimator and rollout kind, with bootstrap 95% CIs
-over queries. An estimator's headline row is on its own rollouts: trees for the tree
-estimators (`TREE_ESTIMATORS`), independent groups for the others.
-
-Writes `<out>.json`, `<out>.md` and `<out>.png` (AUC and collateral blame with their CIs);
-an existing result is never overwritten. Results: benchmarks/results/credit_fidelity.md.
+"""Credit fidelity measured on real rollouts (SPEC §4.5): a policy samples train queries as an
+RL step does, once as independent groups and once as PORTool trees; every turn is labelled
+from its task's ground truth (the environment's `turn_labels`) and every registered
+estimator's advantages are measured against the labels (`tirjax.credit.fidelity`), with
+bootstrap CIs over queries. `experiments.studies.credit_fidelity` is its command line (the
+docstring there says what is written); results: benchmarks/results/credit_fidelity.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 import types
 
@@ -30,13 +18,15 @@ from flax import nnx
 
 from tirjax import advantages
 from tirjax.credit import fidelity as fid
+from tirjax.env import environments
 from tirjax.env.toolworld.failures import RIGHT, TURN_KINDS
 from tirjax.episodes import judging, rollout
 from tirjax.models.hf_io import load_hf
 from tirjax.reporting import benchmark
-from tirjax import cli
 from tirjax.trainer import prepare, resolve, samplers
+from tirjax.trainer.policy_eval import policy_directory
 from tirjax.trainer.tasks import TaskSource, load_tokenizer
+
 
 DEFAULT_CONFIG = "configs/hidifftir.py:model=tiny"
 KINDS = ("independent", "tree")
@@ -94,21 +84,20 @@ def batch_stats(rollouts_list, labels_list) -> dict:
 def checked_experiment(config, policy: str, queries: int, out: str
                        ) -> tuple[resolve.Experiment, str]:
   """What `measure` checks before any compute: the output is new, the policy a checkpoint, the
-  config resolves on toolworld, its shapes fitted to the `queries` train tasks sampled.
+  config resolves on an environment with turn labels, its shapes fitted to the `queries` train tasks sampled.
   Returns the experiment and the checkpoint."""
   for ext in (".json", ".md", ".png"):
     if os.path.exists(out + ext):
       raise FileExistsError(f"out: {out + ext} exists; choose another --out (results are "
                             "never overwritten)")
-  from experiments.evaluate import policy_directory  # one reading of --policy
   checkpoint = policy_directory(policy)
   with config.unlocked():
     config.model.hf_checkpoint = checkpoint
     config.sft.steps = 0
   exp = prepare.experiment(config, {"train": queries})
-  if exp.env.name != "toolworld":
-    raise resolve.ConfigError(f"env.name={exp.env.name}: turn labels need toolworld's "
-                              "ground-truth plans and failure kinds")
+  if environments.get(exp.env.name).turn_labels is None:
+    raise resolve.ConfigError(f"env.name={exp.env.name}: registers no turn labels (turns "
+                              "labelled from ground-truth plans, as toolworld's)")
   return exp, checkpoint
 
 
@@ -147,7 +136,7 @@ def measure(config, policy: str, queries: int, out: str, resamples: int = 1000,
     if sampler is not None:
       sampler.close()
     source.close()
-  result = {"command": command or "experiments.credit_fidelity.measure", "policy": policy,
+  result = {"command": command or "tirjax.credit.rollout_fidelity.measure", "policy": policy,
             "checkpoint": checkpoint, "queries": len(tasks),
             "queries_per_batch": exp.train.queries_per_step, "rows_per_query": exp.rollout.n,
             "temperature": exp.rollout.temperature,
@@ -231,42 +220,3 @@ def figure(result: dict, path: str) -> None:
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
-
-
-def define_flags() -> None:
-  """The command's flags, defined when it runs (the module is also a library)."""
-  from absl import flags  # pylint: disable=import-outside-toplevel
-  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
-  config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "the experiment config whose "
-                                  "environment, rollout protocol and judge the rollouts follow",
-                                  lock_config=True)
-  flags.DEFINE_string("policy", None, "an HF checkpoint directory or a run directory")
-  flags.DEFINE_string("out", None, "output path prefix (.json, .md and .png are added)")
-  flags.DEFINE_integer("queries", 256, "train queries to sample", lower_bound=1)
-  flags.DEFINE_integer("bootstrap", 1000, "bootstrap resamples", lower_bound=1)
-
-
-def check(argv) -> resolve.Experiment:
-  """What `main` checks before any compute, for the parsed flags."""
-  from absl import app, flags  # pylint: disable=import-outside-toplevel
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  f = flags.FLAGS
-  for name in ("policy", "out"):
-    if not f[name].value:
-      raise app.UsageError(f"--{name} is required")
-  return checked_experiment(f.config, f.policy, f.queries, f.out)[0]
-
-
-def main(argv) -> None:
-  from absl import flags  # pylint: disable=import-outside-toplevel
-  check(argv)
-  f = flags.FLAGS
-  result = measure(f.config, f.policy, f.queries, f.out, f.bootstrap,
-                   command="python -m experiments.credit_fidelity " + " ".join(sys.argv[1:]))
-  print(markdown(result))
-
-
-if __name__ == "__main__":
-  define_flags()
-  cli.run(main)

@@ -14,13 +14,13 @@
   flops      model FLOPs per step and MFU
 """
 
-from tirjax.training.batches import PolicyBatch, SFTBatch, policy_batch
-from tirjax.training.optimizer import OptimizerOptions, learning_rate, make_optimizer
-from tirjax.training.reference import (ReferencePolicy, TokenLogprobs, with_policy_logprobs,
+from tirjax.train_steps.batches import PolicyBatch, SFTBatch, policy_batch
+from tirjax.train_steps.optimizer import OptimizerOptions, learning_rate, make_optimizer
+from tirjax.train_steps.reference import (ReferencePolicy, TokenLogprobs, with_policy_logprobs,
                                       with_reference_logprobs)
-from tirjax.training.sft import SFTLossOptions
-from tirjax.training.policy_step import policy_step
-from tirjax.training.step import (Placement, StepOptions, TrainStep, init_state, placement,
+from tirjax.train_steps.sft import SFTLossOptions
+from tirjax.train_steps.policy_step import policy_step
+from tirjax.train_steps.step import (Placement, StepOptions, TrainStep, init_state, placement,
                                   sft_step, split_model)
 
 __all__ = ["OptimizerOptions", "Placement", "PolicyBatch", "ReferencePolicy", "SFTBatch",
