@@ -103,11 +103,12 @@ DEFAULT_PROTOCOL = dict(
     loss=base.hidifftir_protocol()["loss"])
 # `grid=credit`: the default's protocol and design (`make run`: 1200 SFT steps on confused
 # demonstrations, 40 RL steps of 8 queries x 6 rows at T = 0.6) on the credit testbed: every
-# query a 4-hop chain with two directions in different steps (`env.chain_directions=2`), so a
-# coin-flip policy answers one query in four and a failure does not say which direction was
-# wrong; evaluations every 8 RL steps on the first 64 eval tasks (curves of 6 points), the
-# first and the last on all 256.
-CREDIT = dict(DEFAULT_PROTOCOL, env=dict(chain_directions=2, hop_weights=(0.0, 0.0, 0.0, 1.0)),
+# query a 4-hop chain with two directions in different steps
+# (`env.toolworld.chain_directions=2`), so a coin-flip policy answers one query in four and a
+# failure does not say which direction was wrong; evaluations every 8 RL steps on the first 64
+# eval tasks (curves of 6 points), the first and the last on all 256.
+CREDIT = dict(DEFAULT_PROTOCOL,
+              env=dict(toolworld=dict(chain_directions=2, hop_weights=(0.0, 0.0, 0.0, 1.0))),
               train=dict(eval_every=8, eval_subset=64))
 # `grid=credit12`, the credit testbed's redesign: on grid=credit 59% of PORTool's 6-leaf trees
 # and 46% of GRPO's groups had no success (18% of rows succeed from the warm start), so most

@@ -100,6 +100,8 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
   # (checked only by `resolve`: a dataset file need not exist to build one).
   for name, options in sections.SECTIONS.items():
     c[name] = config_from_dataclass(options, omit=sections.DERIVED.get(name, ()))
+  for name, options in sections.env_sections().items():  # each environment's own: env.<name>
+    c.env[name] = config_from_dataclass(options)
   # RL's update and log-prob passes forward each query group once, as a packed forest: the
   # padded path's loss and gradients (issue 38; tests/test_packed_update.py), faster as
   # benchmarks/results/bench_update_cpu.json measures. False: the padded path.
@@ -258,9 +260,9 @@ def _toolworld_headroom(c: ml_collections.ConfigDict, steps_given: bool) -> None
 
   The warm start: 1200 SFT steps at lr 1e-2 on demonstrations that never show which way a
   direction-taking tool must be called (`sft.demos.p_confuse=1`: both directions
-  demonstrated), on queries that all need a direction (`env.p_direction=1`) with 1-3 hops
-  (`hop_weights`). SFT then teaches the format, the plan and the copying of names and values
-  but leaves the direction a coin flip, which only outcomes can teach (the warm starts'
+  demonstrated), on queries that all need a direction (`env.toolworld.p_direction=1`) with
+  1-3 hops (`hop_weights`). SFT then teaches the format, the plan and the copying of names and
+  values but leaves the direction a coin flip, which only outcomes can teach (the warm starts'
   accuracy, headroom and mixed groups: benchmarks/results/default_run.json).
 
   RL: 8 queries x 6 rows per step in 4 mini-batches (4 updates per rollout batch, as verl's
@@ -277,8 +279,7 @@ def _toolworld_headroom(c: ml_collections.ConfigDict, steps_given: bool) -> None
     c.train.steps = 40
   c.sft.steps = 1200
   c.step.logprob_chunk_size = 2048  # the whole row: fewer, larger matmuls on the CPU
-  c.env.p_direction = 1.0
-  c.env.hop_weights = (0.35, 0.45, 0.2, 0.0)
+  c.env.toolworld.update(p_direction=1.0, hop_weights=(0.35, 0.45, 0.2, 0.0))
   c.sft.demos.p_confuse = 1.0
   c.train.queries_per_step = 8
   c.train.mini_batch_queries = 2

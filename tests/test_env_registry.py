@@ -11,7 +11,9 @@ import pytest
 from configs import grpo
 from tirjax import advantages
 from tirjax.env import bandit, environments, registry
+from tirjax.env.toolworld.tasks import Difficulty
 from tirjax.trainer import resolve
+from tirjax.trainer.sections import EnvOptions
 from tirjax.trainer.tasks import TaskSource
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -108,3 +110,53 @@ def test_no_environment_name_is_written_outside_the_environments():
   assert found == []
   assert env_name_literals('"""toolworld"""\nx = t.metadata.get("dataset") == "toolhop"\n'
                            'y = "ftrl"\n') == [(2, "toolhop")]
+
+
+@dataclasses.dataclass(frozen=True)
+class _RoomOptions:
+  doors: int = 2
+
+  def __post_init__(self):
+    if self.doors < 1:
+      raise ValueError(f"doors: must be >= 1, got {self.doors}")
+
+
+def test_an_environment_s_own_options_are_its_config_section(rooms):
+  """`Environment.options` is the section `env.<name>` of every config; `resolve` reads the
+  running environment's into `EnvOptions.options` and no other's."""
+  c = grpo.get_config("model=tiny")
+  with c.unlocked():
+    c.env.toolworld.p_down = 0.3
+  exp = resolve.resolve(c)
+  assert exp.env.options == Difficulty(p_down=0.3, p_direction=1.0,  # the default's mix
+                                      hop_weights=(0.35, 0.45, 0.2, 0.0))
+  assert "options" not in c.env
+  with_options = dataclasses.replace(rooms, options=_RoomOptions)
+  registry._REGISTRY["test_rooms"] = with_options  # noqa: SLF001
+  c = grpo.get_config("model=tiny")
+  assert c.env.test_rooms.doors == 2
+  with c.unlocked():
+    c.env.update(name="test_rooms")
+    c.env.test_rooms.doors = 5
+    c.env.toolworld.p_down = 7.0  # another environment's section is not read
+    c.rollout.answer_protocol = "response_gen"
+    c.sft.steps = 0
+  assert resolve.resolve(c).env.options == _RoomOptions(doors=5)
+  with c.unlocked():
+    c.env.test_rooms.doors = 0
+  with pytest.raises(resolve.ConfigError, match="env.test_rooms.doors: must be >= 1"):
+    resolve.resolve(c)
+  with c.unlocked():
+    c.env.test_rooms.doors = 1
+    c.env.options = {"doors": 3}
+  with pytest.raises(resolve.ConfigError, match="env.options: is no key"):
+    resolve.resolve(c)
+
+
+def test_env_options_belong_to_the_environment_named():
+  assert EnvOptions(name="toolworld").options == Difficulty()
+  assert EnvOptions(name="doors").options is None
+  with pytest.raises(ValueError, match="options: env doors has no options of its own"):
+    EnvOptions(name="doors", options=Difficulty())
+  with pytest.raises(ValueError, match="options: env toolworld's are a Difficulty"):
+    EnvOptions(name="toolworld", options=_RoomOptions())

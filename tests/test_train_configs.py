@@ -8,6 +8,7 @@ import pytest
 
 from tirjax import advantages
 from tirjax.env.toolworld.demos import DemoOptions
+from tirjax.env.toolworld.tasks import Difficulty
 from tirjax.testing.short_runs import CONFIGS
 from tirjax.trainer import resolve, sections
 from tirjax.train_steps.optimizer import OptimizerOptions
@@ -183,8 +184,10 @@ def test_overriding_a_derived_value_leaves_its_source_alone(derived_key, base_ke
 
 
 @pytest.mark.parametrize("key, value", [
-    ("env.p_down", 1.5), ("env.p_parallel", -0.1), ("env.hop_weights", (1.0, 1.0)),
-    ("env.hop_weights", (0.0, 0.0, 0.0, 0.0)), ("model.tiny.num_kv_heads", 3), ("seed", -1),
+    ("env.toolworld.p_down", 1.5), ("env.toolworld.p_parallel", -0.1),
+    ("env.toolworld.hop_weights", (1.0, 1.0)),
+    ("env.toolworld.hop_weights", (0.0, 0.0, 0.0, 0.0)), ("model.tiny.num_kv_heads", 3),
+    ("seed", -1),
     ("sharding.mesh", (("data", 3), ("fsdp", 1), ("tensor", 1))),
     ("env.train_tasks", 10**9), ("sft.hop_weights", (1.0,))])
 def test_bad_values_fail_before_the_workdir_is_touched(tmp_path, key, value):
@@ -212,10 +215,17 @@ def test_every_section_resolves_to_its_typed_options(arg):
     c.model.hf_checkpoint = c.model.hf_checkpoint or (
         "." if "qwen" in arg else "")  # a real preset needs a checkpoint directory
   exp = resolve.resolve(c)
+  own = sections.env_sections()  # env.<name>: each environment's own section
+  assert own == {"toolworld": Difficulty}
   for name, cls in sections.SECTIONS.items():
     derived = set(sections.DERIVED.get(name, ()))
-    assert set(c[name].keys()) == {f.name for f in dataclasses.fields(cls)} - derived
+    extra = set(own) if name == "env" else set()
+    assert set(c[name].keys()) == {f.name for f in dataclasses.fields(cls)} - derived | extra
     assert isinstance(getattr(exp, name), cls), name
+  for env_name, cls in own.items():
+    assert set(c.env[env_name].keys()) == {f.name for f in dataclasses.fields(cls)}
+  assert exp.env.options == (Difficulty(**c.env.toolworld.to_dict() | dict(
+      hop_weights=tuple(c.env.toolworld.hop_weights))) if exp.env.name == "toolworld" else None)
   # The SFT section's subsections are its options' (the answer protocol is the rollout's).
   for sub, cls in (("optim", OptimizerOptions), ("loss", SFTLossOptions), ("demos", DemoOptions)):
     assert set(c.sft[sub].keys()) == {f.name for f in dataclasses.fields(cls)} - {
@@ -223,7 +233,6 @@ def test_every_section_resolves_to_its_typed_options(arg):
     assert isinstance(getattr(exp.sft, sub), cls), sub
   assert exp.sft.demos.answer_protocol == exp.rollout.answer_protocol
   assert exp.train.queries_per_step == c.train.queries_per_step
-  assert exp.env.hop_weights == tuple(c.env.hop_weights)
   assert exp.seed == c.seed
 
 
@@ -254,15 +263,18 @@ def test_the_rollouts_seed_is_the_runs_seed():
     ("train.ppo_epochs", 0, r"train\.ppo_epochs: must be an integer >= 1"),
     ("train.mini_batch_queries", 3, r"train\.mini_batch_queries: 3 does not divide "
                                     r"queries_per_step=8"),
-    ("env.p_direction", 1.5, r"env\.p_direction: must lie in \[0, 1\]"),
+    ("env.toolworld.p_direction", 1.5, r"env\.toolworld\.p_direction: must lie in \[0, 1\]"),
 ])
 def test_own_sections_name_the_bad_key(key, value, message):
   c = load("grpo")
-  section, leaf = key.split(".")
+  *path, leaf = key.split(".")
   with c.unlocked():
     if key == "judge.votes":
       c.judge.kind = "llm"
-    c[section][leaf] = value
+    node = c
+    for part in path:
+      node = node[part]
+    node[leaf] = value
   with pytest.raises(resolve.ConfigError, match=message):
     resolve.resolve(c)
 

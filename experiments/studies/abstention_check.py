@@ -44,7 +44,8 @@ def _overrides(rule: str) -> list[str]:
           # redesign): 3 queries a step, one update, T = 1, the old task mix
           "--config.train.queries_per_step=3", "--config.train.mini_batch_queries=0",
           "--config.rollout.temperature=1.0", "--config.train.tempered_policy=False",
-          "--config.env.p_direction=0.0", "--config.env.hop_weights=(0.25,0.35,0.25,0.15)",
+          "--config.env.toolworld.p_direction=0.0",
+          "--config.env.toolworld.hop_weights=(0.25,0.35,0.25,0.15)",
           "--config.sft.demos.p_confuse=0.0", "--config.step.logprob_chunk_size=256",
           f"--config.model.hf_checkpoint={FLAGS.warm_start}", "--config.sft.steps=0",
           "--config.train.progress_bar=False", f"--config.judge.abstention={rule}"]

@@ -3,8 +3,8 @@ direction`): P(right step) against the flipped step, teacher-forced, averaged ov
 
     python -m experiments.studies.direction_probe --policy=runs/default/hf_export --tasks=256
 
-The tasks are toolworld eval tasks whose plans all take a direction (`env.p_direction` = 1, no
-tool down). Confused demonstrations (`sft.demos.p_confuse` = 1) leave P(right) at 0.5 after SFT;
+The tasks are toolworld eval tasks whose plans all take a direction
+(`env.toolworld.p_direction` = 1, no tool down). Confused demonstrations (`sft.demos.p_confuse` = 1) leave P(right) at 0.5 after SFT;
 only RL raises it. Prints one JSON line.
 """
 

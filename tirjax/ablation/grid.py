@@ -199,7 +199,11 @@ _SIGNATURE_NAMES = {"step.num_microbatches": "train.micro_batches",
                     "step.log_entropy": "train.log_entropy",
                     "sft.demos.p_recover": "sft.p_recover", "sft.demos.p_detour": "sft.p_detour",
                     "sft.demos.p_reorder": "sft.p_reorder",
-                    "sft.demos.p_confuse": "sft.p_confuse"}
+                    "sft.demos.p_confuse": "sft.p_confuse",
+                    # toolworld's own section since issue 39 (the labels of before kept)
+                    **{f"env.toolworld.{k}": f"env.{k}" for k in (
+                        "hop_weights", "p_parallel", "p_down", "p_direction",
+                        "chain_directions")}}
 
 
 def _signature(config) -> str:

@@ -60,6 +60,8 @@ class Environment:
       correctness, BFCL's accuracy per category), or None.
     failure_kind, failure_shares: what each sampled eval episode got wrong first and the
       shares of those kinds (toolworld: direction, a miscopied argument, ...); both or none.
+    options: the frozen dataclass of its own options, the config section `env.<name>` (toolworld:
+      `Difficulty`, the query mix; `EnvOptions.options` holds them), or None.
     check: checks its own config values (toolworld: the query mix), or None.
     answer_protocols: the answer protocols its tasks can be answered in (empty: any).
     not_a_benchmark: why `experiments.evaluate` refuses it ("": a benchmark).
@@ -77,6 +79,7 @@ class Environment:
   episode_metrics: Optional[EpisodeMetrics] = None
   failure_kind: Optional[FailureKind] = None
   failure_shares: Optional[FailureShares] = None
+  options: Optional[type] = None
   check: Optional[Check] = None
   answer_protocols: tuple[str, ...] = ()
   not_a_benchmark: str = ""

@@ -30,7 +30,7 @@ from tirjax.sampling.vllm import TINY_HEAD_DIM
 from tirjax.train_steps.optimizer import OptimizerOptions
 from tirjax.train_steps.step import StepOptions
 
-from tirjax.trainer import shape_needs
+from tirjax.trainer import sections, shape_needs
 from tirjax.trainer.sections import (JUDGES, MAX_TASKS, SAMPLERS, SECTIONS, EnvOptions,
                                      JudgeOptions, ModelOptions, SamplerOptions, SFTOptions,
                                      TrainOptions)
@@ -79,13 +79,29 @@ def _section(cls, cfg, key: str):
     raise ConfigError(str(e)) from None
 
 
-def _own_section(name: str, values: dict):
-  """One of the sections of `sections.SECTIONS` from its `values`; a bad value names its key
-  as `section.key` (`sft.demos.p_confuse` in a subsection)."""
+def _own_section(name: str, values: dict, cls=None):
+  """One of the sections of `sections.SECTIONS` (or `cls`) from its `values`; a bad value names
+  its key as `section.key` (`sft.demos.p_confuse` in a subsection)."""
   try:
-    return dataclass_from_config(SECTIONS[name], values, name)
+    return dataclass_from_config(cls or SECTIONS[name], values, name)
   except ValueError as e:
-    raise ConfigError(re.sub(rf"^({name}(?:\.\w+)*): (\w[\w.]*): ", r"\1.\2: ", str(e))) from None
+    raise ConfigError(re.sub(rf"^({re.escape(name)}(?:\.\w+)*): (\w[\w.]*): ", r"\1.\2: ",
+                             str(e))) from None
+
+
+def _env_section(values: dict):
+  """`EnvOptions` from the `env` section, its `options` read from the running environment's
+  own section `env.<name>` (`sections.env_sections`; the others are not read)."""
+  values = dict(values)
+  own = {n: values.pop(n) for n in sections.env_sections() if n in values}
+  _need("options" not in values, "env.options", "is no key: an environment's own options are "
+        "its section env.<name>")
+  env = _own_section("env", values)
+  cls = environments.get(env.name).options
+  if cls is None:
+    return env
+  return dataclasses.replace(env, options=_own_section(f"env.{env.name}", own.get(env.name, {}),
+                                                       cls))
 
 
 def _need(ok: bool, key: str, problem: str) -> None:
@@ -111,8 +127,9 @@ def resolve(c) -> Experiment:
   seed = d["seed"]
   _need(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, "seed",
         f"must be an integer >= 0, got {seed!r}")
-  model, env, judge, sampler, train = (_own_section(name, d[name])
-                                       for name in ("model", "env", "judge", "sampler", "train"))
+  model, judge, sampler, train = (_own_section(name, d[name])
+                                  for name in ("model", "judge", "sampler", "train"))
+  env = _env_section(d["env"])
   auto = _auto_shapes(d["rollout"])
   rollout = _section(RolloutOptions, {**d["rollout"], "seed": seed}, "rollout")
   try:
@@ -158,13 +175,11 @@ def resolve(c) -> Experiment:
         _need(model.tiny.get("head_dim", TINY_HEAD_DIM) >= TINY_HEAD_DIM, "model.tiny.head_dim",
               f"vLLM's CPU attention needs a head size >= {TINY_HEAD_DIM}, got "
               f"{model.tiny.get('head_dim')}")
-  if environment.check is not None:  # the environment's own values (toolworld's query mix)
-    for key, weights in (("env", env.hop_weights), ("sft", sft.hop_weights or env.hop_weights)):
-      try:
-        environment.check(env, tuple(weights))
-      except (TypeError, ValueError) as e:
-        field = str(e).split(":")[0]
-        raise ConfigError(f"{key if field == 'hop_weights' else 'env'}.{e}") from None
+  if environment.check is not None and sft.hop_weights:  # SFT's own query mix
+    try:
+      environment.check(env, tuple(sft.hop_weights))
+    except (TypeError, ValueError) as e:
+      raise ConfigError(f"sft.{e}") from None
   devices = shard.num_devices or jax.device_count()
   _need(devices <= jax.device_count(), "sharding.num_devices",
         f"{devices} requested, {jax.device_count()} exist")

@@ -66,15 +66,21 @@ class EnvOptions:
   # reference scorer; False: containment in the answer only, the paper's Eq. 21)
   answer_in_tool_message: bool = False
   cache_dir: str = ""  # built artefacts (toolworld's tokenizer); "" = $TIRJAX_CACHE or ~/.cache
-  # toolworld only: the query mix
-  hop_weights: tuple = (0.25, 0.35, 0.25, 0.15)
-  p_parallel: float = 0.5
-  p_down: float = 0.1
-  p_direction: float = 0.0  # share of queries that hinge on a direction (see `Difficulty`)
-  chain_directions: int = 0  # the credit testbed's chains of directions (see `Difficulty`)
+  # The environment's own options (`Environment.options`; toolworld's query mix, `Difficulty`),
+  # which `resolve` reads from its own section `env.<name>` (so: no config key); None here: the
+  # entry's defaults.
+  options: Any = None
 
   def __post_init__(self):
     checks.one_of("name", self.name, environments.names())
+    own = environments.get(self.name).options
+    if own is None and self.options is not None:
+      raise ValueError(f"options: env {self.name} has no options of its own")
+    if own is not None and self.options is None:
+      object.__setattr__(self, "options", own())
+    elif own is not None and not isinstance(self.options, own):
+      raise ValueError(f"options: env {self.name}'s are a {own.__name__}, got "
+                       f"{type(self.options).__name__}")
     if environments.get(self.name).needs_data_file and not os.path.exists(self.data_path):
       raise ValueError(f"data_path: {self.data_path!r} does not exist (env.name={self.name})")
     for name in ("train_tasks", "eval_tasks"):
@@ -205,7 +211,7 @@ class SFTOptions:
   steps: int = 0
   batch_size: int = 16
   num_demos: int = 2000
-  # toolworld: the demonstrations' query mix (hops 1-4); () = env.hop_weights
+  # toolworld: the demonstrations' query mix (hops 1-4); () = env.toolworld.hop_weights
   hop_weights: tuple = ()
   optim: OptimizerOptions = OptimizerOptions(learning_rate=1e-5, warmup_steps=10)
   loss: SFTLossOptions = SFTLossOptions()
@@ -228,6 +234,14 @@ SECTIONS = {"model": ModelOptions, "env": EnvOptions, "judge": JudgeOptions,
 # config keys: the step's temperature from train.tempered_policy and rollout.temperature; the
 # demonstrations' answer protocol from rollout.answer_protocol; SFT's step from the `step`
 # section (at temperature 1, no entropy metric); the rollouts' seed from the run's `seed` (the
-# trainer draws every selection from one Generator of it).
+# trainer draws every selection from one Generator of it); the environment's own options from
+# its section `env.<name>` (`env_sections`).
 DERIVED = {"step": ("temperature",), "sft": ("step", "demos.answer_protocol"),
-           "rollout": ("seed",)}
+           "rollout": ("seed",), "env": ("options",)}
+
+
+def env_sections() -> dict[str, type]:
+  """{name: options class} of the environments with options of their own: each is the config
+  section `env.<name>`, present whichever environment runs (as `rollout.tree` is in every
+  rollout mode), read by `resolve` for the one that does."""
+  return {n: environments.get(n).options for n in environments.names("options")}

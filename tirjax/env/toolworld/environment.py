@@ -4,6 +4,7 @@ direction probe added to each evaluation, and turns labelled from each query's p
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 from tirjax.env.registry import Environment, register
@@ -15,11 +16,10 @@ from tirjax.env.toolworld.tokenizer import build_tokenizer
 
 
 def difficulty(env_cfg, hop_weights: tuple = ()) -> Difficulty:
-  """The query mix of `env_cfg` (`hop_weights`, when given, replace its own: SFT's
-  curriculum). Raises ValueError("<field>: ...") for a bad value."""
-  return Difficulty(hop_weights=tuple(hop_weights or env_cfg.hop_weights),
-                    p_parallel=env_cfg.p_parallel, p_down=env_cfg.p_down,
-                    p_direction=env_cfg.p_direction, chain_directions=env_cfg.chain_directions)
+  """The query mix of `env_cfg` (its options, `env.toolworld`; `hop_weights`, when given,
+  replace theirs: SFT's curriculum). Raises ValueError("<field>: ...") for a bad value."""
+  own = env_cfg.options
+  return dataclasses.replace(own, hop_weights=tuple(hop_weights)) if hop_weights else own
 
 
 def draw(env_cfg, seed: int, split: str, n: int, hop_weights: tuple) -> list[Task]:
@@ -48,4 +48,4 @@ def check(env_cfg, hop_weights: tuple) -> None:
 ENVIRONMENT = register(Environment(
     "toolworld", draw=draw, demonstrations=demonstrations, tokenizer=tokenizer,
     eval_extras=direction_probe, turn_labels=turn_labels, failure_kind=failure_kind,
-    failure_shares=failure_shares, check=check))
+    failure_shares=failure_shares, options=Difficulty, check=check))
