@@ -168,4 +168,23 @@ def test_a_run_compiles_a_handful_of_executables():
                                np.asarray(r.row_valid), 2, 1, seed=0, step=i)
   counts = {name: compiled.count(name) for name in set(compiled)}
   print(f"\ncompilations over 12 steps: {counts}")
-  assert counts["jit(step)"] <= 6 and counts["jit(logprobs)"] <= 4
+  # The update's shapes only grow (`Packer.ratchet`): one compilation here, where each step's
+  # own buckets compiled 5. The pass also compiles per micro-batch count (the 256-token
+  # budget takes 1-3 here; `make run`'s 16,384 takes 1).
+  assert counts["jit(step)"] <= 2 and counts["jit(logprobs)"] <= 4
+
+
+def test_the_packed_shapes_only_grow_but_the_micro_batch_count():
+  """`Packer.ratchet`: each size at least the largest used so far, the micro-batch count as
+  the batch needs (a larger one would compute whole empty sequences)."""
+  from tirjax.train_steps.packing import Shapes  # noqa: PLC0415
+  graphdef, _, _, place, _ = ts.setup()
+  packer = train_steps.TokenLogprobs(graphdef, place, PACKED).packed.packer
+  big = Shapes(microbatches=3, shards=1, length=256, rows=8, row_length=128, keys=72,
+               targets=192, block=8)
+  small = Shapes(microbatches=1, shards=1, length=64, rows=16, row_length=64, keys=80,
+                 targets=64, block=8)
+  assert packer.ratchet(big) == big
+  assert packer.ratchet(small) == Shapes(microbatches=1, shards=1, length=256, rows=16,
+                                         row_length=128, keys=80, targets=192, block=8)
+  assert packer.high.rows == 16 and packer.ratchet(big).microbatches == 3

@@ -7,11 +7,12 @@
 
 Modules: `task` (the environment), `evaluate` (exact policy values), `softmax_policy` (an MLP
 softmax policy), `chain_rollouts` (Algorithm-1 trees and independent rollouts as `Rollouts`),
-`cells` (estimator, options, rollouts and loss of a labelled cell), `train` (one run).
-The entry point is `python -m experiments.studies.credit_bench`.
+`cells` (estimator, options, rollouts and loss of a labelled cell), `train` (one run),
+`bench` (every cell over seeds, as `python -m experiments.studies.credit_bench` runs it).
 
-`fidelity` is apart from the bench: where an estimator puts credit on real toolworld rollouts,
-against turn labels from the plan (SPEC §4.5; `python -m experiments.studies.credit_fidelity`).
+`fidelity` is apart from the bench: where an estimator puts credit, measured against turn
+labels from the plan (SPEC §4.5); `rollout_fidelity` measures it on a policy's real rollouts
+(`python -m experiments.studies.credit_fidelity`).
 """
 
 from tirjax.credit.cells import Cell, default_labels, parse_cell

@@ -11,12 +11,13 @@ so the sequence length N is small), or, where that overfills one, first-fit decr
 
 Every size that reaches a compiled program is bucketed (`bucket`), so that a run compiles a
 handful of executables: the row length L and the rows per sequence R (the row layout, cheap)
-to powers of two; the sequence length N (every layer pays for it), the keys per query block
-K (the attention pays N × K; from the longest row) and the log-probs computed Q to `steps`
-sizes per octave (2 by default: at most 50% padding, ~20% on average); the micro-batch count
-M is what the budget needs. Coarse steps, because on
-`make run`'s tiny model a packed update takes ~0.1-1 s and a compilation ~7 s
-(benchmarks/results/bench_update_cpu.json).
+to powers of two; the sequence length N (every layer pays for it) and the log-probs computed
+Q to `steps` sizes per octave (4 by default: at most 25% padding; 2: 50%); the keys
+per query block K (the attention pays N × K) to a whole number of blocks past the longest
+row; the micro-batch count M is what the budget needs. A `Packer` then never lets a size
+shrink within a run (`packed.Packer.ratchet`): on `make run`'s tiny model a packed update
+takes ~0.1-1 s and a compilation ~7 s, so a run must compile few shapes, which the ratchet
+bounds by how often a size grows, not by how many sizes there are.
 """
 
 from __future__ import annotations
@@ -142,10 +143,10 @@ def ancestors_and_block(prev: np.ndarray, used: int, block: int) -> list[np.ndar
 
 
 def plan(forests: Sequence[Forest], *, budget: int, shards: int, block: int,
-         min_microbatches: int = 1, steps: int = 2) -> tuple[Shapes, list[list[int]]]:
+         min_microbatches: int = 1, steps: int = 4) -> tuple[Shapes, list[list[int]]]:
   """The bucketed shapes of `forests` packed by `deal`, and which forests each sequence
-  holds: N, K and Q with `steps` sizes per octave. The keys per block are bounded by
-  (longest row + block) (`tree_attention`)."""
+  holds: N and Q with `steps` sizes per octave, K whole blocks (a block's keys are bounded
+  by the longest row + block, `tree_attention`)."""
   sizes = [f.size for f in forests]
   bins = deal(sizes, budget, shards, min_microbatches)
   length = bucket(max([sum(sizes[g] for g in b) for b in bins] + [1]), block, steps)
@@ -154,8 +155,10 @@ def plan(forests: Sequence[Forest], *, budget: int, shards: int, block: int,
   targets = max([sum(int(forests[g].needed.sum()) for g in b) for b in bins] + [1])
   shapes = Shapes(microbatches=len(bins) // shards, shards=shards, length=length,
                   rows=1 << (rows - 1).bit_length(), row_length=bucket(row_length, 64),
-                  # a block's keys: its first token's ancestors and itself (`tree_attention`)
-                  keys=min(length, bucket(row_length - 1 + block, block, steps)),
+                  # a block's keys: its first token's ancestors and itself (`tree_attention`);
+                  # a whole number of blocks, not bucketed by octave: it follows the longest
+                  # row, which reaches its bound early in a run, and attention pays N × K
+                  keys=min(length, -(-(row_length - 1 + block) // block) * block),
                   targets=min(length, bucket(targets, block, steps)), block=block)
   return shapes, bins
 

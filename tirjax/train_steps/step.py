@@ -71,10 +71,9 @@ class StepOptions:
       is never split: a longer one is a micro-batch of its own).
     attention_block: packed attention's query block (each block reads its first token's
       ancestors and itself: cost ∝ tokens × (longest row + block)).
-    bucket_steps: packed sizes per octave of the sequence length and the keys per block
-      (`packing.bucket`): more sizes, less padding computed but more compilations (2: ≤ 50%,
-      ~20% on average; a run of the tiny model, whose updates take well under a second,
-      does best with few; a large model's steps outweigh a compilation).
+    bucket_steps: packed sizes per octave of the sequence length and the log-probs computed
+      (`packing.bucket`): more sizes, less padding computed (4: ≤ 25%; 2: ≤ 50%). A run's
+      shapes only grow (`packed.Packer.ratchet`), so finer sizes add few compilations.
     logprob_chunk_size: positions whose `[chunk, vocab]` logits are materialised at a time.
     temperature: log-probs are taken of softmax(logits / temperature). Keep 1 (the default):
       both samplers report `old_logprobs` under the raw model (temperature 1, no top-p), so
@@ -87,7 +86,7 @@ class StepOptions:
   packed: bool = False
   max_tokens_per_microbatch: int = 16384
   attention_block: int = 64
-  bucket_steps: int = 2
+  bucket_steps: int = 4
   logprob_chunk_size: int = 1024
   temperature: float = 1.0
   log_entropy: bool = False

@@ -33,6 +33,12 @@ from tirjax.train_steps.reference import (ReferencePolicy, TokenLogprobs, with_p
 from tirjax.train_steps.step import init_state
 
 
+def every(done: int, period: int) -> bool:
+  """Whether the step that makes `done` steps falls on `period` (`train.eval_every`,
+  `log_every`, `checkpoint_every`; 0: never)."""
+  return period > 0 and done % period == 0
+
+
 @dataclasses.dataclass(frozen=True)
 class StepBatch:
   """One RL step's rollouts: the global batch, and this process's rows of it with their
@@ -62,7 +68,7 @@ def warm_start(trainer: Trainer, state: TrainState) -> TrainState:
     state = dataclasses.replace(state, data_position={**state.data_position, "sft_step": i + 1})
     rec = trainer.writer.write("sft", i + 1, jax.device_get(metrics))
     trainer.progress.update(i + 1, loss=rec["loss"])
-    if (i + 1) % exp.train.checkpoint_every == 0 and i + 1 < exp.sft.steps:
+    if every(i + 1, exp.train.checkpoint_every) and i + 1 < exp.sft.steps:
       trainer.ckpt.save(state)
   trainer.clock.seconds["sft"] = time.perf_counter() - start
   trainer.evaluate_and_log(state, 0, stage="sft")
@@ -108,17 +114,17 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
                                 data_position={**state.data_position, "rl_step": i + 1})
     stats = _step_metrics(exp, batch, adv, updates, clock, old_recomputed=own_logprobs is not None)
     done, last = i + 1, i + 1 == exp.train.steps
-    if (exp.train.eval_every and done % exp.train.eval_every == 0) or last:
+    if every(done, exp.train.eval_every) or last:
       subset = exp.train.eval_subset > 0 and not last  # the last is the run's result
       with clock("eval"):
         result = trainer.evaluate_and_log(state, done, subset=subset)
       last_eval = last_eval if subset else result
       stats["time/eval_s"] = clock.seconds["eval"]
-    if done % exp.train.log_every == 0:
+    if every(done, exp.train.log_every):
       trainer.writer.write("rl", done, stats)
     trainer.progress.update(done, reward=stats["reward/mean"],
                             accuracy=None if last_eval is None else last_eval["eval/accuracy"])
-    if done % exp.train.checkpoint_every == 0 or last:
+    if every(done, exp.train.checkpoint_every) or last:
       trainer.ckpt.save(state)
   trainer.ckpt.wait()
   trainer.clock.seconds["rl"] = (time.perf_counter() - start
@@ -145,8 +151,11 @@ def sample(trainer: Trainer, i: int) -> StepBatch:
         batch, exp.estimator, exp.advantage,
         lambda k: sample_queries(data.queries.extra(i, k, exp.train.queries_per_step)),
         share.queries, exp.train.dynamic_sampling_tries)
-  # The rows' longest length (every process's), not the context bound.
-  local = trim_tokens(rollouts, longest=distributed.global_max(longest_row(rollouts)))
+  # The padded path computes every position: cut after the rows' longest length (every
+  # process's), not the context bound. The packed passes compute no padding, so the batch
+  # keeps one width and the estimator and the passes' row layout compile once, not per width.
+  local = rollouts if exp.step.packed else trim_tokens(
+      rollouts, longest=distributed.global_max(longest_row(rollouts)))
   label = environments.get(exp.env.name).turn_labels  # turns labelled from the task's plan
   labels = episode_labels(episodes, sampled.get, local.num_rows, label) if label else None
   return StepBatch(share.global_rollouts(local), local, episodes, batch.stats, extra_rounds,
