@@ -134,9 +134,9 @@ class Packer:
 
   Its shapes only grow: each size but the micro-batch count is at least the largest this
   packer has used (`ratchet`), so a run compiles once per size that grows, a handful in all,
-  not once per combination of bucketed sizes. (Before: 17 of `make run`'s 40 RL steps
-  compiled an update, 7-35 s each, most of its update seconds.) A smaller batch then pays
-  padding up to the largest shape so far, which costs far less than a compilation."""
+  not once per combination of bucketed sizes (how many compiled before and after:
+  benchmarks/results/make_run_time.json). A smaller batch then pays padding up to the
+  largest shape so far, which costs far less than a compilation."""
 
   def __init__(self, place: Placement, opts: StepOptions):
     self.place = place
