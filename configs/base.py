@@ -102,8 +102,9 @@ def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
     c[name] = config_from_dataclass(options, omit=sections.DERIVED.get(name, ()))
   for name, options in sections.env_sections().items():  # each environment's own: env.<name>
     c.env[name] = config_from_dataclass(options)
-  # RL's update and log-prob passes forward each query group once, as a packed forest: the
-  # padded path's loss and gradients (issue 38; tests/test_packed_update.py), faster as
+  # RL's update and log-prob passes forward each query group once, as a packed forest, and SFT
+  # each batch of demonstrations: the padded path's loss and gradients (issue 38;
+  # tests/test_packed_update.py, tests/test_packed_sft.py), faster as
   # benchmarks/results/bench_update_cpu.json measures. False: the padded path.
   c.step.packed = True
   env = presets.get("env", "toolworld")

@@ -4,8 +4,9 @@ devices (gloo) against 1 process × 8, each running `tirjax.testing.packed_proce
 Each process packs its own rows (its half of the batch: trees, independent and irregular
 groups), the shapes are agreed between the processes, and each mini-batch holds both
 processes' groups. What must hold: the packed updates' losses and gradients equal the padded
-ones of the one-process run (1e-5 relative), and the packed KL reference pass equals the
-one-process one on every generated token.
+ones of the one-process run (1e-5 relative), the packed KL reference pass equals the one-process one
+on every generated token, and the packed SFT step (each process packing its share of the
+demonstrations) equals the padded one.
 """
 
 import os
@@ -70,3 +71,13 @@ def test_packed_reference_pass_with_two_processes(results):
                              rtol=TOL, atol=TOL)
   assert np.all(two["ref_logprobs"][~generated] == 0) and np.all(
       one["ref_logprobs"][generated] != 0)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_packed_sft_step_equals_the_padded_one_on_every_process_count(results, processes):
+  want, got = results[1], results[processes]
+  np.testing.assert_allclose(got["sft_packed/loss"], want["sft_padded/loss"], rtol=TOL)
+  for a, b in zip(_grads(got, "sft_packed"), _grads(want, "sft_padded"), strict=True):
+    np.testing.assert_allclose(a, b, rtol=TOL, atol=TOL * float(np.max(np.abs(b))))
+  assert np.linalg.norm(np.concatenate([g.ravel() for g in _grads(want, "sft_padded")])) > 0.01
+  assert got["sft_packed/forwarded"] < want["sft_padded/forwarded"]

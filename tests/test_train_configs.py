@@ -257,6 +257,8 @@ def test_the_rollouts_seed_is_the_runs_seed():
     ("step.max_tokens_per_microbatch", 0,
      r"step\.max_tokens_per_microbatch: must be an integer >= 1"),
     ("step.attention_block", 0, r"step\.attention_block: must be an integer >= 1"),
+    ("sft.max_tokens_per_microbatch", 0,
+     r"sft\.max_tokens_per_microbatch: must be an integer >= 1"),
     ("step.bucket_steps", 0, r"step\.bucket_steps: must be an integer >= 1"),
     ("judge.abstention", "free", r"judge\.abstention: must be one of"),
     ("sampler.eval_samples", -1, r"sampler\.eval_samples: must be an integer >= 0"),
@@ -280,12 +282,17 @@ def test_own_sections_name_the_bad_key(key, value, message):
 
 
 @pytest.mark.parametrize("name", ["grpo", "hidifftir", "portool"])
-def test_rl_updates_packed_and_sft_padded_by_default(name):
+def test_rl_and_sft_packed_by_default_sft_at_its_own_budget(name):
   exp = resolve.resolve(load(name, "model=tiny"))
-  assert exp.step.packed and not exp.sft.step.packed  # SFT's demonstrations share no prefix
+  assert exp.step.packed and exp.sft.step.packed
+  assert exp.sft.step.max_tokens_per_microbatch == 1024
+  assert exp.step.max_tokens_per_microbatch == 16384
   c = load(name, "model=tiny")
-  c.step.packed = False  # the padded path stays an option
-  assert not resolve.resolve(c).step.packed
+  c.step.packed = False  # the padded path stays an option, for both
+  c.sft.max_tokens_per_microbatch = 512
+  exp = resolve.resolve(c)
+  assert not exp.step.packed and not exp.sft.step.packed
+  assert exp.sft.step.max_tokens_per_microbatch == 512
 
 
 def test_tempered_policy_sets_the_step_temperature():

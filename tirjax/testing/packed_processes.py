@@ -11,7 +11,10 @@ global arrays are assembled from both (`StepShare.global_rollouts`). Then, on th
 every process's devices: the packed KL reference pass, and one pass of 2 mini-batches of
 whole groups (each holding both processes' rows) with the padded step and with the packed
 one. Process 0 writes DIR/result.npz: each update's loss and the last update's gradients
-per variant, and the reference log-probs.
+per variant, and the reference log-probs. Then one SFT step on demonstrations that share a
+system prompt (`train_setup.demonstrations`; every process holds the whole batch, as the
+trainer's do, and packs its own rows), padded and packed: `sft_<variant>/loss` and its
+gradients.
 """
 
 from __future__ import annotations
@@ -90,6 +93,16 @@ def main(argv):
     out[f"{name}/forwarded"] = np.asarray([float(u["tokens/forwarded"]) for u in updates])
     for i, g in enumerate(ref.flatten(grads)):
       out[f"{name}/grad{i}"] = g
+  demos = ts.demonstrations(np.random.default_rng(5), rows=2 * HALF)
+  for name, opts in (("padded", PADDED), ("packed", PACKED)):
+    state = train_steps.init_state(params, tx, place, jax.random.key(0))
+    step = train_steps.sft_step(graphdef, tx, place, train_steps.SFTLossOptions(), opts)
+    state, metrics = step(state, demos)
+    grads = multihost_utils.process_allgather(state.opt_state[0].grads, tiled=True)
+    out[f"sft_{name}/loss"] = np.asarray(float(metrics["loss"]))
+    out[f"sft_{name}/forwarded"] = np.asarray(float(metrics["tokens/forwarded"]))
+    for i, g in enumerate(ref.flatten(grads)):
+      out[f"sft_{name}/grad{i}"] = g
   if distributed.is_primary():
     os.makedirs(FLAGS.out, exist_ok=True)
     np.savez(os.path.join(FLAGS.out, "result.npz"), **out)

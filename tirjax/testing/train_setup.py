@@ -100,3 +100,24 @@ def sft_batch(rng, rows=8, length=12) -> train_steps.SFTBatch:
   trailing = rng.integers(0, 3, rows)[:, None]
   loss_mask = valid & (pos >= prompt) & (pos < lengths[:, None] - trailing)
   return train_steps.SFTBatch(tokens=tokens, token_valid=valid, loss_mask=loss_mask)
+
+
+def demonstrations(rng, rows=12, length=24, prefix=9) -> train_steps.SFTBatch:
+  """An `sft_batch` whose rows share as demonstrations do: all start with one `prefix`-token
+  system prompt, pairs of rows share a longer prefix (a first turn in common), one row is a
+  duplicate of another and one carries no target; targets after a 1-3-token user turn past
+  each row's shared part, 0-2 masked trailing tokens."""
+  tokens, valid, lengths = ragged_rows(rng, rows, length, min_len=prefix + 4)
+  tokens[:, :prefix] = rng.integers(0, VOCAB, prefix)
+  for r in range(0, rows - 1, 4):  # rows r, r + 1 share a first turn
+    shared = prefix + int(rng.integers(1, 4))
+    tokens[r + 1, :shared] = tokens[r, :shared]
+    valid[r + 1, :shared] = True
+  tokens[rows - 1], valid[rows - 1] = tokens[rows - 2], valid[rows - 2]  # a duplicate
+  lengths = valid.sum(axis=1)
+  pos = np.arange(length)[None]
+  start = prefix + rng.integers(1, 4, rows)[:, None]
+  trailing = rng.integers(0, 3, rows)[:, None]
+  loss_mask = valid & (pos >= start) & (pos < lengths[:, None] - trailing)
+  loss_mask[2] = False
+  return train_steps.SFTBatch(tokens=tokens, token_valid=valid, loss_mask=loss_mask)

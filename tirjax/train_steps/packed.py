@@ -188,7 +188,7 @@ class Packer:
                            num_microbatches=shapes.microbatches), shapes
 
 
-def _fit(x: jax.Array, length: int) -> jax.Array:
+def fit_length(x: jax.Array, length: int) -> jax.Array:
   """`[..., L']` cut or zero-padded to `[..., length]`."""
   if x.shape[-1] >= length:
     return x[..., :length]
@@ -198,7 +198,7 @@ def _fit(x: jax.Array, length: int) -> jax.Array:
 def _gather_rows(fields: LossRows, row_id: jax.Array, length: int) -> LossRows:
   """`[B, L']` fields → `[S, R, length]` by `row_id [S, R]` (empty slots out of the loss)."""
   out = jax.tree.map(lambda x: x[jnp.maximum(row_id, 0)], fields)
-  out = jax.tree.map(lambda x: _fit(x, length) if x.ndim == 3 else x, out)
+  out = jax.tree.map(lambda x: fit_length(x, length) if x.ndim == 3 else x, out)
   return out.replace(row_mask=out.row_mask.astype(bool) & (row_id >= 0))
 
 
@@ -219,7 +219,7 @@ def packed_policy_loss_fn(loss_opts: objective.LossOptions, opts: StepOptions):
   return loss_fn
 
 
-def _last_token(mask: np.ndarray) -> np.ndarray:
+def last_token(mask: np.ndarray) -> np.ndarray:
   """Per row, one past its last token in `mask` (0 without any)."""
   cols = np.arange(1, mask.shape[1] + 1)
   return np.max(np.where(mask, cols, 0), axis=1)
@@ -243,7 +243,7 @@ class PackedPolicyStep(TrainStep):
     tokens, token_valid = _local(batch.tokens), _local(batch.token_valid)
     loss_mask, row_mask = _local(batch.loss_mask).astype(bool), _local(batch.row_mask)
     groups = np.asarray(group_id)[share.start:share.stop]
-    lengths = _last_token(loss_mask & row_mask.astype(bool)[:, None])
+    lengths = last_token(loss_mask & row_mask.astype(bool)[:, None])
     fields = jax.device_put(LossRows(batch.loss_mask, batch.old_logprobs, batch.advantages,
                                      batch.row_mask, batch.ref_logprobs),
                             self.placement.batch)
@@ -269,7 +269,7 @@ def _scatter_rows(rows: jax.Array, row_id: jax.Array, token_valid: jax.Array) ->
   """Row slots `[S, R, L]` back into the batch's `[B, L']` (zeros where no slot is)."""
   b, length = token_valid.shape
   ids = jnp.where(row_id >= 0, row_id, b).reshape(-1)  # b: out of range, dropped
-  values = _fit(rows.reshape((-1,) + rows.shape[2:]), length)
+  values = fit_length(rows.reshape((-1,) + rows.shape[2:]), length)
   return jnp.zeros((b, length), jnp.float32).at[ids].set(values, mode="drop")
 
 
@@ -303,7 +303,7 @@ class PackedLogprobs:
     want = _local(token_valid if needed is None else needed).astype(bool)
     want &= _local(token_valid).astype(bool)
     want[:, 0] = False  # a row's first token has no log-prob
-    lengths = _last_token(want)
+    lengths = last_token(want)
     seqs, self.last_shapes = self.packer.pack(_local(tokens), lengths, _local(group_id),
                                               np.flatnonzero(lengths > 0), share.start,
                                               needed=want)

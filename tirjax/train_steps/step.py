@@ -66,7 +66,9 @@ class StepOptions:
       group once as a packed forest: every shared prefix (a group's prompt, a tree's shared
       steps) computed once, no padding (`tirjax.train_steps.packed`); micro-batches by
       `max_tokens_per_microbatch`. False: every `[B, L]` row whole (the padded path). The
-      SFT step is always padded (its demonstrations share no prefixes).
+      SFT step follows it (`sft.step` is derived from `step`): each batch's
+      demonstrations packed as forests, their shared system prompt computed once
+      (`tirjax.train_steps.packed_sft`).
     max_tokens_per_microbatch: packed tokens per batch shard per micro-batch (a query group
       is never split: a longer one is a micro-batch of its own).
     attention_block: packed attention's query block (each block reads its first token's
@@ -314,8 +316,9 @@ def sft_loss_fn(sft_opts: sft_lib.SFTLossOptions, opts: StepOptions) -> LossFn:
   return loss_fn
 
 
-def sft_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, place: Placement,
-             sft_opts: sft_lib.SFTLossOptions = sft_lib.SFTLossOptions(),
-             opts: StepOptions = StepOptions()) -> TrainStep:
-  """The supervised warm-start step on `SFTBatch`es (same accumulation and optimizer)."""
+def padded_sft_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
+                    place: Placement, sft_opts: sft_lib.SFTLossOptions = sft_lib.SFTLossOptions(),
+                    opts: StepOptions = StepOptions()) -> TrainStep:
+  """The supervised warm-start step on `SFTBatch`es, every row forwarded whole (the packed one:
+  `steps.sft_step`)."""
   return TrainStep(graphdef, tx, sft_loss_fn(sft_opts, opts), place, opts.num_microbatches)

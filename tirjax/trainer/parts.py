@@ -24,8 +24,8 @@ from tirjax.trainer.progress import Progress
 from tirjax.trainer.rl_metrics import PhaseClock
 from tirjax.trainer.tasks import TaskSource, load_tokenizer
 from tirjax.train_steps.optimizer import make_optimizer
-from tirjax.train_steps.policy_step import policy_step
-from tirjax.train_steps.step import Placement, init_state, placement, sft_step, split_model
+from tirjax.train_steps.steps import policy_step, sft_step
+from tirjax.train_steps.step import Placement, init_state, placement, split_model
 
 
 @dataclasses.dataclass(frozen=True)

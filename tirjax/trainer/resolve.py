@@ -156,8 +156,10 @@ def resolve(c) -> Experiment:
       # 0 steps is not an error then).
       "optim": d["sft"]["optim"] if d["sft"]["steps"] != 0 else {},
       "demos": {**d["sft"]["demos"], "answer_protocol": rollout.answer_protocol},
-      # SFT's demonstrations share no prefixes: its step is the padded one.
-      "step": dataclasses.replace(step, log_entropy=False, temperature=1.0, packed=False)})
+      # packed as RL's is (`step.packed`): demonstrations share their system prompt
+      "step": dataclasses.replace(step, log_entropy=False, temperature=1.0)})
+  sft = dataclasses.replace(sft, step=dataclasses.replace(  # its own budget, once checked
+      sft.step, max_tokens_per_microbatch=sft.max_tokens_per_microbatch))
 
   # -- Rules that span sections ---------------------------------------------------------------
   environment = environments.get(env.name)

@@ -218,12 +218,19 @@ class SFTOptions:
   # toolworld: how imperfect the demonstrations are; `p_confuse`: demos that take
   # compare/sort/filter/convert's direction at random
   demos: DemoOptions = DemoOptions()
+  # packed SFT's micro-batches (`step.packed`), in tokens per batch shard: a batch's forests
+  # are cut to fit. Smaller than RL's because a sequence's length only grows within a run
+  # (`Packer.ratchet`): one sequence per batch would stay as long as the largest batch's
+  # forest (3,072 tokens on the default against a mean near 1,600), while micro-batches of
+  # 1,024 waste less than one micro-batch per step (benchmarks/results/bench_sft_cpu.json).
+  max_tokens_per_microbatch: int = 1024
   step: StepOptions = StepOptions()
 
   def __post_init__(self):
     checks.int_at_least("steps", self.steps, 0)
     checks.int_at_least("batch_size", self.batch_size, 1)
     checks.int_at_least("num_demos", self.num_demos, 1)
+    checks.int_at_least("max_tokens_per_microbatch", self.max_tokens_per_microbatch, 1)
     _within_limit("num_demos", self.num_demos)
 
 
