@@ -221,8 +221,8 @@ class SFTOptions:
   # packed SFT's micro-batches (`step.packed`), in tokens per batch shard: a batch's forests
   # are cut to fit. Smaller than RL's because a sequence's length only grows within a run
   # (`Packer.ratchet`): one sequence per batch would stay as long as the largest batch's
-  # forest (3,072 tokens on the default against a mean near 1,600), while micro-batches of
-  # 1,024 waste less than one micro-batch per step (benchmarks/results/bench_sft_cpu.json).
+  # forest (3,072 tokens a step on the default), while micro-batches of 1,024 waste less
+  # than one micro-batch per step (2,248; benchmarks/results/bench_sft_cpu.json).
   max_tokens_per_microbatch: int = 1024
   step: StepOptions = StepOptions()
 
