@@ -32,6 +32,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
+from tirjax.testing.subprocess_env import multiprocess_env
+
 SFT_STEPS, RL_STEPS = 40, 3
 SETTINGS = {
     "sft.steps": SFT_STEPS, "env.eval_tasks": 4, "train.eval_every": 0,
@@ -56,8 +58,7 @@ def _commands(workdir, processes: int) -> list[tuple[list[str], dict]]:
   base = [sys.executable, "-m", "experiments.train",
           f"--config=configs/grpo.py:model=tiny,env=doors,steps={RL_STEPS}",
           f"--workdir={workdir}"] + [f"--config.{k}={v}" for k, v in SETTINGS.items()]
-  env = {**os.environ, "PYTHONPATH": os.getcwd(),
-         "XLA_FLAGS": f"--xla_force_host_platform_device_count={DEVICES // processes}"}
+  env = multiprocess_env(DEVICES // processes)
   if processes == 1:
     return [(base, env)]
   port = _free_port()

@@ -17,6 +17,8 @@ import sys
 import numpy as np
 import pytest
 
+from tirjax.testing.subprocess_env import multiprocess_env
+
 pytestmark = [pytest.mark.xdist_group("multiprocess"), pytest.mark.slow]
 TOL = 1e-5
 
@@ -28,13 +30,7 @@ def _port() -> int:
 
 
 def _run(out, processes: int):
-  # Without the suite's persistent compilation cache: with it, the 2-process run deadlocked
-  # in its first all-gather (jax 0.12.1, each time in 3 runs under pytest; never without the
-  # cache in 5; the cause not found).
-  env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE",
-                                                                  "JAX_PERSISTENT_CACHE"))}
-  env.update(PYTHONPATH=os.getcwd(),
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={8 // processes}")
+  env = multiprocess_env(8 // processes)
   command = [sys.executable, "-m", "tirjax.testing.packed_processes", f"--out={out}"]
   if processes > 1:
     port = _port()
