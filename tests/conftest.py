@@ -16,6 +16,10 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
                       os.path.join(os.path.dirname(os.path.dirname(__file__)), ".jax_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
+import contextlib  # noqa: E402
+import fcntl  # noqa: E402
+import tempfile  # noqa: E402
+
 import hypothesis  # noqa: E402
 import pytest  # noqa: E402
 from absl import flags  # noqa: E402
@@ -46,6 +50,38 @@ def pytest_collection_modifyitems(config, items):
   for item in items:
     if item.module.__name__.split(".")[-1].startswith("test_vllm_"):
       item.add_marker(pytest.mark.vllm)
+
+
+# Tests that keep several processes busy at once (`cores(n)`, n > 1: a run of 2 trainer
+# processes, a grid at --parallel=2) run alone: while one runs, the other xdist worker waits,
+# so no more processes compute at once than this machine's 2 cores (issue 52: with two such
+# tests side by side the load stood at 8-11 on 2 cores). A reader-writer lock on files shared
+# by every pytest process of the machine: each test holds it shared, a `cores` test
+# exclusively; a turnstile lets a waiting `cores` test in before later shared holders.
+_LOCKS = os.path.join(tempfile.gettempdir(), "tirjax-tests-cores")
+
+
+@contextlib.contextmanager
+def _cores(exclusive: bool):
+  with open(_LOCKS + ".turnstile", "a") as turn, open(_LOCKS + ".lock", "a") as lock:
+    fcntl.flock(turn, fcntl.LOCK_EX)
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    finally:
+      fcntl.flock(turn, fcntl.LOCK_UN)
+    try:
+      yield
+    finally:
+      fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+  """Each test's set-up (module fixtures included), call and teardown under `_cores`."""
+  del nextitem
+  marker = item.get_closest_marker("cores")
+  with _cores(exclusive=marker is not None and marker.args[0] > 1):
+    yield
 
 
 @pytest.fixture(scope="session")

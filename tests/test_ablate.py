@@ -13,7 +13,8 @@ import pytest
 
 from tirjax import rundir
 
-pytestmark = [pytest.mark.xdist_group("ablate"), pytest.mark.slow]
+pytestmark = [pytest.mark.xdist_group("ablate"), pytest.mark.slow,
+              pytest.mark.cores(2)]  # the grid at --parallel=2
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # One CPU device: the smoke batches (2 rows) do not split over conftest's 8 simulated devices.

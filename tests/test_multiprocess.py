@@ -15,14 +15,13 @@ What must hold:
   8 devices in another order; one RL update moves a weight by up to the learning rate, 3e-3);
 * only process 0 writes the run directory: every metrics row once;
 * each process evaluates half of the eval tasks and every metric is the one-process run's;
-* killed (both processes, SIGKILL) after a seeded random RL step's checkpoint and started
-  again, the run ends with the uninterrupted two-process run's parameters, bit for bit, and
-  logs every row once.
+* killed (both processes, SIGKILL) once each checkpoint of a short SFT-then-RL run on a
+  (2, 2, 2) mesh is committed and started again each time, the run ends with the
+  uninterrupted two-process run's parameters, bit for bit, and logs every row once.
 """
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +31,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
+from tirjax.testing.short_runs import (SFT_THEN_RL, checkpoint_steps, kill_at_every_checkpoint,
+                                      train_command)
 from tirjax.testing.subprocess_env import multiprocess_env
 
 SFT_STEPS, RL_STEPS = 40, 3
@@ -45,7 +46,8 @@ SETTINGS = {
 }
 DEVICES = 8
 TOLERANCE = 1e-4
-pytestmark = [pytest.mark.xdist_group("multiprocess"), pytest.mark.slow]  # one fixture run
+pytestmark = [pytest.mark.xdist_group("multiprocess"), pytest.mark.slow,  # one fixture run
+              pytest.mark.cores(2)]  # 2 trainer processes at a time
 
 
 def _free_port() -> int:
@@ -139,27 +141,48 @@ def test_two_processes_train_as_one(runs):
   assert json.load(open(runs["two"] / "status.json"))["state"] == "finished"
 
 
-def test_two_processes_resume_after_a_kill(runs, tmp_path):
-  """Both processes SIGKILLed once a seeded random RL step is logged (its checkpoint exists:
-  checkpoints are saved every step), then started again."""
-  workdir, logs = tmp_path / "killed", runs["logs"]
-  kill_after = int(np.random.default_rng(18).integers(1, RL_STEPS))
-  procs = _start(workdir, 2, logs)
-  deadline = time.time() + 900
-  while time.time() < deadline:
-    done = [r["step"] for r in _metrics(workdir) if r["phase"] == "rl"]
-    if done and max(done) >= kill_after:
-      break
-    assert all(p.poll() is None for p in procs), "a process ended before it could be killed"
-    time.sleep(0.2)
-  for p in procs:
-    p.send_signal(signal.SIGKILL)
-  for p in procs:
-    p.wait()
-  assert json.load(open(workdir / "status.json"))["state"] == "running"  # killed, not finished
-  _wait(_start(workdir, 2, logs))
-  rows = [(r["phase"], r["step"]) for r in _metrics(workdir)]
-  assert rows == [(r["phase"], r["step"]) for r in _metrics(runs["two"])]  # each row once
-  a, b = _params(runs["two"]), _params(workdir)
+# A short SFT-then-RL run on a (2, 2, 2) mesh over both processes' devices, on the packed
+# default with mini-batches, the tempered policy's π_old pass and a KL reference: every packer
+# whose sizes a resume must carry (`tirjax.trainer.layouts`).
+EVERY_STEP = {**SFT_THEN_RL, "train.queries_per_step": 2, "train.mini_batch_queries": 1,
+              "rollout.temperature": 0.8, "train.tempered_policy": True, "loss.kl_coef": 0.001,
+              "train.keep_checkpoints": 20, "sharding.num_devices": 0,
+              "sft.batch_size": 4,  # a multiple of the mesh's 4 batch shards
+              "sft.steps": 2}  # checkpoints: SFT step 1, the hand-over, RL steps 1 and 2
+EVERY_STEP_RL = 2
+
+
+def _every_step_commands(workdir) -> list[list[str]]:
+  port = _free_port()
+  command = train_command(workdir, EVERY_STEP_RL) + [f"--config.{k}={v}"
+                                                     for k, v in EVERY_STEP.items()]
+  command[3] = command[3].replace("model=tiny", "model=tiny,mesh=2x2x2")
+  return [command + ["--config.distributed.num_processes=2",
+                     f"--config.distributed.process_id={p}",
+                     f"--config.distributed.coordinator_address=localhost:{port}"]
+          for p in range(2)]
+
+
+def test_two_processes_resume_bit_exact_from_every_checkpoint(tmp_path):
+  """Issue 52: both processes of a run on a (2, 2, 2) mesh SIGKILLed once each checkpoint is
+  committed (every SFT step, the hand-over to RL, every RL step), started again each time:
+  each start resumes from the checkpoint before, and the run logs every row once and ends
+  with the uninterrupted two-process run's parameters, bit for bit."""
+  env = multiprocess_env(DEVICES // 2)
+  full, killed = tmp_path / "full", tmp_path / "killed"
+  procs = [subprocess.Popen(c, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+           for c in _every_step_commands(full)]
+  _wait(procs)
+  saved = checkpoint_steps(full)
+  assert len(saved) == EVERY_STEP["sft.steps"] + EVERY_STEP_RL
+  outputs = kill_at_every_checkpoint(_every_step_commands, killed, saved, env)
+  assert all(out.count("resumed ") == 1 for out in outputs[1:]), outputs
+  _wait([subprocess.Popen(c, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         for c in _every_step_commands(killed)])
+  rows = lambda w: [{k: v for k, v in r.items()
+                     if not (k.startswith("time") or k.endswith("_s"))}  # but seconds
+                    for r in _metrics(w)]
+  assert rows(killed) == rows(full)  # each row once, the same values
+  a, b = _params(full), _params(killed)
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)

@@ -19,7 +19,8 @@ import pytest
 
 from tirjax.testing.subprocess_env import multiprocess_env
 
-pytestmark = [pytest.mark.xdist_group("multiprocess"), pytest.mark.slow]
+pytestmark = [pytest.mark.xdist_group("multiprocess"), pytest.mark.slow,
+              pytest.mark.cores(2)]  # 2 processes
 TOL = 1e-5
 
 

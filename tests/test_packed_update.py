@@ -10,6 +10,7 @@ is small, so forests share sequences and a step has several micro-batches.
 """
 
 import dataclasses
+import json
 
 import jax
 import numpy as np
@@ -188,3 +189,31 @@ def test_the_packed_shapes_only_grow_but_the_micro_batch_count():
   assert packer.ratchet(small) == Shapes(microbatches=1, shards=1, length=256, rows=16,
                                          row_length=128, keys=80, targets=192, block=8)
   assert packer.high.rows == 16 and packer.ratchet(big).microbatches == 3
+
+
+def test_the_packed_shapes_resume_from_what_was_saved():
+  """`Packer.saved`/`resume` (issue 52): a packer resumed from another's saved sizes ratchets as
+  that packer would (so a resumed run pads as the uninterrupted one), and sizes saved for
+  another layout (batch shards, attention block) or not sizes at all are refused by name."""
+  from tirjax.train_steps.packing import Shapes  # noqa: PLC0415
+  graphdef, _, _, place, _ = ts.setup()
+  make = lambda: train_steps.TokenLogprobs(graphdef, place, PACKED).packer
+  first, resumed = make(), make()
+  assert first.saved() is None
+  big = Shapes(microbatches=3, shards=1, length=256, rows=8, row_length=128, keys=72,
+               targets=192, block=8)
+  small = Shapes(microbatches=1, shards=1, length=64, rows=16, row_length=64, keys=80,
+                 targets=64, block=8)
+  first.ratchet(big)
+  saved = json.loads(json.dumps(first.saved()))  # as a checkpoint's metadata holds it
+  resumed.resume(saved)
+  assert resumed.ratchet(small) == first.ratchet(small) != small
+  fresh = make()
+  fresh.resume(None)
+  assert fresh.ratchet(small) == small  # nothing saved: a fresh start
+  for bad, what in [([1, 2, 3], "expected 8 sizes"), ("big", "expected 8 sizes"),
+                    ([3, 2, 256, 8, 128, 72, 192, 8], "2 batch shards"),
+                    ([3, 1, 256, 8, 128, 72, 192, 16], "attention block 16"),
+                    ([3, 1, 256.0, 8, 128, 72, 192, 8], "expected 8 sizes")]:
+    with pytest.raises(ValueError, match=what):
+      make().resume(bad)

@@ -13,8 +13,8 @@ from safetensors.numpy import load_file
 from tirjax.trainer.train import run
 from tirjax.env.toolworld.failures import KINDS as FAILURE_KINDS
 from tirjax.rundir import RunDir
-from tirjax.testing.short_runs import (CONFIGS, SFT_THEN_RL, committed, kill_when, logged,
-                                      short_config, train_command)
+from tirjax.testing.short_runs import (CONFIGS, SFT_THEN_RL, checkpoint_steps,
+                                      kill_at_every_checkpoint, short_config, train_command)
 
 
 @pytest.mark.slow
@@ -89,59 +89,56 @@ def _final_params(workdir):
   return load_file(os.path.join(workdir, "hf_export", "model.safetensors"))
 
 
+# The packed default with everything whose packed shapes a resume must carry: SFT, then RL in
+# 2 mini-batches on the tempered policy (π_old recomputed, packed) with a KL reference
+# (packed); every checkpoint kept, so that each one can be resumed from and compared.
+EVERY_STEP = {**SFT_THEN_RL, "train.queries_per_step": 2, "train.mini_batch_queries": 1,
+              "rollout.temperature": 0.8, "train.tempered_policy": True, "loss.kl_coef": 0.001,
+              "train.keep_checkpoints": 20}
+RL_STEPS = 3
+
+
+def _same_records(a, b):
+  """Two runs' metrics rows, equal but for wall times, bit for bit where they are floats."""
+  timeless = lambda r: {k: v for k, v in r.items()
+                        if not (k.startswith("time") or k.endswith("_s"))}  # seconds
+  assert [(r["phase"], r["step"]) for r in a] == [(r["phase"], r["step"]) for r in b]
+  for x, y in zip(a, b):
+    assert timeless(x) == timeless(y), (x["phase"], x["step"])
+
+
 @pytest.mark.slow
-def test_resume_after_sigkill_equals_an_uninterrupted_run(tmp_path):
-  steps = 4
+def test_resume_is_bit_exact_from_every_checkpoint(tmp_path):
+  """Issue 52: killed (SIGKILL, by itself: `tirjax.testing.killed_run`) once each checkpoint of
+  an SFT-then-RL run on the packed default is committed — every SFT step, the hand-over to RL,
+  every RL step — and started again each time, the run logs what the uninterrupted run logs
+  and ends with its parameters, bit for bit. Each start resumes from the checkpoint before
+  (issue 30: inside SFT too), with the packed shapes that run had reached
+  (`tirjax.trainer.layouts`). Then a finished run, rerun, only re-evaluates, and a corrupt
+  last checkpoint is named, moved aside and redone."""
   env = {**os.environ, "PYTHONPATH": os.getcwd()}
+  extra = [f"--config.{k}={v}" for k, v in EVERY_STEP.items()]
+  command = lambda workdir: train_command(workdir, RL_STEPS) + extra
   full, killed = tmp_path / "full", tmp_path / "killed"
-  subprocess.run(train_command(full, steps), check=True, env=env, capture_output=True)
-  # Kill at a step chosen at random (seeded), once its checkpoint exists.
-  kill_after = int(np.random.default_rng(0).integers(1, steps))
-  kill_when(train_command(killed, steps), env, logged(killed, "rl", kill_after),
-            tmp_path / "killed.log", f"RL step {kill_after}")
+  subprocess.run(command(full), check=True, env=env, capture_output=True)
+  saved = checkpoint_steps(full)
+  sft = EVERY_STEP["sft.steps"]
+  assert len(saved) == sft + RL_STEPS  # SFT steps 1..sft-1, the hand-over, each RL step
+  outputs = kill_at_every_checkpoint(lambda w: [command(w)], killed, saved, env)
+  # each start after the first resumed from the checkpoint before its own
+  resumed = [("sft", j) for j in range(1, sft)] + [("rl", j) for j in range(RL_STEPS)]
+  for (phase, step), out in zip(resumed, outputs[1:]):
+    assert out.count("resumed ") == 1 and f"resumed {killed} at {phase} step {step} " in out, \
+        out[-2000:]
   assert json.load(open(killed / "status.json"))["state"] == "running"  # killed, not finished
-  subprocess.run(train_command(killed, steps), check=True, env=env, capture_output=True)
+  subprocess.run(command(killed), check=True, env=env, capture_output=True)
+  _same_records(RunDir(str(full)).metrics(), RunDir(str(killed)).metrics())
   a, b = _final_params(full), _final_params(killed)
   assert a.keys() == b.keys()
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
-  rl = [r["step"] for r in RunDir(str(killed)).metrics() if r["phase"] == "rl"]
-  assert rl == list(range(1, steps + 1))  # steps redone after the kill are logged once
-
-
-@pytest.mark.slow
-def test_resume_after_sft_warm_start_kills_in_sft_and_in_rl(tmp_path):
-  """Issue 14: one monotonic checkpoint step over SFT then RL. Killed once a random SFT step's
-  checkpoint is committed (issue 30: it then resumes from that checkpoint, inside SFT) and
-  then at a random RL step (seeded), the run ends with the uninterrupted run's parameters bit
-  for bit, logs every row once, and a finished run rerun only re-evaluates."""
-  steps = 4
-  env = {**os.environ, "PYTHONPATH": os.getcwd()}
-  extra = [f"--config.{k}={v}" for k, v in SFT_THEN_RL.items()]
-  full, killed = tmp_path / "full", tmp_path / "killed"
-  subprocess.run(train_command(full, steps) + extra, check=True, env=env, capture_output=True)
-  rng = np.random.default_rng(7)
-  sft_kill, rl_kill = int(rng.integers(1, SFT_THEN_RL["sft.steps"])), int(rng.integers(1, steps))
-  kill_when(train_command(killed, steps) + extra, env, committed(killed, sft_kill),
-            tmp_path / "first.log", f"SFT checkpoint {sft_kill}")
-  kill_when(train_command(killed, steps) + extra, env, logged(killed, "rl", rl_kill),
-            tmp_path / "second.log", f"RL step {rl_kill}")
-  resumed = (tmp_path / "second.log").read_text()
-  at = [int(x) for x in re.findall(rf"resumed {re.escape(str(killed))} at sft step (\d+)",
-                                   resumed)]
-  assert len(at) == 1 and sft_kill <= at[0] < SFT_THEN_RL["sft.steps"], resumed
-  assert json.load(open(killed / "status.json"))["state"] == "running"  # killed, not finished
-  subprocess.run(train_command(killed, steps) + extra, check=True, env=env, capture_output=True)
-  a, b = _final_params(full), _final_params(killed)
-  assert a.keys() == b.keys()
-  for k in a:
-    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
-  rows = [(r["phase"], r["step"]) for r in RunDir(str(killed)).metrics()]
-  assert len(rows) == len(set(rows)), "a metrics row is logged twice"
-  assert [s for p, s in rows if p == "sft"] == list(range(1, SFT_THEN_RL["sft.steps"] + 1))
-  assert [s for p, s in rows if p == "rl"] == list(range(1, steps + 1))
-  saved = sorted(int(d) for d in os.listdir(killed / "checkpoints") if d.isdigit())
-  assert saved and saved[-1] == SFT_THEN_RL["sft.steps"] + steps  # RL's steps follow SFT's
+  steps = RL_STEPS
+  assert checkpoint_steps(killed) == saved
   # A finished run, rerun: it evaluates again and trains nothing.
   before = RunDir(str(killed)).metrics()
   out = subprocess.run(train_command(killed, steps) + extra, check=True, env=env,

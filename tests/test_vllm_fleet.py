@@ -12,7 +12,7 @@ from tirjax.sampling.vllm import VLLMOptions
 from tirjax.sampling.vllm_fleet import VLLMFleet
 from tirjax.testing import tiny_hf, vllm_processes as support
 
-pytestmark = pytest.mark.xdist_group("vllm")
+pytestmark = [pytest.mark.xdist_group("vllm"), pytest.mark.cores(2)]  # 2 vLLM servers
 
 TOL = 1e-3  # float32 on both sides
 

@@ -52,6 +52,55 @@ def train_command(workdir, steps):
       [f"--config.{k}={v}" for k, v in SHORT.items() if not k.startswith("rollout.arpo")])
 
 
+def killed_at(command, step):
+  """Trainer argv `command` run by `tirjax.testing.killed_run`, which SIGKILLs the process
+  once checkpoint `step` is committed."""
+  assert command[1:3] == ["-m", launch.TRAINER], command
+  return [command[0], "-m", "tirjax.testing.killed_run", str(step), *command[3:]]
+
+
+def checkpoint_steps(workdir):
+  """The committed checkpoint steps of a run directory, ascending."""
+  return sorted(int(d.name) for d in (pathlib.Path(workdir) / rundir.CHECKPOINTS).iterdir()
+                if d.name.isdigit())
+
+
+def kill_at_every_checkpoint(commands, workdir, steps, env, log=None):
+  """Runs `commands(workdir)` (one trainer argv per process, each started with `env`) once per
+  checkpoint of `steps`, each start SIGKILLed by itself once that checkpoint is committed, so
+  every run but the first resumes from the checkpoint before; returns each start's stdout
+  (process 0's). A process left when another has died (a collective's partner gone) is
+  killed too."""
+  outputs = []
+  env = {**env, "PYTHONUNBUFFERED": "1"}  # what a killed process printed is not lost
+  for step in steps:
+    procs = []
+    for p, command in enumerate(commands(workdir)):
+      out = open(f"{log or workdir}.{step}.p{p}.log", "w+")
+      procs.append((subprocess.Popen(killed_at(command, step), env=env, stdout=out,
+                                     stderr=subprocess.STDOUT), out))
+    deadline = time.time() + 600
+    while all(proc.poll() is None for proc, _ in procs):
+      assert time.time() < deadline, f"no process died at checkpoint {step}"
+      time.sleep(0.05)
+    for proc, _ in procs:
+      try:
+        proc.wait(timeout=60)
+      except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    texts = []
+    for proc, out in procs:
+      out.seek(0)
+      texts.append(out.read())
+      out.close()
+    codes = [proc.returncode for proc, _ in procs]
+    assert codes[0] == -signal.SIGKILL, f"checkpoint {step}: exit codes {codes}\n{texts[0][-3000:]}"
+    assert checkpoint_steps(workdir)[-1] == step, (step, checkpoint_steps(workdir))
+    outputs.append(texts[0])
+  return outputs
+
+
 def kill_when(command, env, ready, log, what):
   """Starts `command` (its stdout to `log`) and SIGKILLs it once `ready()` holds (an observable
   state, not a fixed sleep)."""

@@ -136,7 +136,13 @@ class Packer:
   packer has used (`ratchet`), so a run compiles once per size that grows, a handful in all,
   not once per combination of bucketed sizes (how many compiled before and after:
   benchmarks/results/make_run_time.json). A smaller batch then pays padding up to the
-  largest shape so far, which costs far less than a compilation."""
+  largest shape so far, which costs far less than a compilation.
+
+  The sizes used so far are therefore part of a run's state: a step's layout depends on the
+  steps before it, and XLA's CPU kernels do not add a padded reduction in the same order at
+  two lengths, so a run resumed with a fresh packer computes other float32 roundings than the
+  uninterrupted run. `saved` and `resume` carry them through a checkpoint
+  (`tirjax.trainer.layouts`)."""
 
   def __init__(self, place: Placement, opts: StepOptions):
     self.place = place
@@ -151,6 +157,33 @@ class Packer:
       shapes = dataclasses.replace(shapes.merge(self.high), microbatches=shapes.microbatches)
     self.high = shapes
     return shapes
+
+  def saved(self) -> Optional[list[int]]:
+    """The largest sizes used so far, as JSON (None before the first `pack`)."""
+    return None if self.high is None else list(dataclasses.astuple(self.high))
+
+  def resume(self, saved: Optional[list[int]]) -> None:
+    """Continue from sizes `saved` gives (`saved()` of the run's packer at its checkpoint;
+    None: nothing packed yet).
+
+    Raises:
+      ValueError: `saved` is not a list of `Shapes`' sizes, or was packed for another
+        number of batch shards or another attention block.
+    """
+    if saved is None:
+      self.high = None
+      return
+    names = [f.name for f in dataclasses.fields(packing.Shapes)]
+    if (not isinstance(saved, (list, tuple)) or len(saved) != len(names)
+        or not all(isinstance(v, int) and v >= 0 for v in saved)):
+      raise ValueError(f"packed shapes {saved!r}: expected {len(names)} sizes "
+                       f"({', '.join(names)})")
+    high = packing.Shapes(*saved)
+    if (high.shards, high.block) != (self.shards, self.opts.attention_block):
+      raise ValueError(f"packed shapes {saved!r}: saved for {high.shards} batch shards and "
+                       f"attention block {high.block}, this run has {self.shards} and "
+                       f"{self.opts.attention_block}")
+    self.high = high
 
   def share(self, rows: int) -> distributed.RowShare:
     return distributed.row_share(self.place.mesh, self.place.rules, rows)

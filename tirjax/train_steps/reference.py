@@ -51,6 +51,11 @@ class TokenLogprobs:
     self.jitted = jax.jit(logprobs, in_shardings=(place.params, place.batch, place.batch),
                           out_shardings=place.batch)
 
+  @property
+  def packer(self):
+    """The packed pass's `Packer` (its sizes are resumable state); None when padded."""
+    return None if self.packed is None else self.packed.packer
+
   def __call__(self, params: nnx.State, tokens: jax.Array, token_valid: jax.Array,
                group_id: Optional[jax.Array] = None, needed: Optional[jax.Array] = None
                ) -> jax.Array:
@@ -78,6 +83,10 @@ class ReferencePolicy:
     self.placement = place
     self.params = placed_copy(params, place.params)
     self.fn = TokenLogprobs(graphdef, place, opts)
+
+  @property
+  def packer(self):
+    return self.fn.packer
 
   def logprobs(self, tokens: jax.Array, token_valid: jax.Array,
                group_id: Optional[jax.Array] = None, needed: Optional[jax.Array] = None

@@ -217,7 +217,10 @@ class TrainStep:
   `learning_rate` (of this update), `tokens/loss` (tokens in the loss), `tokens/valid` (real
   tokens of the batch's rows), `tokens/forwarded` (positions the model ran, padding included).
   `num_microbatches` None: the batch says how many (`batch.num_microbatches`).
+  `packer`: the packed steps' `packed.Packer` (its sizes are resumable state); None here.
   """
+
+  packer = None
 
   def __init__(self, graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
                loss_fn: LossFn, place: Placement, num_microbatches: Optional[int]):

@@ -21,7 +21,7 @@ from tirjax.env import environments
 from tirjax.episodes import rollout
 from tirjax.models.hf_io import export_hf
 from tirjax.rollouts import Rollouts
-from tirjax.trainer import processes, refill, resolve, weights
+from tirjax.trainer import layouts, processes, refill, resolve, weights
 from tirjax.trainer.parts import Trainer
 from tirjax.trainer.progress import summary_table
 from tirjax.trainer.rl_metrics import PhaseClock, credit_metrics, rl_metrics
@@ -60,6 +60,8 @@ def warm_start(trainer: Trainer, state: TrainState) -> TrainState:
       data.source.demonstrations(data.demo_tasks, data.tokenizer, exp.sft.demos,
                                  exp.sft.num_demos),
       exp.rollout.shapes.max_tokens, seed=exp.seed)
+  packers = {"sft": sft.step}  # their sizes so far are checkpointed (`layouts`)
+  layouts.resume(state, packers)
   trainer.progress.start("sft", exp.sft.steps, state.data_position["sft_step"])
   start = time.perf_counter()
   while state.data_position["sft_step"] < exp.sft.steps:
@@ -69,12 +71,12 @@ def warm_start(trainer: Trainer, state: TrainState) -> TrainState:
     rec = trainer.writer.write("sft", i + 1, jax.device_get(metrics))
     trainer.progress.update(i + 1, loss=rec["loss"])
     if every(i + 1, exp.train.checkpoint_every) and i + 1 < exp.sft.steps:
-      trainer.ckpt.save(state)
+      trainer.ckpt.save(layouts.recorded(state, packers))
   trainer.clock.seconds["sft"] = time.perf_counter() - start
   trainer.evaluate_and_log(state, 0, stage="sft")
   rl = trainer.phases["rl"]
   state = init_state(state.params, rl.tx, rl.place, state.rng, step=state.step,
-                     data_position={**state.data_position, "phase": "rl"},
+                     data_position={**layouts.cleared(state.data_position), "phase": "rl"},
                      policy_version=state.policy_version)
   trainer.ckpt.save(state)
   return state
@@ -89,6 +91,8 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
     params = weights.reference_params(state, trainer.workdir, trainer.ckpt.run_id)
     reference = ReferencePolicy(graphdef, params, rl.place, exp.step)
   own_logprobs = TokenLogprobs(graphdef, rl.place, exp.step) if exp.train.tempered_policy else None
+  packers = {"rl": rl.step, "reference": reference, "old_logprobs": own_logprobs}
+  layouts.resume(state, packers)
   trainer.progress.start("rl", exp.train.steps, state.data_position["rl_step"])
   last_eval = None
   start, eval_before = time.perf_counter(), trainer.clock.seconds.get("eval", 0.0)
@@ -125,7 +129,7 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
     trainer.progress.update(done, reward=stats["reward/mean"],
                             accuracy=None if last_eval is None else last_eval["eval/accuracy"])
     if every(done, exp.train.checkpoint_every) or last:
-      trainer.ckpt.save(state)
+      trainer.ckpt.save(layouts.recorded(state, packers))
   trainer.ckpt.wait()
   trainer.clock.seconds["rl"] = (time.perf_counter() - start
                                  - (trainer.clock.seconds.get("eval", 0.0) - eval_before))
