@@ -136,6 +136,7 @@ class Sandbox:
     self._workers: collections.OrderedDict[str, host.WorkerProcess] = (
         collections.OrderedDict())  # live ones, least recently used first
     self._lock = threading.RLock()
+    self._closed = False  # set once, under the lock, by close(): nothing starts after it
     self._request_id = 0
     self._preload: list[str] = []
     files.remove_orphaned_scratch()
@@ -172,6 +173,7 @@ class Sandbox:
     successful calls and replays them after a worker restart.
     """
     with self._lock:
+      self._check_open()
       space = _Space(code, dict(variables or {}), stateful)
       self._spaces[ns] = space
       self._retire(ns)
@@ -180,6 +182,7 @@ class Sandbox:
   def call(self, ns: str, target: str, arguments: Mapping[str, Any]) -> Any:
     """Calls `target` ("f" or "obj.method") of namespace `ns`; raises `ToolError` on failure."""
     with self._lock:
+      self._check_open()
       space = self._spaces.get(ns)
       if space is None:
         raise ToolError(f"sandbox namespace {ns!r} was never defined")
@@ -201,6 +204,7 @@ class Sandbox:
     for installed packages' own code: it runs outside the workers' seccomp filter and hook
     (inside the zygote's namespaces). Returns {module: error} of those that failed."""
     with self._lock:
+      self._check_open()
       self._preload += [m for m in modules if m not in self._preload]
       if not self._zygote.alive:
         return {}  # imported when the zygote starts
@@ -208,12 +212,24 @@ class Sandbox:
 
   def drop(self, ns: str) -> None:
     with self._lock:
+      self._check_open()
       self._spaces.pop(ns, None)
       self._retire(ns)
 
   def close(self) -> None:
+    """Kills every worker and the zygote. Final: from now on every method raises ToolError
+    and starts nothing (a zygote started after close() would outlive the sandbox: nothing
+    would ever stop it). A call in flight in another thread finishes first (it holds the
+    lock, for at most one call's budget). Closing again does nothing."""
     with self._lock:
+      self._closed = True
       self._cleanup()
+
+  def _check_open(self) -> None:
+    """Raises ToolError once the sandbox is closed (checked under the lock, so that a thread
+    that waited for it while close() ran sees the close)."""
+    if self._closed:
+      raise ToolError("the sandbox is closed")
 
   def __enter__(self) -> "Sandbox":
     return self

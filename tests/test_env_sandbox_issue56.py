@@ -1,0 +1,68 @@
+"""The sandbox against the attacks of issue 56 on the owner's side, one test per attack class,
+as root on CI's machine. Each test names the layer that stops its attack; the tool code's
+attacks run with the audit hook off, so that the kernel's or the owner's layer is what holds.
+"""
+
+import dataclasses
+import os
+import resource
+import threading
+import time
+
+import pytest
+
+from tirjax.env.sandbox import Sandbox, SandboxLimits, kernel_isolation_available
+from tirjax.env.tools import ToolError
+from tirjax.testing.sandbox_probes import HOOK_OFF, libseccomp_loads, worker_pid
+
+LIMITS = SandboxLimits(timeout_s=1.0, grace_s=0.5, memory_mb=256, max_file_mb=4,
+                       scratch_mb=16, max_output_chars=100_000)
+
+
+def children() -> set:
+  """The pids of this process's children (a zygote is one; its workers are its own)."""
+  out = set()
+  for task in os.listdir("/proc/self/task"):
+    with open(f"/proc/self/task/{task}/children") as f:
+      out.update(int(pid) for pid in f.read().split())
+  return out
+
+
+def test_4_close_is_final_even_when_threads_race_it():
+  """Layer: close() marks the sandbox closed under its lock, and every method checks it
+  first. Threads keep calling and defining while the sandbox closes; afterwards every method
+  raises ToolError and no process of it is left, or started again."""
+  before = children()
+  sb = Sandbox(LIMITS)
+  sb.define("a", "def f(x):\n    return x")
+  assert children() - before  # its zygote
+  started, outcomes = threading.Barrier(5), []
+
+  def hammer(i):
+    started.wait()
+    while True:
+      try:
+        if i % 2:
+          sb.call("a", "f", {"x": i})
+        else:
+          sb.define(f"n{i}", "y = 1")
+      except ToolError as e:
+        if "closed" in str(e):
+          outcomes.append(str(e))
+          return
+        raise
+
+  threads = [threading.Thread(target=hammer, args=(i,)) for i in range(4)]
+  for thread in threads:
+    thread.start()
+  started.wait()
+  sb.close()
+  for thread in threads:
+    thread.join(30)
+  assert outcomes == ["the sandbox is closed"] * 4
+  for method, args in [(sb.call, ("a", "f", {"x": 1})), (sb.define, ("b", "x = 1")),
+                       (sb.drop, ("a",)), (sb.preload, (["json"],))]:
+    with pytest.raises(ToolError, match="the sandbox is closed"):
+      method(*args)
+  sb.close()  # again: nothing to do
+  assert children() <= before
