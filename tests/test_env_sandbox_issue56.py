@@ -66,3 +66,32 @@ def test_4_close_is_final_even_when_threads_race_it():
       method(*args)
   sb.close()  # again: nothing to do
   assert children() <= before
+
+
+@pytest.fixture
+def many_open_files():
+  """1,100 open descriptors in the owner (its limit raised for them), closed afterwards: the
+  sandbox's own pipes and sockets then get numbers from 1100 up."""
+  soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+  if hard != resource.RLIM_INFINITY and hard < 2048:
+    pytest.skip(f"RLIMIT_NOFILE's hard limit is {hard} here")
+  resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+  held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+  try:
+    yield held
+  finally:
+    for fd in held:
+      os.close(fd)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_5_an_owner_holding_1100_descriptors_still_runs_tools(many_open_files):
+  """Layer: the owner waits with poll, which takes any descriptor number (select refused
+  those from 1024 up with a ValueError, not a ToolError)."""
+  with Sandbox(LIMITS) as sb:
+    sb.define("a", "def f(x):\n    return x\ndef spin():\n    while True:\n        pass")
+    assert sb._workers["a"]._replies >= 1024  # the pipe the owner waits on
+    assert sb.call("a", "f", {"x": 5}) == 5
+    with pytest.raises(ToolError, match="timed out after 1.0 s"):
+      sb.call("a", "spin", {})
+    assert sb.call("a", "f", {"x": 6}) == 6

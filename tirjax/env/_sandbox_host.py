@@ -17,6 +17,7 @@ reading, or sends anything but the checked reply to the request in flight
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import shutil
@@ -84,11 +85,15 @@ def kill_group(pid: int) -> None:
 
 
 def _wait(fd: int, deadline: float, write: bool = False) -> bool:
+  """Whether `fd` is ready to read (or `write`), or closed at its other end, by `deadline`.
+  poll, not select: select refuses descriptors from 1024 up (ValueError), which an owner
+  holding many open files hands to its workers' pipes."""
   left = deadline - time.monotonic()
   if left <= 0:
     return False
-  ready = select.select([], [fd], [], left)[1] if write else select.select([fd], [], [], left)[0]
-  return bool(ready)
+  poller = select.poll()
+  poller.register(fd, select.POLLOUT if write else select.POLLIN)
+  return bool(poller.poll(math.ceil(left * 1000)))
 
 
 def _signal(pidfd: int, signum: int) -> bool:
