@@ -142,9 +142,11 @@ class WorkerProcess:
     self._buf = b""
 
   def send(self, request: dict, deadline: float) -> Optional[str]:
-    """Resumes the worker and writes one request line by `deadline`: None once written, else
-    "timeout" (it stopped reading) or "eof" (it is gone)."""
+    """Drops what the stopped worker wrote since its last reply, resumes it and writes one
+    request line by `deadline`: None once written, else "timeout" (it stopped reading) or
+    "eof" (it is gone)."""
     data = memoryview(json.dumps(request).encode() + b"\n")
+    self._drain()
     _signal(self.pidfd, signal.SIGCONT)
     while data:
       try:
@@ -155,6 +157,19 @@ class WorkerProcess:
       except OSError:
         return "eof"
     return None
+
+  def _drain(self) -> None:
+    """Drops whatever the worker wrote beyond its last reply, so that the next line read is
+    its reply to the next request: a line it wrote ahead for a later id (issue 56) never
+    answers that request. The worker is stopped (SIGSTOP, which it cannot catch, since its
+    last reply): what there is to drop is at most one pipe's capacity."""
+    self._buf = b""
+    while True:
+      try:
+        if not os.read(self._replies, 1 << 16):
+          return  # it is gone: the read that follows reports it
+      except OSError:  # BlockingIOError: nothing (more) there
+        return
 
   def read(self, deadline: float, request_id: Optional[int]) -> Union[dict, str]:
     """The checked reply to `request_id` (None: the start-up line), or "timeout" / "eof" /
