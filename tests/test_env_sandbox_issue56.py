@@ -6,6 +6,9 @@ attacks run with the audit hook off, so that the kernel's or the owner's layer i
 import dataclasses
 import os
 import resource
+import shutil
+import socket
+import tempfile
 import threading
 import time
 
@@ -135,3 +138,122 @@ def test_6_a_reply_written_ahead_never_answers_the_next_request():
     assert sb.call("r", "answer_ahead", {}) == "honest"
     assert sb.call("r", "echo", {"x": "ran"}) == "ran"
     assert worker_pid(sb, "r") == pid and sb.restarts == 0  # the same worker, not killed
+
+
+ATTACKER = HOOK_OFF + r'''
+import errno, fcntl, os, socket, termios
+
+def _outcome(fn):
+    try:
+        fn()
+        return "done"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+
+def reach_host(stream_path, dgram_path, abstract):
+    """Issue 56 §1: every route to a listener of the host's."""
+    def connect(family, kind, address, data=b"escaped"):
+        def go():
+            s = socket.socket(family, kind)
+            s.connect(address)
+            s.send(data)
+        return go
+    return {"path_stream": _outcome(connect(socket.AF_UNIX, socket.SOCK_STREAM, stream_path)),
+            "path_dgram": _outcome(connect(socket.AF_UNIX, socket.SOCK_DGRAM, dgram_path)),
+            "abstract": _outcome(connect(socket.AF_UNIX, socket.SOCK_STREAM, abstract)),
+            "vsock": _outcome(lambda: socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)),
+            "inet": _outcome(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM)),
+            "netlink": _outcome(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW)),
+            "socketpair": _outcome(socket.socketpair)}
+
+_held = []
+
+def hold_kernel_memory(cap):
+    """Issue 56 §2: kernel buffers RLIMIT_AS does not count, held until the next call: 1,000
+    socketpairs, then pipes, each grown to 1 MiB and filled, until the limit (or `cap`)."""
+    out = {"socketpairs": _outcome(lambda: [_held.append(socket.socketpair())
+                                            for _ in range(1000)])}
+    queued, grown, pipes = 0, [], 0
+    while queued < cap:
+        try:
+            r, w = os.pipe()
+        except OSError as e:
+            out["pipes_stopped_by"] = errno.errorcode[e.errno]
+            break
+        _held.append((r, w))
+        pipes += 1
+        grown.append(_outcome(lambda: fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20)))
+        os.set_blocking(w, False)
+        try:
+            while True:
+                os.write(w, b"x" * 65536)
+        except BlockingIOError:
+            pass
+        queued += int.from_bytes(fcntl.ioctl(r, termios.FIONREAD, b"\0" * 4), "little")
+    out.update(pipes=pipes, queued=queued, grown=sorted(set(grown)))
+    return out
+'''
+
+
+@pytest.fixture(scope="module")
+def contained():
+  if not kernel_isolation_available():
+    pytest.skip("no user, PID and mount namespaces on this machine")
+  if not libseccomp_loads():
+    pytest.skip("libseccomp is not installed on this machine")
+
+
+def attacker(sb, ns):
+  sb.define(ns, ATTACKER)
+  assert sb.call(ns, "hook_off", {})
+  return ns
+
+
+def test_1_tool_code_reaches_no_socket_of_the_hosts(contained, tmp_path_factory):
+  """Layer: seccomp refuses socket() and socketpair() (every family) in the workers. Host
+  listeners on a 0777 path socket under /tmp (which the read-only mount shows), a datagram
+  one and an abstract one receive nothing; AF_VSOCK, AF_INET and netlink cannot be made."""
+  folder = tempfile.mkdtemp(prefix="tirjax-56-", dir="/tmp")
+  os.chmod(folder, 0o777)
+  listeners = []
+  try:
+    stream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stream.bind(os.path.join(folder, "stream"))
+    stream.listen()
+    dgram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dgram.bind(os.path.join(folder, "dgram"))
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    abstract.bind(f"\0tirjax-56-{os.getpid()}")
+    abstract.listen()
+    listeners = [stream, dgram, abstract]
+    for s in listeners:
+      s.setblocking(False)
+    for name in ("stream", "dgram"):
+      os.chmod(os.path.join(folder, name), 0o777)
+    with Sandbox(LIMITS) as sb:
+      routes = sb.call(attacker(sb, "s"), "reach_host", {
+          "stream_path": os.path.join(folder, "stream"),
+          "dgram_path": os.path.join(folder, "dgram"), "abstract": f"\0tirjax-56-{os.getpid()}"})
+    assert routes == dict.fromkeys(routes, "EPERM"), routes
+    for s in (stream, abstract):
+      with pytest.raises(BlockingIOError):
+        s.accept()
+    with pytest.raises(BlockingIOError):
+      dgram.recv(64)
+  finally:
+    for s in listeners:
+      s.close()
+    shutil.rmtree(folder)
+
+
+def test_2_kernel_buffers_stay_inside_the_documented_bound(contained):
+  """Layers: seccomp refuses socketpair() and fcntl(F_SETPIPE_SZ); RLIMIT_NOFILE
+  (`max_open_files`) bounds the pipes. The kernel's own count of what the worker's pipes
+  hold (FIONREAD) stays within max_open_files / 2 * 64 KiB (2 MiB here), against 444 MiB of
+  socket buffers before."""
+  bound = LIMITS.max_open_files // 2 * 65536
+  with Sandbox(LIMITS) as sb:
+    held = sb.call(attacker(sb, "m"), "hold_kernel_memory", {"cap": 32 * bound})
+  assert held["socketpairs"] == "EPERM" and held["grown"] == ["EPERM"], held
+  assert held["pipes_stopped_by"] == "EMFILE", held
+  assert 0 < held["queued"] <= bound, held

@@ -132,6 +132,10 @@ def apply_limits(cfg: dict) -> None:
   # No new process for the worker's user (seccomp refuses them already; the kernel does not
   # apply this limit to root, which a worker never is).
   resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+  # Open files, and with them pipes: each holds at most 64 KiB of kernel memory (seccomp
+  # refuses F_SETPIPE_SZ), which RLIMIT_AS does not count.
+  files = int(cfg["max_open_files"])
+  resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
 
 
 def _on_alarm(signum, frame):

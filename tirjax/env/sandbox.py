@@ -85,14 +85,20 @@ class SandboxLimits:
   scratch_mb: int = 64  # each worker's scratch folder (a tmpfs), all files together
   max_output_chars: int = 100_000
   isolate_network: bool = True
+  # Descriptors a worker may hold open (RLIMIT_NOFILE): pipes are kernel memory that
+  # RLIMIT_AS does not count, at most max_open_files / 2 * 64 KiB of it (sockets are refused).
+  max_open_files: int = 64
   # Workers alive at a time (one per namespace; the least recently used is closed beyond).
-  # The memory tool code can hold is at most max_workers * (memory_mb + scratch_mb).
+  # The memory tool code can hold is at most max_workers * (memory_mb + scratch_mb +
+  # max_open_files * 32 KiB) (README, Security notes).
   max_workers: int = 64
 
   def __post_init__(self):
     for name in ("timeout_s", "grace_s"):
       option_checks.above(name, getattr(self, name), 0)
     option_checks.at_least("memory_mb", self.memory_mb, 128, why="the interpreter needs it")
+    option_checks.at_least("max_open_files", self.max_open_files, 16,
+                           why="the interpreter and its pipes need some")
     for name in ("max_file_mb", "scratch_mb", "max_output_chars", "max_workers"):
       option_checks.at_least(name, getattr(self, name), 1)
 
@@ -151,7 +157,8 @@ class Sandbox:
     self._zygote = host.Zygote(self._scratch, dict(
         timeout_s=limits.timeout_s, memory_bytes=limits.memory_mb << 20,
         max_file_bytes=limits.max_file_mb << 20, scratch_bytes=limits.scratch_mb << 20,
-        max_output_chars=limits.max_output_chars), mode, max_line)
+        max_output_chars=limits.max_output_chars, max_open_files=limits.max_open_files),
+        mode, max_line)
     # The zygote (and with it every worker) is killed and the scratch folder removed on
     # close(), on garbage collection or at interpreter exit, whichever comes first.
     self._cleanup = weakref.finalize(self, _cleanup, self._workers, self._zygote,
