@@ -255,5 +255,5 @@ def test_2_kernel_buffers_stay_inside_the_documented_bound(contained):
   with Sandbox(LIMITS) as sb:
     held = sb.call(attacker(sb, "m"), "hold_kernel_memory", {"cap": 32 * bound})
   assert held["socketpairs"] == "EPERM" and held["grown"] == ["EPERM"], held
-  assert held["pipes_stopped_by"] == "EMFILE", held
+  assert held.get("pipes_stopped_by") == "EMFILE", held
   assert 0 < held["queued"] <= bound, held
