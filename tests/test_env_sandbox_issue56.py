@@ -257,3 +257,54 @@ def test_2_kernel_buffers_stay_inside_the_documented_bound(contained):
   assert held["socketpairs"] == "EPERM" and held["grown"] == ["EPERM"], held
   assert held.get("pipes_stopped_by") == "EMFILE", held
   assert 0 < held["queued"] <= bound, held
+
+
+def test_3_an_episode_with_evictions_costs_at_most_one_budget_per_call():
+  """Layer: every call has one budget (`call_budget_s`, here 2 * (0.5 + 0.25) s) for all it
+  does, a stateful namespace's replay included; a namespace whose replay does not fit is
+  refused, at no cost, from then on. With one worker alive at a time, each call of the
+  stateful namespace (0.15 s of work) follows an eviction and replays all before it: without
+  the budget its calls cost 0.15 s, 0.30 s, ... (16 calls: 20 s in all). Another thread's
+  calls of a third namespace wait for the lock at most one budget."""
+  limits = dataclasses.replace(LIMITS, timeout_s=0.5, grace_s=0.25, max_workers=1)
+  budget, n = limits.budget_s, 16
+  code = "import time\nstate = []\ndef push(v):\n    time.sleep(0.15)\n    state.append(v)\n" \
+         "    return len(state)\ndef f(x):\n    return x"
+  with Sandbox(limits) as sb:
+    sb.define("a", code, stateful=True)
+    sb.define("b", code)
+    done, waits = threading.Event(), []
+
+    sb.define("c", code)
+
+    def other():  # an unrelated namespace, in another thread
+      while not done.is_set():
+        t0 = time.monotonic()
+        assert sb.call("c", "f", {"x": 1}) == 1
+        waits.append(time.monotonic() - t0)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    took, outcomes, t_all = [], [], time.monotonic()
+    try:
+      for i in range(n):
+        t0 = time.monotonic()
+        try:
+          outcomes.append(sb.call("a", "push", {"v": i}))
+        except ToolError as e:
+          outcomes.append(str(e))
+        took.append(time.monotonic() - t0)
+        assert sb.call("b", "f", {"x": 2}) == 2  # evicts "a"
+    finally:
+      done.set()
+      thread.join(60)
+    total = time.monotonic() - t_all
+  slack = 0.5  # a loaded 2-core machine
+  assert max(took) <= budget + slack, took
+  assert total <= n * budget, (total, took)
+  assert max(waits) <= budget + slack, max(waits)
+  served = [o for o in outcomes if isinstance(o, int)]
+  assert served == list(range(1, len(served) + 1)) and len(served) >= 2, outcomes
+  refusals = outcomes[len(served):]
+  assert refusals and all("is refused: replaying its" in r and "does not fit" in r
+                          for r in refusals), outcomes

@@ -238,9 +238,10 @@ class Zygote:
       raise ToolError("the sandbox's zygote process failed to start")
     return ready["enforced"]
 
-  def spawn(self) -> tuple[WorkerProcess, dict]:
-    """A new worker with a scratch folder of its own, and the layers it reports."""
-    deadline = time.monotonic() + START_S
+  def spawn(self, deadline: Optional[float] = None) -> tuple[WorkerProcess, dict]:
+    """A new worker with a scratch folder of its own, and the layers it reports, by
+    `deadline` (a call's budget) or within START_S."""
+    deadline = min(time.monotonic() + START_S, deadline or float("inf"))
     name = files.new_name()
     requests_r, requests_w = os.pipe()
     replies_r, replies_w = os.pipe()

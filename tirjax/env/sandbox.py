@@ -92,6 +92,17 @@ class SandboxLimits:
   # The memory tool code can hold is at most max_workers * (memory_mb + scratch_mb +
   # max_open_files * 32 KiB) (README, Security notes).
   max_workers: int = 64
+  # The most one call() may take in all, worker start, definition and a stateful namespace's
+  # replay included (None: 2 * (timeout_s + grace_s)); it is also the longest the sandbox's
+  # lock is held. A replay gets what is left after one request's time (timeout_s + grace_s).
+  call_budget_s: Optional[float] = None
+
+  @property
+  def budget_s(self) -> float:
+    """`call_budget_s`, or its default."""
+    if self.call_budget_s is not None:
+      return self.call_budget_s
+    return 2 * (self.timeout_s + self.grace_s)
 
   def __post_init__(self):
     for name in ("timeout_s", "grace_s"):
@@ -101,6 +112,9 @@ class SandboxLimits:
                            why="the interpreter and its pipes need some")
     for name in ("max_file_mb", "scratch_mb", "max_output_chars", "max_workers"):
       option_checks.at_least(name, getattr(self, name), 1)
+    if self.call_budget_s is not None:
+      option_checks.at_least("call_budget_s", self.call_budget_s, self.timeout_s + self.grace_s,
+                             why="a call needs at least one request's time")
 
 
 @dataclasses.dataclass
@@ -109,7 +123,14 @@ class _Space:
   variables: Mapping[str, Any]
   stateful: bool
   error: Optional[str] = None  # the definition raised: every call reports this
-  replay: list = dataclasses.field(default_factory=list)
+  refused: Optional[str] = None  # its replay does not fit a call's budget: every call says so
+  replay: list = dataclasses.field(default_factory=list)  # (target, arguments, seconds)
+  define_s: float = 0.0  # what its definition took, the first step of every replay
+
+  @property
+  def replay_s(self) -> float:
+    """What restoring it takes, as measured when each step first ran."""
+    return self.define_s + sum(seconds for _, _, seconds in self.replay)
 
 
 def network_namespace_available() -> bool:
@@ -184,25 +205,30 @@ class Sandbox:
       space = _Space(code, dict(variables or {}), stateful)
       self._spaces[ns] = space
       self._retire(ns)
-      return self._materialise(ns, space)
+      deadline = time.monotonic() + self.limits.timeout_s + self.limits.grace_s
+      return self._materialise(ns, space, deadline)
 
   def call(self, ns: str, target: str, arguments: Mapping[str, Any]) -> Any:
     """Calls `target` ("f" or "obj.method") of namespace `ns`; raises `ToolError` on failure."""
     with self._lock:
       self._check_open()
+      deadline = time.monotonic() + self.limits.budget_s  # for everything below
       space = self._spaces.get(ns)
       if space is None:
         raise ToolError(f"sandbox namespace {ns!r} was never defined")
+      if space.refused is not None:
+        raise ToolError(space.refused)
       if space.error is None and ns not in self._workers:
-        self._materialise(ns, space)
+        self._restore(ns, space, deadline)
       if space.error is not None:
         raise ToolError(f"the tool code failed to load: {space.error}")
+      started = time.monotonic()
       reply = self._request(ns, {"op": "call", "ns": ns, "target": target,
-                                 "arguments": dict(arguments)})
+                                 "arguments": dict(arguments)}, deadline)
       if not reply["ok"]:
         raise ToolError(reply["error"])
       if space.stateful:
-        space.replay.append((target, dict(arguments)))
+        space.replay.append((target, dict(arguments), time.monotonic() - started))
       return reply["result"]
 
   def preload(self, modules: Sequence[str]) -> dict:
@@ -257,21 +283,53 @@ class Sandbox:
 
   # -- workers ----------------------------------------------------------------------------
 
-  def _materialise(self, ns: str, space: _Space) -> str:
-    """A worker for `ns` with its code run (and a stateful namespace's calls replayed)."""
-    self._start_worker(ns)
+  def _materialise(self, ns: str, space: _Space, deadline: float) -> str:
+    """A worker for `ns` with its code run, by `deadline`."""
+    started = time.monotonic()
+    self._start_worker(ns, deadline)
     reply = self._request(ns, {"op": "exec", "ns": ns, "code": space.code,
-                               "variables": space.variables})
+                               "variables": space.variables}, deadline)
     if not reply["ok"]:
       if ns in self._workers:  # the code raised: it will every time
         space.error = reply["error"]
         self._retire(ns)
       raise ToolError(f"the tool code failed to load: {reply['error']}")
-    for target, arguments in space.replay:
-      self._request(ns, {"op": "call", "ns": ns, "target": target, "arguments": arguments})
+    space.define_s = max(space.define_s, time.monotonic() - started)
     return reply["stdout"]
 
-  def _start_worker(self, ns: str) -> None:
+  def _restore(self, ns: str, space: _Space, deadline: float) -> None:
+    """`ns` defined again in a fresh worker and, stateful, its successful calls replayed, in
+    what `deadline` leaves after one request's time (the call itself). A replay that did not
+    fit, or that its history says will not, refuses the namespace from then on: each call
+    then costs nothing, so an episode's calls cost at most one budget each, not a replay of
+    the whole history after every kill or eviction (issue 56)."""
+    room = deadline - (self.limits.timeout_s + self.limits.grace_s)
+    if space.replay and time.monotonic() + space.replay_s > room:
+      self._refuse(ns, space)
+    self._materialise(ns, space, room if space.replay else deadline)
+    for i, (target, arguments, _) in enumerate(space.replay):
+      reply = self._request(ns, {"op": "call", "ns": ns, "target": target,
+                                 "arguments": arguments}, room)
+      if reply.get("budget"):
+        self._refuse(ns, space)
+      if not reply["ok"]:
+        self._retire(ns)
+        raise ToolError(f"namespace {ns!r} could not be restored: its replayed call {i + 1} "
+                        f"({target}) failed: {reply['error']}")
+
+  def _refuse(self, ns: str, space: _Space) -> None:
+    """Refuses stateful namespace `ns` from now on: its replay does not fit a call."""
+    self._retire(ns)
+    limits = self.limits
+    space.refused = (
+        f"sandbox namespace {ns!r} is refused: replaying its {len(space.replay)} calls "
+        f"(measured {space.replay_s:.2f} s) does not fit the "
+        f"{limits.budget_s - limits.timeout_s - limits.grace_s:.2f} s a call's budget "
+        f"(call_budget_s {limits.budget_s} s) leaves after the call's own time; define it "
+        "again to start it afresh")
+    raise ToolError(space.refused)
+
+  def _start_worker(self, ns: str, deadline: float) -> None:
     while len(self._workers) >= self.limits.max_workers:
       self._retire(next(iter(self._workers)))  # the least recently used
     if not self._zygote.alive:
@@ -279,7 +337,7 @@ class Sandbox:
       self._note(self._zygote.start())
       if self._preload:
         self._zygote.preload(self._preload)
-    worker, enforced = self._zygote.spawn()
+    worker, enforced = self._zygote.spawn(deadline)
     self._note(enforced)
     self._workers[ns] = worker
 
@@ -294,16 +352,19 @@ class Sandbox:
     if worker is not None:
       self._zygote.remove(worker)
 
-  def _request(self, ns: str, req: dict) -> dict:
+  def _request(self, ns: str, req: dict, budget: float) -> dict:
     """Sends one request to `ns`'s worker and returns its checked reply, held to the limits;
     a dead or hung worker, or one whose reply fails the checks, is killed and the request
-    fails (the namespace restarts on its next call). Nothing here waits past the deadline."""
+    fails (the namespace restarts on its next call). Nothing here waits past the request's
+    deadline (timeout_s + grace_s), nor past `budget` (what its call has left): a reply
+    "budget" marks a request killed for the latter."""
     worker = self._workers.get(ns)
     if worker is None:
       return {"ok": False, "error": "the tool process died", "stdout": ""}
     self._workers.move_to_end(ns)
     self._request_id += 1
-    deadline = time.monotonic() + self.limits.timeout_s + self.limits.grace_s
+    own = time.monotonic() + self.limits.timeout_s + self.limits.grace_s
+    deadline = min(own, budget)
     unsent = worker.send({**req, "id": self._request_id}, deadline)
     if unsent == "timeout":
       return self._failed(ns, "the tool process stopped reading its requests (it was killed)")
@@ -316,6 +377,9 @@ class Sandbox:
     if reply == "too_large":
       return self._failed(ns, "the tool process sent a reply over the size limit (it was "
                           "killed)")
+    if reply == "timeout" and budget < own:
+      return {**self._failed(ns, f"the call's budget of {self.limits.budget_s} s ran out "
+                             "(the tool process was killed)"), "budget": True}
     if reply == "timeout":
       return self._failed(ns, f"timed out after {self.limits.timeout_s} s (the tool process "
                           "was killed)")
