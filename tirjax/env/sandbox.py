@@ -7,7 +7,9 @@ forked, already prepared, from one zygote process per sandbox (`_sandbox_worker.
 defined once per namespace and called many times. At most `max_workers` workers live at a
 time: the least recently used one is closed to make room, and its namespace is re-defined
 when next called (one marked stateful also replays its successful calls, as after a worker
-that was killed), so an episode's state survives both.
+that was killed), so an episode's state survives both. A call's whole wall time, replay
+included, is bounded by one budget (`call_budget_s`); a namespace whose replay does not fit
+is refused. `close()` is final.
 
 What is enforced, from the outside in. The kernel contains the tool code where the machine
 permits it (`Sandbox.enforced` says what was in force, layer by layer; the owner reads some of
@@ -18,11 +20,13 @@ errors, not the boundary:
   interval timer raises inside it), and a worker that has not answered `grace_s` later is
   killed (through a pidfd); between requests it is stopped (SIGSTOP), so nothing tool code
   leaves behind (a signal handler armed by a timer) runs outside a call;
-* an owner that never blocks on a worker: its pipe ends are non-blocking, writing a request
-  and reading its reply share the call's deadline, and a worker that stops reading is killed;
-  a reply is checked before it is trusted (a byte cap, its nesting measured before parsing,
-  its schema, the id of the request in flight), and `max_output_chars` is applied again to
-  what arrived; a worker whose reply fails is killed;
+* an owner that never blocks on a worker: its pipe ends are non-blocking (waited on with
+  poll, whatever their number), writing a request and reading its reply share the call's
+  deadline, and a worker that stops reading is killed; what a worker wrote beyond its last
+  reply is dropped before the next request; a reply is checked before it is trusted (a byte
+  cap, its nesting measured before parsing, its schema, the id of the request in flight),
+  and `max_output_chars` is applied again to what arrived; a worker whose reply fails is
+  killed;
 * the zygote in user, network, IPC, PID and mount namespaces of its own; each worker then in
   its own PID namespace (it is their init and sees no other process), mount namespace (every
   mount read-only, nosuid and nodev, its own /proc) and empty network and IPC namespaces;
@@ -37,12 +41,15 @@ errors, not the boundary:
   zygote lays over `Sandbox.scratch`, read-only to the workers, so nothing a worker does
   reaches the host's disk (that folder stays empty); the names of the mount points are
   random. RLIMIT_FSIZE (`max_file_mb`) bounds one file, RLIMIT_AS (`memory_mb`: an
-  allocation beyond it raises MemoryError in the tool) the memory, no core files;
+  allocation beyond it raises MemoryError in the tool) the memory, RLIMIT_NOFILE
+  (`max_open_files`) the pipes and with them their kernel buffers, no core files;
 * a seccomp filter (libseccomp) under which the kernel refuses every new process and every
   new thread (a worker runs none: clone is refused with or without CLONE_THREAD, clone3 with
   ENOSYS), signals and ptrace to other processes, mounts and namespace changes, memory that
-  RLIMIT_AS does not count (memfd, SysV and POSIX IPC objects), io_uring, userfaultfd and
-  the keyrings;
+  RLIMIT_AS does not count (memfd, SysV and POSIX IPC objects, pipes grown past 64 KiB),
+  sockets of every family (a host's socket file is reachable through a read-only mount, and
+  their buffers are kernel memory), io_uring, userfaultfd, the keyrings, inotify and
+  fanotify, perf events and bpf;
 * an empty environment: nothing of the owner's (API keys) reaches tool code;
 * a lifeline: the zygote exits when its owner's end of the control socket closes (the owner
   died, even by SIGKILL), and its workers and their tmpfs folders go with it; scratch
