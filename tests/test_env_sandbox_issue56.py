@@ -16,7 +16,8 @@ import pytest
 
 from tirjax.env.sandbox import Sandbox, SandboxLimits, kernel_isolation_available
 from tirjax.env.tools import ToolError
-from tirjax.testing.sandbox_probes import HOOK_OFF, libseccomp_loads, worker_pid
+from tirjax.testing.sandbox_probes import (HOOK_OFF, libseccomp_loads, syscall_numbers,
+                                           worker_pid)
 
 LIMITS = SandboxLimits(timeout_s=1.0, grace_s=0.5, memory_mb=256, max_file_mb=4,
                        scratch_mb=16, max_output_chars=100_000)
@@ -166,6 +167,13 @@ def reach_host(stream_path, dgram_path, abstract):
             "netlink": _outcome(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW)),
             "socketpair": _outcome(socket.socketpair)}
 
+def syscall_errno(nr, args):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    result = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    return 0 if result >= 0 else errno.errorcode[ctypes.get_errno()]
+
 _held = []
 
 def hold_kernel_memory(cap):
@@ -308,3 +316,16 @@ def test_3_an_episode_with_evictions_costs_at_most_one_budget_per_call():
   refusals = outcomes[len(served):]
   assert refusals and all("is refused: replaying its" in r and "does not fit" in r
                           for r in refusals), outcomes
+
+
+@pytest.mark.parametrize("call, args", [("inotify_init1", [0]), ("inotify_init", []),
+                                        ("perf_event_open", [0, 0, -1, -1, 0])])
+def test_6_watching_names_and_host_counters_is_refused(contained, call, args):
+  """Layer: seccomp. inotify (issue 56: a watch on /tmp showed tool code the names the owner
+  makes) works for nobody without it; perf_event_open fails on its NULL attributes (EFAULT)
+  without it."""
+  nr = syscall_numbers([call]).get(call)
+  if nr is None:
+    pytest.skip(f"no {call} on this architecture")
+  with Sandbox(LIMITS) as sb:
+    assert sb.call(attacker(sb, "w"), "syscall_errno", {"nr": nr, "args": args}) == "EPERM"
