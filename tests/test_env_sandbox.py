@@ -205,9 +205,12 @@ def test_limits_are_validated_and_enforcement_reported():
     SandboxLimits(memory_mb=16)
   with pytest.raises(ValueError, match="timeout_s"):
     SandboxLimits(timeout_s=0)
-  for name in ("scratch_mb", "max_workers", "max_output_chars"):
+  for name in ("scratch_mb", "max_workers", "max_output_chars", "max_open_files"):
     with pytest.raises(ValueError, match=name):
       SandboxLimits(**{name: 0})
+  with pytest.raises(ValueError, match="call_budget_s: must be >= 2.0 .*one request's time"):
+    SandboxLimits(timeout_s=1.0, grace_s=1.0, call_budget_s=1.5)
+  assert SandboxLimits(timeout_s=1.0, grace_s=0.5).budget_s == 3.0
   with Sandbox(LIMITS) as sb:
     assert sb.enforced["audit_hook"] and sb.enforced["memory_limit"]
     assert isinstance(sb.enforced["network_namespace"], bool)

@@ -17,6 +17,7 @@ reading, or sends anything but the checked reply to the request in flight
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import shutil
@@ -84,11 +85,15 @@ def kill_group(pid: int) -> None:
 
 
 def _wait(fd: int, deadline: float, write: bool = False) -> bool:
+  """Whether `fd` is ready to read (or `write`), or closed at its other end, by `deadline`.
+  poll, not select: select refuses descriptors from 1024 up (ValueError), which an owner
+  holding many open files hands to its workers' pipes."""
   left = deadline - time.monotonic()
   if left <= 0:
     return False
-  ready = select.select([], [fd], [], left)[1] if write else select.select([fd], [], [], left)[0]
-  return bool(ready)
+  poller = select.poll()
+  poller.register(fd, select.POLLOUT if write else select.POLLIN)
+  return bool(poller.poll(math.ceil(left * 1000)))
 
 
 def _signal(pidfd: int, signum: int) -> bool:
@@ -137,9 +142,11 @@ class WorkerProcess:
     self._buf = b""
 
   def send(self, request: dict, deadline: float) -> Optional[str]:
-    """Resumes the worker and writes one request line by `deadline`: None once written, else
-    "timeout" (it stopped reading) or "eof" (it is gone)."""
+    """Drops what the stopped worker wrote since its last reply, resumes it and writes one
+    request line by `deadline`: None once written, else "timeout" (it stopped reading) or
+    "eof" (it is gone)."""
     data = memoryview(json.dumps(request).encode() + b"\n")
+    self._drain()
     _signal(self.pidfd, signal.SIGCONT)
     while data:
       try:
@@ -150,6 +157,19 @@ class WorkerProcess:
       except OSError:
         return "eof"
     return None
+
+  def _drain(self) -> None:
+    """Drops whatever the worker wrote beyond its last reply, so that the next line read is
+    its reply to the next request: a line it wrote ahead for a later id (issue 56) never
+    answers that request. The worker is stopped (SIGSTOP, which it cannot catch, since its
+    last reply): what there is to drop is at most one pipe's capacity."""
+    self._buf = b""
+    while True:
+      try:
+        if not os.read(self._replies, 1 << 16):
+          return  # it is gone: the read that follows reports it
+      except OSError:  # BlockingIOError: nothing (more) there
+        return
 
   def read(self, deadline: float, request_id: Optional[int]) -> Union[dict, str]:
     """The checked reply to `request_id` (None: the start-up line), or "timeout" / "eof" /
@@ -218,9 +238,10 @@ class Zygote:
       raise ToolError("the sandbox's zygote process failed to start")
     return ready["enforced"]
 
-  def spawn(self) -> tuple[WorkerProcess, dict]:
-    """A new worker with a scratch folder of its own, and the layers it reports."""
-    deadline = time.monotonic() + START_S
+  def spawn(self, deadline: Optional[float] = None) -> tuple[WorkerProcess, dict]:
+    """A new worker with a scratch folder of its own, and the layers it reports, by
+    `deadline` (a call's budget) or within START_S."""
+    deadline = min(time.monotonic() + START_S, deadline or float("inf"))
     name = files.new_name()
     requests_r, requests_w = os.pipe()
     replies_r, replies_w = os.pipe()

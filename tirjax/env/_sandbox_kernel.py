@@ -12,8 +12,9 @@ path; it imports nothing from tirjax). Everything here acts below Python, so no 
   scratch root read-only in its view;
 * `drop_privileges`: no capabilities, an unprivileged uid and gid, no_new_privs;
 * `refuse_syscalls`: a seccomp filter refusing new processes and threads, other processes,
-  mounts and namespaces, memory outside the limit (memfd, SysV IPC), io_uring, userfaultfd
-  and the keyrings.
+  mounts and namespaces, memory outside the limit (memfd, SysV IPC, larger pipes), sockets of
+  every family, io_uring, userfaultfd, the keyrings, inotify and fanotify, perf events and
+  bpf.
 
 Each returns whether it took effect, so that the sandbox reports a layer that is missing
 rather than assuming it.
@@ -263,7 +264,32 @@ REFUSED = (
     # kernel interfaces a tool has no use for: io_uring (and its SQPOLL thread), user-mode
     # page faults, the keyrings (the user keyring is shared by every process of the uid)
     "io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd", "keyctl",
-    "add_key", "request_key")
+    "add_key", "request_key",
+    # sockets, of every family (issue 56): a path socket of the host's (its /tmp, /run) is
+    # reachable through a read-only mount and the network namespace scopes only abstract
+    # names, AF_VSOCK reaches the hypervisor, and a socket's queued buffers are kernel memory
+    # no rlimit counts (1,000 socketpairs held 444 MiB). The worker's own channel is a pair
+    # of pipes, made before the filter; Python's socket module is refused by the audit hook
+    # already, so no tool that worked before needs one
+    "socket", "socketpair",
+    # names the owner and other workers make, watched as they appear (issue 56)
+    "inotify_init", "inotify_init1", "fanotify_init",
+    # kernel memory and counters of the whole host
+    "perf_event_open", "bpf")
+# (system call, argument index, value) refused with EPERM when that argument has that value:
+# fcntl(F_SETPIPE_SZ) would grow a pipe from 64 KiB up to /proc/sys/fs/pipe-max-size (1 MiB),
+# kernel memory outside RLIMIT_AS; without it the worker's pipes hold at most RLIMIT_NOFILE / 2
+# times 64 KiB.
+F_SETPIPE_SZ = 1031
+REFUSED_WHEN = (("fcntl", 1, F_SETPIPE_SZ),)
+
+
+class _ArgCmp(ctypes.Structure):  # struct scmp_arg_cmp
+  _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
+              ("datum_b", ctypes.c_uint64)]
+
+
+SCMP_CMP_EQ = 4
 
 
 def _errno_action(errno: int) -> int:
@@ -295,7 +321,7 @@ def load_libseccomp():
   return _seccomp[0]
 
 
-def refuse_syscalls(refused=REFUSED) -> bool:
+def refuse_syscalls(refused=REFUSED, refused_when=REFUSED_WHEN) -> bool:
   """Installs the seccomp filter (through libseccomp, where installed; it also sets
   no_new_privs). Returns whether it is in force."""
   lib = load_libseccomp()
@@ -304,12 +330,16 @@ def refuse_syscalls(refused=REFUSED) -> bool:
   ctx = lib.seccomp_init(SCMP_ACT_ALLOW)
   if not ctx:
     return False
+  rules = ([(s, EPERM, None) for s in refused] + [("clone3", ENOSYS, None)]
+           + [(s, EPERM, _ArgCmp(arg, SCMP_CMP_EQ, value, 0))
+              for s, arg, value in refused_when])
   try:
-    for syscall, errno in [(s, EPERM) for s in refused] + [("clone3", ENOSYS)]:
+    for syscall, errno, when in rules:
       nr = lib.seccomp_syscall_resolve_name(syscall.encode())
       if nr < 0:
         continue  # not a syscall on this architecture (fork and vfork on arm64)
-      if lib.seccomp_rule_add_array(ctx, _errno_action(errno), nr, 0, None) != 0:
+      conditions = (0, None) if when is None else (1, ctypes.byref(when))
+      if lib.seccomp_rule_add_array(ctx, _errno_action(errno), nr, *conditions) != 0:
         return False
     return lib.seccomp_load(ctx) == 0
   finally:

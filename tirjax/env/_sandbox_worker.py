@@ -18,10 +18,11 @@ namespaces (it is their first process: it sees no other process), its own /proc 
 size-limited tmpfs as its scratch folder, the only writable mount it sees; it clears its
 environment, lowers its resource limits, becomes an unprivileged user with no capabilities
 and no_new_privs, installs a seccomp filter that refuses new processes and threads (it never
-starts one), signals, ptrace, mounts, namespaces, memfd and IPC objects, io_uring,
-userfaultfd and the keyrings (`_sandbox_kernel`), and then the audit hook (PEP 578: friendly
-errors for network, processes, threads, native code, limit changes and writes outside the
-scratch folder; a first layer, not the boundary). It speaks newline-delimited JSON on its own
+starts one), signals, ptrace, mounts, namespaces, memfd and IPC objects, sockets, larger
+pipes, io_uring, userfaultfd, the keyrings, inotify, perf events and bpf (`_sandbox_kernel`),
+and then the audit hook (PEP 578: friendly errors for network, processes, threads, native
+code, limit changes and writes outside the scratch folder; a first layer, not the
+boundary). It speaks newline-delimited JSON on its own
 pipes, one reply per request (`_sandbox_wire`):
 
   {"op": "exec", "ns": str, "code": str, "variables": {...}}  run code in namespace `ns`
@@ -132,6 +133,10 @@ def apply_limits(cfg: dict) -> None:
   # No new process for the worker's user (seccomp refuses them already; the kernel does not
   # apply this limit to root, which a worker never is).
   resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+  # Open files, and with them pipes: each holds at most 64 KiB of kernel memory (seccomp
+  # refuses F_SETPIPE_SZ), which RLIMIT_AS does not count.
+  files = int(cfg["max_open_files"])
+  resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
 
 
 def _on_alarm(signum, frame):

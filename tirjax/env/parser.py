@@ -8,8 +8,9 @@ or, under `answer_protocol="answer_tag"`, `<think>…</think> <answer>…</answe
 final step; whitespace may surround the blocks. The checks, in order, each failing all later
 ones: (1) a `<think>…</think>` block, (2) a `<tool_call>…</tool_call>` (or `<answer>`) block,
 (3) its content parses as a JSON array of `{"name", "arguments"}` objects within `ParseLimits`,
-whose name and argument names are identifiers (a verdict may be computed from call strings
-built of them, so anything else is a malformed call: SPEC §6, Verdicts),
+whose name and argument names are ASCII identifiers (a verdict may be computed from call
+strings built of them, so anything else is a malformed call: SPEC §6, Verdicts; non-ASCII
+ones too, as Python's eval would fold them to other names than the live call uses),
 (4) every call names a known tool and its arguments satisfy the tool's JSON schema, (5) every
 call executed without error (checked by the executor). An answer step has no calls, so it
 passes checks 3-5 vacuously. Every failure carries a specific message for the agent.
@@ -24,7 +25,7 @@ from typing import Any, Optional, Sequence
 
 from tirjax import option_checks
 from tirjax.env import schemas
-from tirjax.env.tools import ANSWER_PROTOCOLS, TERMINAL_TOOL, Tool
+from tirjax.env.tools import ANSWER_PROTOCOLS, TERMINAL_TOOL, Tool, is_call_name
 
 NUM_CHECKS = 5
 THINK, TOOL_CALL, ANSWER = ("<think>", "</think>"), ("<tool_call>", "</tool_call>"), (
@@ -269,9 +270,9 @@ class StepParser:
     if not isinstance(name, str):
       return f"call {i}: \"name\" must be a string, got {schemas.json_type(name)}"
     label = f"call {i} ({snippet(name)})"
-    if not name.isidentifier():
-      return (f"{label}: the tool name is not an identifier (letters, digits and _, not a "
-              "digit first)")
+    if not is_call_name(name):
+      return (f"{label}: the tool name is not an identifier (ASCII letters, digits and _, not "
+              "a digit first)")
     extra = sorted(set(call) - {"name", "arguments"})
     if extra:
       return (f"{label}: unexpected key {', '.join(snippet(k) for k in extra)}; a call has "
@@ -290,10 +291,10 @@ class StepParser:
       return f"{label}: \"arguments\" must be a JSON object, got {schemas.json_type(args)}{hint}"
     if len(args) > self.limits.max_arguments:
       return f"{label}: {len(args)} arguments; the limit is {self.limits.max_arguments}"
-    names = [k for k in args if not k.isidentifier()]
+    names = [k for k in args if not is_call_name(k)]
     if names:  # a verdict is computed from call strings built of these names (SPEC §6)
-      return (f"{label}: the argument name {snippet(names[0])} is not an identifier (letters, "
-              "digits and _, not a digit first)")
+      return (f"{label}: the argument name {snippet(names[0])} is not an identifier (ASCII "
+              "letters, digits and _, not a digit first)")
     bad = _unpaired_surrogate(call)
     if bad:
       return f"{label}: a string contains the unpaired surrogate {bad}, which is not Unicode"

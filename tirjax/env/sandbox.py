@@ -7,7 +7,9 @@ forked, already prepared, from one zygote process per sandbox (`_sandbox_worker.
 defined once per namespace and called many times. At most `max_workers` workers live at a
 time: the least recently used one is closed to make room, and its namespace is re-defined
 when next called (one marked stateful also replays its successful calls, as after a worker
-that was killed), so an episode's state survives both.
+that was killed), so an episode's state survives both. A call's whole wall time, replay
+included, is bounded by one budget (`call_budget_s`); a namespace whose replay does not fit
+is refused. `close()` is final.
 
 What is enforced, from the outside in. The kernel contains the tool code where the machine
 permits it (`Sandbox.enforced` says what was in force, layer by layer; the owner reads some of
@@ -18,11 +20,13 @@ errors, not the boundary:
   interval timer raises inside it), and a worker that has not answered `grace_s` later is
   killed (through a pidfd); between requests it is stopped (SIGSTOP), so nothing tool code
   leaves behind (a signal handler armed by a timer) runs outside a call;
-* an owner that never blocks on a worker: its pipe ends are non-blocking, writing a request
-  and reading its reply share the call's deadline, and a worker that stops reading is killed;
-  a reply is checked before it is trusted (a byte cap, its nesting measured before parsing,
-  its schema, the id of the request in flight), and `max_output_chars` is applied again to
-  what arrived; a worker whose reply fails is killed;
+* an owner that never blocks on a worker: its pipe ends are non-blocking (waited on with
+  poll, whatever their number), writing a request and reading its reply share the call's
+  deadline, and a worker that stops reading is killed; what a worker wrote beyond its last
+  reply is dropped before the next request; a reply is checked before it is trusted (a byte
+  cap, its nesting measured before parsing, its schema, the id of the request in flight),
+  and `max_output_chars` is applied again to what arrived; a worker whose reply fails is
+  killed;
 * the zygote in user, network, IPC, PID and mount namespaces of its own; each worker then in
   its own PID namespace (it is their init and sees no other process), mount namespace (every
   mount read-only, nosuid and nodev, its own /proc) and empty network and IPC namespaces;
@@ -37,12 +41,15 @@ errors, not the boundary:
   zygote lays over `Sandbox.scratch`, read-only to the workers, so nothing a worker does
   reaches the host's disk (that folder stays empty); the names of the mount points are
   random. RLIMIT_FSIZE (`max_file_mb`) bounds one file, RLIMIT_AS (`memory_mb`: an
-  allocation beyond it raises MemoryError in the tool) the memory, no core files;
+  allocation beyond it raises MemoryError in the tool) the memory, RLIMIT_NOFILE
+  (`max_open_files`) the pipes and with them their kernel buffers, no core files;
 * a seccomp filter (libseccomp) under which the kernel refuses every new process and every
   new thread (a worker runs none: clone is refused with or without CLONE_THREAD, clone3 with
   ENOSYS), signals and ptrace to other processes, mounts and namespace changes, memory that
-  RLIMIT_AS does not count (memfd, SysV and POSIX IPC objects), io_uring, userfaultfd and
-  the keyrings;
+  RLIMIT_AS does not count (memfd, SysV and POSIX IPC objects, pipes grown past 64 KiB),
+  sockets of every family (a host's socket file is reachable through a read-only mount, and
+  their buffers are kernel memory), io_uring, userfaultfd, the keyrings, inotify and
+  fanotify, perf events and bpf;
 * an empty environment: nothing of the owner's (API keys) reaches tool code;
 * a lifeline: the zygote exits when its owner's end of the control socket closes (the owner
   died, even by SIGKILL), and its workers and their tmpfs folders go with it; scratch
@@ -85,16 +92,36 @@ class SandboxLimits:
   scratch_mb: int = 64  # each worker's scratch folder (a tmpfs), all files together
   max_output_chars: int = 100_000
   isolate_network: bool = True
+  # Descriptors a worker may hold open (RLIMIT_NOFILE): pipes are kernel memory that
+  # RLIMIT_AS does not count, at most max_open_files / 2 * 64 KiB of it (sockets are refused).
+  max_open_files: int = 64
   # Workers alive at a time (one per namespace; the least recently used is closed beyond).
-  # The memory tool code can hold is at most max_workers * (memory_mb + scratch_mb).
+  # The memory tool code can hold is at most max_workers * (memory_mb + scratch_mb +
+  # max_open_files * 32 KiB) (README, Security notes).
   max_workers: int = 64
+  # The most one call() may take in all, worker start, definition and a stateful namespace's
+  # replay included (None: 2 * (timeout_s + grace_s)); it is also the longest the sandbox's
+  # lock is held. A replay gets what is left after one request's time (timeout_s + grace_s).
+  call_budget_s: Optional[float] = None
+
+  @property
+  def budget_s(self) -> float:
+    """`call_budget_s`, or its default."""
+    if self.call_budget_s is not None:
+      return self.call_budget_s
+    return 2 * (self.timeout_s + self.grace_s)
 
   def __post_init__(self):
     for name in ("timeout_s", "grace_s"):
       option_checks.above(name, getattr(self, name), 0)
     option_checks.at_least("memory_mb", self.memory_mb, 128, why="the interpreter needs it")
+    option_checks.at_least("max_open_files", self.max_open_files, 16,
+                           why="the interpreter and its pipes need some")
     for name in ("max_file_mb", "scratch_mb", "max_output_chars", "max_workers"):
       option_checks.at_least(name, getattr(self, name), 1)
+    if self.call_budget_s is not None:
+      option_checks.at_least("call_budget_s", self.call_budget_s, self.timeout_s + self.grace_s,
+                             why="a call needs at least one request's time")
 
 
 @dataclasses.dataclass
@@ -103,7 +130,14 @@ class _Space:
   variables: Mapping[str, Any]
   stateful: bool
   error: Optional[str] = None  # the definition raised: every call reports this
-  replay: list = dataclasses.field(default_factory=list)
+  refused: Optional[str] = None  # its replay does not fit a call's budget: every call says so
+  replay: list = dataclasses.field(default_factory=list)  # (target, arguments, seconds)
+  define_s: float = 0.0  # what its definition took, the first step of every replay
+
+  @property
+  def replay_s(self) -> float:
+    """What restoring it takes, as measured when each step first ran."""
+    return self.define_s + sum(seconds for _, _, seconds in self.replay)
 
 
 def network_namespace_available() -> bool:
@@ -136,6 +170,7 @@ class Sandbox:
     self._workers: collections.OrderedDict[str, host.WorkerProcess] = (
         collections.OrderedDict())  # live ones, least recently used first
     self._lock = threading.RLock()
+    self._closed = False  # set once, under the lock, by close(): nothing starts after it
     self._request_id = 0
     self._preload: list[str] = []
     files.remove_orphaned_scratch()
@@ -150,7 +185,8 @@ class Sandbox:
     self._zygote = host.Zygote(self._scratch, dict(
         timeout_s=limits.timeout_s, memory_bytes=limits.memory_mb << 20,
         max_file_bytes=limits.max_file_mb << 20, scratch_bytes=limits.scratch_mb << 20,
-        max_output_chars=limits.max_output_chars), mode, max_line)
+        max_output_chars=limits.max_output_chars, max_open_files=limits.max_open_files),
+        mode, max_line)
     # The zygote (and with it every worker) is killed and the scratch folder removed on
     # close(), on garbage collection or at interpreter exit, whichever comes first.
     self._cleanup = weakref.finalize(self, _cleanup, self._workers, self._zygote,
@@ -172,27 +208,34 @@ class Sandbox:
     successful calls and replays them after a worker restart.
     """
     with self._lock:
+      self._check_open()
       space = _Space(code, dict(variables or {}), stateful)
       self._spaces[ns] = space
       self._retire(ns)
-      return self._materialise(ns, space)
+      deadline = time.monotonic() + self.limits.timeout_s + self.limits.grace_s
+      return self._materialise(ns, space, deadline)
 
   def call(self, ns: str, target: str, arguments: Mapping[str, Any]) -> Any:
     """Calls `target` ("f" or "obj.method") of namespace `ns`; raises `ToolError` on failure."""
     with self._lock:
+      self._check_open()
+      deadline = time.monotonic() + self.limits.budget_s  # for everything below
       space = self._spaces.get(ns)
       if space is None:
         raise ToolError(f"sandbox namespace {ns!r} was never defined")
+      if space.refused is not None:
+        raise ToolError(space.refused)
       if space.error is None and ns not in self._workers:
-        self._materialise(ns, space)
+        self._restore(ns, space, deadline)
       if space.error is not None:
         raise ToolError(f"the tool code failed to load: {space.error}")
+      started = time.monotonic()
       reply = self._request(ns, {"op": "call", "ns": ns, "target": target,
-                                 "arguments": dict(arguments)})
+                                 "arguments": dict(arguments)}, deadline)
       if not reply["ok"]:
         raise ToolError(reply["error"])
       if space.stateful:
-        space.replay.append((target, dict(arguments)))
+        space.replay.append((target, dict(arguments), time.monotonic() - started))
       return reply["result"]
 
   def preload(self, modules: Sequence[str]) -> dict:
@@ -201,6 +244,7 @@ class Sandbox:
     for installed packages' own code: it runs outside the workers' seccomp filter and hook
     (inside the zygote's namespaces). Returns {module: error} of those that failed."""
     with self._lock:
+      self._check_open()
       self._preload += [m for m in modules if m not in self._preload]
       if not self._zygote.alive:
         return {}  # imported when the zygote starts
@@ -208,12 +252,24 @@ class Sandbox:
 
   def drop(self, ns: str) -> None:
     with self._lock:
+      self._check_open()
       self._spaces.pop(ns, None)
       self._retire(ns)
 
   def close(self) -> None:
+    """Kills every worker and the zygote. Final: from now on every method raises ToolError
+    and starts nothing (a zygote started after close() would outlive the sandbox: nothing
+    would ever stop it). A call in flight in another thread finishes first (it holds the
+    lock, for at most one call's budget). Closing again does nothing."""
     with self._lock:
+      self._closed = True
       self._cleanup()
+
+  def _check_open(self) -> None:
+    """Raises ToolError once the sandbox is closed (checked under the lock, so that a thread
+    that waited for it while close() ran sees the close)."""
+    if self._closed:
+      raise ToolError("the sandbox is closed")
 
   def __enter__(self) -> "Sandbox":
     return self
@@ -234,21 +290,53 @@ class Sandbox:
 
   # -- workers ----------------------------------------------------------------------------
 
-  def _materialise(self, ns: str, space: _Space) -> str:
-    """A worker for `ns` with its code run (and a stateful namespace's calls replayed)."""
-    self._start_worker(ns)
+  def _materialise(self, ns: str, space: _Space, deadline: float) -> str:
+    """A worker for `ns` with its code run, by `deadline`."""
+    started = time.monotonic()
+    self._start_worker(ns, deadline)
     reply = self._request(ns, {"op": "exec", "ns": ns, "code": space.code,
-                               "variables": space.variables})
+                               "variables": space.variables}, deadline)
     if not reply["ok"]:
       if ns in self._workers:  # the code raised: it will every time
         space.error = reply["error"]
         self._retire(ns)
       raise ToolError(f"the tool code failed to load: {reply['error']}")
-    for target, arguments in space.replay:
-      self._request(ns, {"op": "call", "ns": ns, "target": target, "arguments": arguments})
+    space.define_s = max(space.define_s, time.monotonic() - started)
     return reply["stdout"]
 
-  def _start_worker(self, ns: str) -> None:
+  def _restore(self, ns: str, space: _Space, deadline: float) -> None:
+    """`ns` defined again in a fresh worker and, stateful, its successful calls replayed, in
+    what `deadline` leaves after one request's time (the call itself). A replay that did not
+    fit, or that its history says will not, refuses the namespace from then on: each call
+    then costs nothing, so an episode's calls cost at most one budget each, not a replay of
+    the whole history after every kill or eviction (issue 56)."""
+    room = deadline - (self.limits.timeout_s + self.limits.grace_s)
+    if space.replay and time.monotonic() + space.replay_s > room:
+      self._refuse(ns, space)
+    self._materialise(ns, space, room if space.replay else deadline)
+    for i, (target, arguments, _) in enumerate(space.replay):
+      reply = self._request(ns, {"op": "call", "ns": ns, "target": target,
+                                 "arguments": arguments}, room)
+      if reply.get("budget"):
+        self._refuse(ns, space)
+      if not reply["ok"]:
+        self._retire(ns)
+        raise ToolError(f"namespace {ns!r} could not be restored: its replayed call {i + 1} "
+                        f"({target}) failed: {reply['error']}")
+
+  def _refuse(self, ns: str, space: _Space) -> None:
+    """Refuses stateful namespace `ns` from now on: its replay does not fit a call."""
+    self._retire(ns)
+    limits = self.limits
+    space.refused = (
+        f"sandbox namespace {ns!r} is refused: replaying its {len(space.replay)} calls "
+        f"(measured {space.replay_s:.2f} s) does not fit the "
+        f"{limits.budget_s - limits.timeout_s - limits.grace_s:.2f} s a call's budget "
+        f"(call_budget_s {limits.budget_s} s) leaves after the call's own time; define it "
+        "again to start it afresh")
+    raise ToolError(space.refused)
+
+  def _start_worker(self, ns: str, deadline: float) -> None:
     while len(self._workers) >= self.limits.max_workers:
       self._retire(next(iter(self._workers)))  # the least recently used
     if not self._zygote.alive:
@@ -256,7 +344,7 @@ class Sandbox:
       self._note(self._zygote.start())
       if self._preload:
         self._zygote.preload(self._preload)
-    worker, enforced = self._zygote.spawn()
+    worker, enforced = self._zygote.spawn(deadline)
     self._note(enforced)
     self._workers[ns] = worker
 
@@ -271,16 +359,19 @@ class Sandbox:
     if worker is not None:
       self._zygote.remove(worker)
 
-  def _request(self, ns: str, req: dict) -> dict:
+  def _request(self, ns: str, req: dict, budget: float) -> dict:
     """Sends one request to `ns`'s worker and returns its checked reply, held to the limits;
     a dead or hung worker, or one whose reply fails the checks, is killed and the request
-    fails (the namespace restarts on its next call). Nothing here waits past the deadline."""
+    fails (the namespace restarts on its next call). Nothing here waits past the request's
+    deadline (timeout_s + grace_s), nor past `budget` (what its call has left): a reply
+    "budget" marks a request killed for the latter."""
     worker = self._workers.get(ns)
     if worker is None:
       return {"ok": False, "error": "the tool process died", "stdout": ""}
     self._workers.move_to_end(ns)
     self._request_id += 1
-    deadline = time.monotonic() + self.limits.timeout_s + self.limits.grace_s
+    own = time.monotonic() + self.limits.timeout_s + self.limits.grace_s
+    deadline = min(own, budget)
     unsent = worker.send({**req, "id": self._request_id}, deadline)
     if unsent == "timeout":
       return self._failed(ns, "the tool process stopped reading its requests (it was killed)")
@@ -293,6 +384,9 @@ class Sandbox:
     if reply == "too_large":
       return self._failed(ns, "the tool process sent a reply over the size limit (it was "
                           "killed)")
+    if reply == "timeout" and budget < own:
+      return {**self._failed(ns, f"the call's budget of {self.limits.budget_s} s ran out "
+                             "(the tool process was killed)"), "budget": True}
     if reply == "timeout":
       return self._failed(ns, f"timed out after {self.limits.timeout_s} s (the tool process "
                           "was killed)")

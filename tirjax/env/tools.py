@@ -11,6 +11,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
+
+def is_call_name(name: Any) -> bool:
+  """Whether `name` may name a tool or an argument in a call: an ASCII identifier. A
+  verdict's checker may `eval` call strings built of these names (BFCL's), and Python folds
+  a non-ASCII identifier to its NFKC form there (a fullwidth `ｘ` is `x`), while the live
+  call passes the name as it is (`fn(**{"ｘ": 1})` fails): refusing non-ASCII names in the
+  parser keeps the run and its verdict on the same calls (issue 56)."""
+  return isinstance(name, str) and name.isascii() and name.isidentifier()
+
 TERMINAL_TOOL = "response_gen"
 UNABLE_TO_ANSWER = "unable_to_answer"
 ANSWER_PROTOCOLS = ("response_gen", "answer_tag")

@@ -51,7 +51,7 @@ import numpy as np
 from tirjax.env.datasets.pycalls import function_params, parse_call
 from tirjax.env.registry import Environment, register
 from tirjax.env.sandbox import Sandbox
-from tirjax.env.tools import Dialogue, Task, Tool, ToolError
+from tirjax.env.tools import Dialogue, Task, Tool, ToolError, is_call_name
 
 MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
                          "multi_turn_long_context")
@@ -206,12 +206,13 @@ def only_methods(decoded: list, methods) -> list:
 def decode_calls(calls: Sequence[Mapping[str, Any]]) -> list[str]:
   """A step's calls as bfcl-eval's handlers decode them (`convert_to_function_call`). The
   names go into code that a checker evaluates: a name or argument name that is not an
-  identifier is refused here too (the parser makes such a call malformed; SPEC §6)."""
+  ASCII identifier is refused here too (the parser makes such a call malformed; SPEC §6;
+  `tools.is_call_name`)."""
   from bfcl_eval.model_handler.utils import convert_to_function_call
   for c in calls:
     names = [c["name"], *c["arguments"]]
-    if not all(isinstance(n, str) and n.isidentifier() for n in names):
-      raise ValueError(f"call names must be identifiers: {str(names)[:80]}")
+    if not all(is_call_name(n) for n in names):
+      raise ValueError(f"call names must be ASCII identifiers: {str(names)[:80]}")
   return convert_to_function_call([{c["name"]: dict(c["arguments"])} for c in calls])
 
 

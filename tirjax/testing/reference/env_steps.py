@@ -92,7 +92,8 @@ def checks_passed(text, schemas, failing, protocol="response_gen", max_chars=327
       return 2
     if len(c["arguments"]) > max_arguments or _has_surrogate(c):
       return 2
-    if not all(n.isidentifier() for n in [c["name"], *c["arguments"]]):  # SPEC §6, Verdicts
+    if not all(n.isascii() and n.isidentifier()  # SPEC §6, Verdicts
+               for n in [c["name"], *c["arguments"]]):
       return 2
   tools = dict(schemas)
   if protocol == "response_gen":
