@@ -1,5 +1,5 @@
-"""Every registered estimator on degenerate inputs: never NaN or Inf (SPEC §3), zeros where
-the SPEC says so, token advantages consistent with step advantages."""
+"""Every registered estimator on degenerate inputs: never NaN or Inf (spec §3), zeros where
+the spec says so, token advantages consistent with step advantages."""
 
 import numpy as np
 import pytest
@@ -79,14 +79,14 @@ def test_finite_and_consistent(name, case):
                                    "no_steps", "single_chain_tree", "shared_prefix_tree",
                                    "all_padding"])
 def test_zero_where_nothing_differs(name, label):
-  """All-equal groups and singleton groups get advantage exactly 0 (SPEC §3)."""
+  """All-equal groups and singleton groups get advantage exactly 0 (spec §3)."""
   r = build_rollouts(CASES[label], with_ftrl=True, with_ref=True, with_greedy=True, **SHAPE)
   out = advantages.get(name)(r)
   assert not np.any(np.asarray(out.steps)) and not np.any(np.asarray(out.rows)), label
 
 
 def test_each_estimator_names_its_spec_section_and_the_grids_follow_it():
-  """Issue 39: the ablation grids list estimators from the registry by SPEC section, so an
+  """Issue 39: the ablation grids list estimators from the registry by spec section, so an
   estimator's section decides which grids it joins."""
   from configs import ablate  # noqa: PLC0415
   from tirjax.advantages import registry  # noqa: PLC0415

@@ -1,10 +1,10 @@
-"""The estimator registry: the only list of valid advantage names (SPEC §4).
+"""The estimator registry: the only list of valid advantage names (spec §4).
 
 An estimator is a pure, jit-able function `(Rollouts, options) -> Advantages`, with its
-options a frozen dataclass whose defaults are the SPEC's. Options are static under `jit`.
+options a frozen dataclass whose defaults are the spec's. Options are static under `jit`.
 `needs` names the optional `Rollouts` fields it always reads (e.g. remax's `greedy_outcome`),
 so that a trainer can check before any compute that its rollout stage records them. `spec` is
-the SPEC section that defines it: 4.1 PORTool, 4.2 HiDiffTIR, 4.3 the seeds' baselines, 4.4
+the spec section that defines it: 4.1 PORTool, 4.2 HiDiffTIR, 4.3 the seeds' baselines, 4.4
 the estimators beyond them; grids list estimators by it (`names(spec=...)`).
 """
 
@@ -54,7 +54,7 @@ SPEC_SECTIONS = ("4.1", "4.2", "4.3", "4.4")
 
 def register(name: str, options: type, *, spec: str, needs: tuple[str, ...] = ()):
   """Decorator: `@register("grpo", GRPOOptions, spec="4.3")` on `fn(rollouts, options) ->
-  Advantages`; `spec`: the SPEC section that defines it; `needs`: the optional `Rollouts`
+  Advantages`; `spec`: the spec section that defines it; `needs`: the optional `Rollouts`
   fields that `fn` always reads."""
   def wrap(fn):
     if name in _REGISTRY:
@@ -76,6 +76,6 @@ def get(name: str) -> Estimator:
 
 
 def names(spec: str | tuple[str, ...] | None = None) -> list[str]:
-  """The registered names, sorted; with `spec`, those of that SPEC section (or sections)."""
+  """The registered names, sorted; with `spec`, those of that spec section (or sections)."""
   sections = (spec,) if isinstance(spec, str) else spec
   return sorted(n for n, e in _REGISTRY.items() if sections is None or e.spec in sections)
