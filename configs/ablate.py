@@ -57,9 +57,10 @@ from tirjax.config import parse_preset_arg
 
 SNAPSHOT_STEPS = 10
 # The seeds' estimators and their baselines (spec §4.1-4.3): the committed snapshot's cells;
-# then spec §4.4's: verl's estimators, GiGPO and Tree-GRPO. Both lists are the registry's.
+# then every other registered estimator: spec §4.4's (verl's estimators, GiGPO, Tree-GRPO) and
+# any registered without a section. Both lists are the registry's.
 SEED_ESTIMATORS = tuple(advantages.names(spec=("4.1", "4.2", "4.3")))
-BEYOND_ESTIMATORS = tuple(advantages.names(spec="4.4"))
+BEYOND_ESTIMATORS = tuple(n for n in advantages.names() if n not in SEED_ESTIMATORS)
 ESTIMATORS = SEED_ESTIMATORS + BEYOND_ESTIMATORS
 # The step- and tree-level comparators side by side with the seeds' methods, on their own
 # rollouts and on each other's (GiGPO on PORTool's trees, Tree-GRPO and PORTool on independent
