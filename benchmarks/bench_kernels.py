@@ -2,7 +2,7 @@
 
     python -m benchmarks.bench_kernels --json=benchmarks/results/bench_kernels_cpu.json
 
-Batches (SPEC §4, issue "Foundation"; `--queries` scales both):
+Batches (spec §4, issue "Foundation"; `--queries` scales both):
   * independent: 256 queries × 16 rows × 10 steps × 4 calls per step × 8 ground-truth calls
     (`synthetic_calls.random_call_rollouts`), for every estimator but the tree ones;
   * tree: 256 queries, PORTool trees with n = 8, f = 2, T_max = 6 (`synthetic.tree_rollouts`),

@@ -259,7 +259,7 @@ def write_report(presets, rows, length, microbatches, peak, results, kind, devic
       "step": {"rows": "fitted per case" if _FIT.value else rows, "length": length,
                "microbatches": 1 if _FIT.value else microbatches,
                "logprob_chunk_size": _CHUNK.value, "repeats": _REPEATS.value,
-               "loss": "policy loss, SPEC defaults (token ratio, clip 0.2, seq_mean_token_mean)",
+               "loss": "policy loss, spec defaults (token ratio, clip 0.2, seq_mean_token_mean)",
                "optimizer": "clip 1.0 + AdamW, float32 state"},
       "model_configs": {name: dataclasses.asdict(model_config(name)) for name in presets},
       "flops_convention": "6·N + 12·layers·heads·head_dim·length per token (PaLM App. B); "

@@ -1,4 +1,4 @@
-"""Ablation grid: the estimators and their SPEC §4 options × seeds, one trainer run per cell.
+"""Ablation grid: the estimators and their spec §4 options × seeds, one trainer run per cell.
 
     python -m experiments.ablate --config=configs/ablate.py --workdir=runs/ablate
     python -m experiments.ablate --config=configs/ablate.py:grid=portool,seeds=5 \\
@@ -22,7 +22,7 @@ training reward and unlearning rates as mean ± 95% CI over seeds, paired by see
 learning curves). `grid=all` is 34 cells × 3 seeds + 6 warm starts: about half a CPU-day on 2
 cores (each run's seconds are in its summary; `grid=default`'s in
 benchmarks/results/ablation_default/). `grid=estimators` is every registered estimator (20);
-`grid=beyond` (14 cells) puts SPEC §4.4's estimators next to grpo, portool and hidifftir, with
+`grid=beyond` (14 cells) puts spec §4.4's estimators next to grpo, portool and hidifftir, with
 GiGPO on trees and with prefix anchors and CISPO's loss on grpo; `grid=beyond_smoke` runs those
 8 estimators as `grid=smoke` runs its two. `grid=snapshot` (results:
 benchmarks/results/ablation_toolworld/; the 12 estimators × 3 seeds from one shared warm start
@@ -41,7 +41,7 @@ credit while training, is benchmarks/results/ablation_credit/verdict.md.
 4 queries a step) from the same warm starts (copy `<credit workdir>/sft-2d2a143a` into its
 workdir): its prediction and verdict are in benchmarks/results/ablation_credit12/.
 
-Expected result (the papers' claims on 1.7B-7B models and SPEC §4.1; at the tiny scale
+Expected result (the papers' claims on 1.7B-7B models and spec §4.1; at the tiny scale
 `grid=default` sees no cell separate from GRPO at 3 seeds: its report.md):
 PORTool above GRPO in eval accuracy, with fewer tool-call steps and a lower unanswerable rate
 (PORTool §4); PORTool's unlearning rate far below GRPO's, rising sharply with
@@ -56,10 +56,11 @@ from tirjax import advantages
 from tirjax.config import parse_preset_arg
 
 SNAPSHOT_STEPS = 10
-# The seeds' estimators and their baselines (SPEC §4.1-4.3): the committed snapshot's cells;
-# then SPEC §4.4's: verl's estimators, GiGPO and Tree-GRPO. Both lists are the registry's.
+# The seeds' estimators and their baselines (spec §4.1-4.3): the committed snapshot's cells;
+# then every other registered estimator: spec §4.4's (verl's estimators, GiGPO, Tree-GRPO) and
+# any registered without a section. Both lists are the registry's.
 SEED_ESTIMATORS = tuple(advantages.names(spec=("4.1", "4.2", "4.3")))
-BEYOND_ESTIMATORS = tuple(advantages.names(spec="4.4"))
+BEYOND_ESTIMATORS = tuple(n for n in advantages.names() if n not in SEED_ESTIMATORS)
 ESTIMATORS = SEED_ESTIMATORS + BEYOND_ESTIMATORS
 # The step- and tree-level comparators side by side with the seeds' methods, on their own
 # rollouts and on each other's (GiGPO on PORTool's trees, Tree-GRPO and PORTool on independent

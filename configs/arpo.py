@@ -1,4 +1,4 @@
-"""ARPO: entropy-adaptive branching after tool responses, GRPO advantages (SPEC §4.3).
+"""ARPO: entropy-adaptive branching after tool responses, GRPO advantages (spec §4.3).
 
     python -m experiments.train --config=configs/arpo.py:model=tiny --workdir=runs/arpo
 

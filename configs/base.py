@@ -290,7 +290,7 @@ def _toolworld_headroom(c: ml_collections.ConfigDict, steps_given: bool) -> None
 
 
 def _bfcl(c: ml_collections.ConfigDict) -> None:
-  """BFCL multi-turn (SPEC §6.1): all of an entry's user turns in one episode. Its longest
+  """BFCL multi-turn (spec §6.1): all of an entry's user turns in one episode. Its longest
   ground truth takes 37 steps one call at a time (35 calls over up to 8 turns, plus each turn's
   closing message), so T_max = 48; C = 40 ground-truth calls, P = 8 arguments (6 at most in
   the data); L = 16,384 tokens (the system prompt's function docs alone take 4-7k tokens with

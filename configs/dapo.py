@@ -1,4 +1,4 @@
-"""DAPO: clip-higher, dynamic sampling, token-mean loss, overlong shaping (SPEC §4.3).
+"""DAPO: clip-higher, dynamic sampling, token-mean loss, overlong shaping (spec §4.3).
 
     python -m experiments.train --config=configs/dapo.py:model=tiny --workdir=runs/dapo
 

@@ -1,4 +1,4 @@
-"""Dr. GRPO: outcome minus the group mean, no std; token sums over a fixed constant (SPEC §4.3).
+"""Dr. GRPO: outcome minus the group mean, no std; token sums over a fixed constant (spec §4.3).
 
     python -m experiments.train --config=configs/dr_grpo.py:model=tiny --workdir=runs/dr_grpo
 

@@ -1,4 +1,4 @@
-"""ftrl: a process-reward baseline of HiDiffTIR's comparison (SPEC §4.3).
+"""ftrl: a process-reward baseline of HiDiffTIR's comparison (spec §4.3).
 
     python -m experiments.train --config=configs/ftrl.py:model=tiny --workdir=runs/ftrl
 

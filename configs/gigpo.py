@@ -1,4 +1,4 @@
-"""GiGPO: episode group advantage + step advantage within anchor-state groups (SPEC §4.4).
+"""GiGPO: episode group advantage + step advantage within anchor-state groups (spec §4.4).
 
     python -m experiments.train --config=configs/gigpo.py:model=tiny --workdir=runs/gigpo
 

@@ -1,4 +1,4 @@
-"""GPG: R_out − group mean without std, rescaled by rows / rows of varied groups (SPEC §4.4).
+"""GPG: R_out − group mean without std, rescaled by rows / rows of varied groups (spec §4.4).
 
     python -m experiments.train --config=configs/gpg.py:model=tiny --workdir=runs/gpg
 

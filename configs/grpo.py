@@ -1,4 +1,4 @@
-"""grpo: the outcome-level group baseline `grpo` (SPEC §4.3).
+"""grpo: the outcome-level group baseline `grpo` (spec §4.3).
 
     python -m experiments.train --config=configs/grpo.py:model=tiny --workdir=runs/grpo
 

@@ -1,4 +1,4 @@
-"""grpo_fm: the outcome-level group baseline `grpo_fm` (SPEC §4.3).
+"""grpo_fm: the outcome-level group baseline `grpo_fm` (spec §4.3).
 
     python -m experiments.train --config=configs/grpo_fm.py:model=tiny --workdir=runs/grpo_fm
 

@@ -1,4 +1,4 @@
-"""pass@k: only each group's best row is pushed, by its margin over the next best (SPEC §4.4).
+"""pass@k: only each group's best row is pushed, by its margin over the next best (spec §4.4).
 
     python -m experiments.train --config=configs/grpo_passk.py:model=tiny --workdir=runs/grpo_passk
 

@@ -1,4 +1,4 @@
-"""HiDiffTIR: matched tool calls, difficulty-aware trajectory and turn credit (SPEC §4.2).
+"""HiDiffTIR: matched tool calls, difficulty-aware trajectory and turn credit (spec §4.2).
 
     python -m experiments.train --config=configs/hidifftir.py:model=tiny --workdir=runs/hidifftir
 

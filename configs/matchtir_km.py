@@ -1,4 +1,4 @@
-"""matchtir_km: a process-reward baseline of HiDiffTIR's comparison (SPEC §4.3).
+"""matchtir_km: a process-reward baseline of HiDiffTIR's comparison (spec §4.3).
 
     python -m experiments.train --config=configs/matchtir_km.py:model=tiny --workdir=runs/matchtir_km
 

@@ -1,4 +1,4 @@
-"""OPO: R_out minus the length-weighted group mean Σ|τ|R / Σ|τ| (SPEC §4.4).
+"""OPO: R_out minus the length-weighted group mean Σ|τ|R / Σ|τ| (spec §4.4).
 
     python -m experiments.train --config=configs/opo.py:model=tiny --workdir=runs/opo
 

@@ -1,4 +1,4 @@
-"""PORTool: rewarded rollout trees, fork-relative advantages (SPEC §4.1).
+"""PORTool: rewarded rollout trees, fork-relative advantages (spec §4.1).
 
     python -m experiments.train --config=configs/portool.py:model=tiny --workdir=runs/portool
 

@@ -1,4 +1,4 @@
-"""REINFORCE++: token-level discounted returns of R_out, whitened over the batch (SPEC §4.4).
+"""REINFORCE++: token-level discounted returns of R_out, whitened over the batch (spec §4.4).
 
     python -m experiments.train --config=configs/reinforce_plus_plus.py:model=tiny \
         --workdir=runs/reinforce_plus_plus

@@ -1,4 +1,4 @@
-"""REINFORCE++-baseline: R_out − group mean, whitened over the batch's tokens (SPEC §4.4).
+"""REINFORCE++-baseline: R_out − group mean, whitened over the batch's tokens (spec §4.4).
 
     python -m experiments.train --config=configs/reinforce_plus_plus_baseline.py:model=tiny \
         --workdir=runs/reinforce_plus_plus_baseline

@@ -1,4 +1,4 @@
-"""ReMax: R_out minus the R_out of one greedy rollout of the same query (SPEC §4.4).
+"""ReMax: R_out minus the R_out of one greedy rollout of the same query (spec §4.4).
 
     python -m experiments.train --config=configs/remax.py:model=tiny --workdir=runs/remax
 

@@ -1,4 +1,4 @@
-"""rloo: the outcome-level group baseline `rloo` (SPEC §4.3).
+"""rloo: the outcome-level group baseline `rloo` (spec §4.3).
 
     python -m experiments.train --config=configs/rloo.py:model=tiny --workdir=runs/rloo
 

@@ -1,4 +1,4 @@
-"""toolrl: a process-reward baseline of HiDiffTIR's comparison (SPEC §4.3).
+"""toolrl: a process-reward baseline of HiDiffTIR's comparison (spec §4.3).
 
     python -m experiments.train --config=configs/toolrl.py:model=tiny --workdir=runs/toolrl
 

@@ -1,10 +1,10 @@
-"""Tree-GRPO: intra-tree + inter-tree group advantages on rollout trees (SPEC §4.4).
+"""Tree-GRPO: intra-tree + inter-tree group advantages on rollout trees (spec §4.4).
 
     python -m experiments.train --config=configs/tree_grpo.py:model=tiny --workdir=runs/tree_grpo
 
 Defaults: PORTool's tree sampler (Algorithm 1: n = 8 rows, branching f = 2, T_max = 6), so that
 Tree-GRPO and PORTool train on the same trees; each of the query's first steps roots one tree
-(Ji et al. 2025 grow M trees from M independent starts). Both z-scores as SPEC §3; the clipped
+(Ji et al. 2025 grow M trees from M independent starts). Both z-scores as spec §3; the clipped
 surrogate averaged per trajectory, no KL.
 Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, older); expected, as
 there: within eval noise (±0.02) of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).

@@ -1,4 +1,4 @@
-"""GiGPO and Tree-GRPO (SPEC §4.4) against their loop references, worked examples and the
+"""GiGPO and Tree-GRPO (spec §4.4) against their loop references, worked examples and the
 relations to GRPO that define them."""
 
 import numpy as np
@@ -113,7 +113,7 @@ def test_tree_grpo_worked_tree():
 
 
 def test_tree_grpo_on_one_row_trees_is_grpo_or_the_codes_raw_reward():
-  """R = (1, 0, 0) on independent rows: SPEC §3 gives the one-row trees 0 (GRPO's
+  """R = (1, 0, 0) on independent rows: spec §3 gives the one-row trees 0 (GRPO's
   (1.155, −0.577, −0.577)); `singleton="raw"` adds the raw reward, as Tree-GRPO's code does."""
   r = build_rollouts([GroupRecord(rows=[RowRecord(outcome=o, steps=[StepRecord()])
                                         for o in (1, 0, 0)])])

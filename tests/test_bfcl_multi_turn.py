@@ -1,4 +1,4 @@
-"""BFCL multi-turn as bfcl-eval runs and scores it (SPEC §6.1): user turns in one episode,
+"""BFCL multi-turn as bfcl-eval runs and scores it (spec §6.1): user turns in one episode,
 held-back functions at their turn, success by bfcl-eval's own checker, per-turn matching."""
 
 import dataclasses
@@ -135,7 +135,7 @@ def _find(haystack, needle) -> int:
   return -1
 
 
-# -- verdicts no episode can touch (issue 40 §9, SPEC §6) --------------------------------------
+# -- verdicts no episode can touch (issue 40 §9, spec §6) --------------------------------------
 
 CHECKER = "bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker"
 # Code the checker would `eval`: from then on, the checker says valid to every episode ...

@@ -1,4 +1,4 @@
-"""Credit fidelity (SPEC §4.5): the measures on a hand-built batch whose figures are known,
+"""Credit fidelity (spec §4.5): the measures on a hand-built batch whose figures are known,
 against plain loops on random ragged batches, under shuffled labels, and under a flipped sign."""
 
 import os

@@ -1,4 +1,4 @@
-"""Episode call arrays → `CallEncoding` and `call_sim` (SPEC §2), against the reference of
+"""Episode call arrays → `CallEncoding` and `call_sim` (spec §2), against the reference of
 HiDiffTIR Eq. 22-25."""
 
 import jax

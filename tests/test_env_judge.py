@@ -1,4 +1,4 @@
-"""Judges (SPEC §6): the rule-based verifier, and the LLM judge against a local stub of an
+"""Judges (spec §6): the rule-based verifier, and the LLM judge against a local stub of an
 OpenAI-compatible server that returns scripted replies (majority, ties, malformed, time-outs)."""
 
 import http.server
@@ -63,7 +63,7 @@ ABSTAIN = ("unable_to_answer", "I cannot answer this question.",
 
 @pytest.mark.parametrize("answer", ABSTAIN)
 def test_abstention_is_earned_not_claimed(answer):
-  """SPEC §6: an abstention earns 0 only where the task cannot be answered; on an answerable
+  """spec §6: an abstention earns 0 only where the task cannot be answered; on an answerable
   task it is wrong (−1), so abstaining never beats answering; an answer to an unanswerable
   task is wrong too, and a correct abstention is not counted correct."""
   outcome = lambda a, ref: J.outcome(J.rule_verdict(a, ref))
@@ -83,7 +83,7 @@ def test_abstention_is_earned_not_claimed(answer):
 
 
 def test_llm_rubric_states_the_earned_abstention():
-  """The LLM judge's rubric says what the rule judge does (SPEC §6)."""
+  """The LLM judge's rubric says what the rule judge does (spec §6)."""
   rubric = J.SYSTEM_PROMPT
   true_line = next(l for l in rubric.splitlines() if l.startswith("- true:"))
   unable_line = next(l for l in rubric.splitlines() if l.startswith("- unable_to_answer:"))

@@ -1,4 +1,4 @@
-"""Metrics (SPEC §6) against references written from the papers."""
+"""Metrics (spec §6) against references written from the papers."""
 
 import pytest
 from hypothesis import given, strategies as st

@@ -1,5 +1,5 @@
-"""Step parser and executor: fuzzing against the reference count of the five checks (SPEC §4.1),
-and a specific error message for every kind of malformed step (SPEC §6)."""
+"""Step parser and executor: fuzzing against the reference count of the five checks (spec §4.1),
+and a specific error message for every kind of malformed step (spec §6)."""
 
 import json
 import re
@@ -227,7 +227,7 @@ def test_unknown_tool_lists_known_names(name):
 @given(st.text(min_size=0, max_size=12).filter(lambda s: not (s.isascii() and s.isidentifier())),
        st.booleans())
 def test_a_name_that_is_not_an_identifier_makes_the_call_malformed(name, as_argument):
-  """SPEC §6, Verdicts: call strings that a checker evaluates are built of these names, so
+  """spec §6, Verdicts: call strings that a checker evaluates are built of these names, so
   nothing else gets that far: the step fails check 3 and none of its calls runs."""
   call = ({"name": "add", "arguments": {name: 1, "b": 2}} if as_argument else
           {"name": name, "arguments": {}})

@@ -1,4 +1,4 @@
-"""Sandbox (SPEC §6): runaway, hostile or crashing tool code is stopped or refused within its
+"""Sandbox (spec §6): runaway, hostile or crashing tool code is stopped or refused within its
 limit, and the next call works."""
 
 import dataclasses

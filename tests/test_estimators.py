@@ -1,5 +1,5 @@
-"""Every registered estimator on degenerate inputs: never NaN or Inf (SPEC §3), zeros where
-the SPEC says so, token advantages consistent with step advantages."""
+"""Every registered estimator on degenerate inputs: never NaN or Inf (spec §3), zeros where
+the spec says so, token advantages consistent with step advantages."""
 
 import numpy as np
 import pytest
@@ -79,24 +79,41 @@ def test_finite_and_consistent(name, case):
                                    "no_steps", "single_chain_tree", "shared_prefix_tree",
                                    "all_padding"])
 def test_zero_where_nothing_differs(name, label):
-  """All-equal groups and singleton groups get advantage exactly 0 (SPEC §3)."""
+  """All-equal groups and singleton groups get advantage exactly 0 (spec §3)."""
   r = build_rollouts(CASES[label], with_ftrl=True, with_ref=True, with_greedy=True, **SHAPE)
   out = advantages.get(name)(r)
   assert not np.any(np.asarray(out.steps)) and not np.any(np.asarray(out.rows)), label
 
 
 def test_each_estimator_names_its_spec_section_and_the_grids_follow_it():
-  """Issue 39: the ablation grids list estimators from the registry by SPEC section, so an
-  estimator's section decides which grids it joins."""
+  """Issue 39: the ablation grids list estimators from the registry by spec section, so an
+  estimator's section decides which grids it joins (4.1-4.3 the seeds', any other "beyond")."""
   from configs import ablate  # noqa: PLC0415
   from tirjax.advantages import registry  # noqa: PLC0415
-  by_section = {s: advantages.names(spec=s) for s in registry.SPEC_SECTIONS}
+  by_section = {s: advantages.names(spec=s) for s in ("4.1", "4.2", "4.3", "4.4")}
   assert sorted(sum(by_section.values(), [])) == advantages.names()
   assert (by_section["4.1"], by_section["4.2"]) == (["portool"], ["hidifftir"])
   assert {"grpo", "matchtir_km", "arpo"} <= set(by_section["4.3"])
   assert {"gigpo", "tree_grpo", "remax"} <= set(by_section["4.4"])
   assert set(ablate.BEYOND_ESTIMATORS) == set(by_section["4.4"])
   assert set(ablate.ESTIMATORS) == set(advantages.names())
-  with pytest.raises(ValueError, match="spec='4.9'"):
+  with pytest.raises(ValueError, match="spec='4.9' names no section of docs/spec.md"):
     registry.register("not_an_estimator", registry.get("grpo").options, spec="4.9")(None)
   assert "not_an_estimator" not in advantages.names()
+
+
+def test_a_spec_section_is_documentation_not_a_gate():
+  """Issue 57: an estimator registers without a section (and then has none to be listed by);
+  any section of docs/spec.md is accepted, not only §4's."""
+  from tirjax.advantages import registry  # noqa: PLC0415
+  grpo = registry.get("grpo")
+  try:
+    registry.register("unsectioned", grpo.options)(grpo.fn)
+    registry.register("sectioned_elsewhere", grpo.options, spec="5")(grpo.fn)
+    assert registry.get("unsectioned").spec is None
+    assert "unsectioned" in advantages.names()
+    assert "unsectioned" not in advantages.names(spec=("4.1", "4.2", "4.3", "4.4"))
+    assert advantages.names(spec="5") == ["sectioned_elsewhere"]
+  finally:
+    registry._REGISTRY.pop("unsectioned", None)  # noqa: SLF001
+    registry._REGISTRY.pop("sectioned_elsewhere", None)  # noqa: SLF001

@@ -1,4 +1,4 @@
-"""The outcome-level baselines grpo, grpo_fm, dr_grpo, rloo, dapo (SPEC §4.3) against their
+"""The outcome-level baselines grpo, grpo_fm, dr_grpo, rloo, dapo (spec §4.3) against their
 references, with the invariants every group estimator keeps."""
 
 import numpy as np
@@ -83,7 +83,7 @@ def test_invalid_options_name_the_option(make, field):
 
 
 def test_dapo_dynamic_sampling_filters_on_outcomes_not_the_shaped_reward():
-  """SPEC §4.3 / DAPO Eq. 11: keep a group iff 0 < #correct < G. Rows of different lengths
+  """spec §4.3 / DAPO Eq. 11: keep a group iff 0 < #correct < G. Rows of different lengths
   get different overlong penalties, which must not keep an all-wrong or all-right group."""
   from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
 

@@ -1,4 +1,4 @@
-"""hidifftir (SPEC §4.2) against the plain-Python reference, a worked group, and edge cases."""
+"""hidifftir (spec §4.2) against the plain-Python reference, a worked group, and edge cases."""
 
 import hypothesis
 import hypothesis.strategies as st

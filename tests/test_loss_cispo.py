@@ -1,4 +1,4 @@
-"""CISPO (SPEC §4.4, MiniMax-M1): the clipped, stop-gradiented importance weight times
+"""CISPO (spec §4.4, MiniMax-M1): the clipped, stop-gradiented importance weight times
 A · log π, on both signs of A, against the textbook formula and its gradient."""
 
 import math

@@ -1,4 +1,4 @@
-"""matchtir_km, matchtir_ot, toolrl and ftrl (SPEC §4.3) against references and worked rows."""
+"""matchtir_km, matchtir_ot, toolrl and ftrl (spec §4.3) against references and worked rows."""
 
 import hypothesis
 import hypothesis.strategies as st

@@ -67,7 +67,7 @@ def test_exact_matching_is_optimal(seed, shape, kind):
     sub = valid_submatrix(w, rv, cv, b)
     want = sum(sub[i, j] for i, j in exact_matching(sub))
     assert got[b] == pytest.approx(want, abs=1e-5)
-    # SPEC §4.2's tie rule: the very matching of the reference, ties included.
+    # spec §4.2's tie rule: the very matching of the reference, ties included.
     rows, cols = np.flatnonzero(rv[b]), np.flatnonzero(cv[b])
     assert {(i, j) for i, j in enumerate(r2c[b]) if j >= 0} == {
         (rows[i], cols[j]) for i, j in exact_matching(sub)}
@@ -84,7 +84,7 @@ def test_greedy_matching_equals_matchtir_sort(seed, shape, kind):
     rows, cols = np.flatnonzero(rv[b]), np.flatnonzero(cv[b])
     want = {(rows[i], cols[j]) for i, j in greedy_matching(valid_submatrix(w, rv, cv, b))}
     assert {(i, j) for i, j in enumerate(r2c[b]) if j >= 0} == want
-    # MatchTIR's row-major tie order gives SPEC §4.2's ground-truth-first matching.
+    # MatchTIR's row-major tie order gives spec §4.2's ground-truth-first matching.
     want_gt_first = {(rows[i], cols[j]) for i, j in
                      greedy_matching(valid_submatrix(w, rv, cv, b), gt_first=True)}
     assert want_gt_first == want
@@ -101,7 +101,7 @@ def test_greedy_and_exact_disagree():
 
 
 def test_greedy_ties_go_to_the_first_pair_in_row_major_order():
-  """(MatchTIR's order; on every tie it picks the matching SPEC §4.2's GT-first order does.)"""
+  """(MatchTIR's order; on every tie it picks the matching spec §4.2's GT-first order does.)"""
   w = np.array([[[0.5, 0.5], [0.5, 0.5], [0.5, 0.0]]], np.float32)
   m = greedy_kernel(w)
   assert np.asarray(m.row_to_col).tolist() == [[0, 1, -1]]
@@ -122,7 +122,7 @@ def test_greedy_ties_go_to_the_first_pair_in_row_major_order():
     ([[0.5, 0.5, 0.5]], [0, -1, -1]),
 ])
 def test_exact_ties_go_to_the_earliest_predicted_call(w, want):
-  """SPEC §4.2: among optimal matchings, each GT call in order takes the earliest predicted
+  """spec §4.2: among optimal matchings, each GT call in order takes the earliest predicted
   call it can (the lexicographically smallest vector of matched positions)."""
   w = np.array([w], np.float32)
   m = max_weight_matching(w)

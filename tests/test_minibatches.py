@@ -1,5 +1,5 @@
-"""Several updates per rollout batch (SPEC §5.1): the mini-batch partition, one mini-batch as
-the single update, M > 1 against a loop that applies the updates one at a time from the SPEC,
+"""Several updates per rollout batch (spec §5.1): the mini-batch partition, one mini-batch as
+the single update, M > 1 against a loop that applies the updates one at a time from the spec,
 and the clip acting only once the policy has moved from the sampler's."""
 
 import jax
@@ -138,7 +138,7 @@ def test_one_minibatch_one_pass_is_the_single_update(model):
 
 @pytest.mark.parametrize("num_mb, epochs", [(2, 1), (4, 2)])
 def test_minibatch_updates_match_a_loop_of_single_updates(model, num_mb, epochs):
-  """Each update equals the SPEC's: the full-batch objective of its groups' rows alone (its
+  """Each update equals the spec's: the full-batch objective of its groups' rows alone (its
   own aggregation denominators, no padding), AdamW applied one update at a time."""
   graphdef, params = model[0], model[1]
   batch, group, valid = grouped_batch(np.random.default_rng(1))

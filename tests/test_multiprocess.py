@@ -1,4 +1,4 @@
-"""Multi-process training (issue 18, SPEC §9): 2 processes × 4 simulated CPU devices, with gloo
+"""Multi-process training (issue 18, spec §9): 2 processes × 4 simulated CPU devices, with gloo
 collectives, against 1 process × 8 devices, and a kill of both processes then a resume.
 
 Each run is the real sequence a user runs, through `experiments.train` as separate OS
@@ -40,7 +40,7 @@ SETTINGS = {
     "sft.steps": SFT_STEPS, "env.eval_tasks": 4, "train.eval_every": 0,
     "train.eval_at_start": False, "train.checkpoint_every": 1, "train.progress_bar": False,
     "loss.kl_coef": 0.001,
-    # 2 mini-batches of 2 of the step's 4 queries: 2 updates per rollout batch (SPEC §5.1),
+    # 2 mini-batches of 2 of the step's 4 queries: 2 updates per rollout batch (spec §5.1),
     # each mini-batch gathered from both processes' rows of the global batch.
     "train.mini_batch_queries": 2,
 }

@@ -1,4 +1,4 @@
-"""The packed update with 2 processes (issue 38, SPEC §9): 2 processes × 4 simulated CPU
+"""The packed update with 2 processes (issue 38, spec §9): 2 processes × 4 simulated CPU
 devices (gloo) against 1 process × 8, each running `tirjax.testing.packed_processes`.
 
 Each process packs its own rows (its half of the batch: trees, independent and irregular

@@ -1,4 +1,4 @@
-"""PORTool (SPEC §4.1): a hand-worked tree, kernel against reference, invariants, options."""
+"""PORTool (spec §4.1): a hand-worked tree, kernel against reference, invariants, options."""
 
 import numpy as np
 import pytest

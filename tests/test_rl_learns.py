@@ -10,7 +10,7 @@ spread, over three seeds, and prints the margins.
 Fault injection: `pytest tests/test_rl_learns.py --inject-fault=NAME` runs the same test with one
 pipeline fault (`FAULTS`); each must make it fail. The results are in issue 13's closing note.
 
-The mini-batch case (`MINIBATCH`: 4 updates per rollout batch, SPEC §5.1) also asserts that the
+The mini-batch case (`MINIBATCH`: 4 updates per rollout batch, spec §5.1) also asserts that the
 clip acts from the second update on, which the fault `fresh_old_logprobs` (π_old recomputed
 before every update, so ρ = 1 always, as with one update per batch) must break; its effect on
 learning is printed.

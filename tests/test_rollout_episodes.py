@@ -113,7 +113,7 @@ def test_down_queries_abstained_on_earn_unable_to_answer_only_where_unanswerable
   assert {(e.answer, e.verdict, e.outcome) for e in batch.episodes} == {
       (UNABLE_TO_ANSWER, UNABLE_TO_ANSWER, 0.0)}
   # Judged against the answer the query has when every tool is up (an answerable task), the
-  # same abstentions are false: -1 (SPEC §6: abstaining is earned only where no answer exists).
+  # same abstentions are false: -1 (spec §6: abstaining is earned only where no answer exists).
   real = [dataclasses.replace(t, answer=t.metadata["answer_if_up"]) for t in down]
   batch = rollout(sampler, tokenizer, real, options(n=1))
   assert {(e.verdict, e.outcome) for e in batch.episodes} == {("false", -1.0)}
@@ -128,7 +128,7 @@ def test_judge_abstention_setting_reaches_the_episodes_verdicts(tokenizer, tasks
                                                                 abstention, verdict, outcome):
   """Issue 42: `judge.abstention` from the config, through the judge the trainer builds
   (`judging.make_judge` of the resolved `judge` section), to the episodes' verdicts and
-  rewards: abstaining on an answerable task is false under "earned" (SPEC §6) and
+  rewards: abstaining on an answerable task is false under "earned" (spec §6) and
   unable_to_answer (R_out = 0) under "claimed"."""
   config = short_config("grpo", **{"judge.abstention": abstention})
   judge = judging.make_judge(resolve.resolve(config).judge)
@@ -270,7 +270,7 @@ def test_options_round_trip_through_a_config_section():
 
 def test_greedy_baseline_is_one_judged_greedy_episode_per_query_outside_the_batch(
     tokenizer, tasks, demos):
-  """ReMax (SPEC §4.4): every row of a query carries the R_out of one greedy episode of that
+  """ReMax (spec §4.4): every row of a query carries the R_out of one greedy episode of that
   query; that episode is no row of the batch, and the batch's own rows are unchanged."""
   chunk = tasks[:6]
   wrong = {t.task_id for t in chunk[::2]}  # the policy's demos answer these wrongly

@@ -1,4 +1,4 @@
-"""Masked segment statistics (SPEC §3) against numpy, per group."""
+"""Masked segment statistics (spec §3) against numpy, per group."""
 
 import functools
 

@@ -46,7 +46,7 @@ def test_paper_defaults():
       0.2, 0.28, "token_mean")
   arpo = resolve.resolve(load("arpo"))
   assert arpo.rollout.mode == "arpo" and arpo.rollout.arpo.total_rollouts == 16
-  # Updates per rollout batch (SPEC §5.1): HiDiffTIR's 256 queries in mini-batches of 32;
+  # Updates per rollout batch (spec §5.1): HiDiffTIR's 256 queries in mini-batches of 32;
   # PORTool states none, verl's default makes 4 updates a batch.
   def paper_scale(name):
     c = load(name, "model=qwen3_1p7b")

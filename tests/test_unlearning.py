@@ -1,4 +1,4 @@
-"""Unlearning diagnostic (SPEC §4.1) and PORTool's Theorem 3.1 as tests."""
+"""Unlearning diagnostic (spec §4.1) and PORTool's Theorem 3.1 as tests."""
 
 import jax
 import numpy as np
@@ -75,7 +75,7 @@ def test_net_push_follows_the_loss_aggregation():
 
 @given(tree_batches())
 def test_portool_own_and_mean_push_alike_under_token_mean(r):
-  """SPEC §4.1: `shared_step_trj="own"` only moves the trajectory term between the rows of a
+  """spec §4.1: `shared_step_trj="own"` only moves the trajectory term between the rows of a
   step, so when every row's tokens weigh the same the net push, and the rate, are "mean"'s."""
   mean = PORTOOL(r)
   own = PORTOOL(r, PORToolOptions(shared_step_trj="own"))
@@ -140,7 +140,7 @@ def test_no_necessary_step_gives_rate_zero():
 
 
 def test_random_trees_portool_unlearns_far_less_than_grpo():
-  """SPEC §4.1: on random Algorithm-1 trees PORTool's rate is far below GRPO's, and with
+  """spec §4.1: on random Algorithm-1 trees PORTool's rate is far below GRPO's, and with
   `shared_step_trj="own"` the rows carrying a necessary step often push it down."""
   r = synthetic.tree_rollouts(np.random.default_rng(0), [8] * 256, outcome_probs=(0.3, 0.1, 0.6))
   rates = {name: unlearning_rate(r, est.steps) for name, est in [

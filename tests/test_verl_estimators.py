@@ -1,4 +1,4 @@
-"""verl's estimators (SPEC §4.4): reinforce_plus_plus, reinforce_plus_plus_baseline, remax,
+"""verl's estimators (spec §4.4): reinforce_plus_plus, reinforce_plus_plus_baseline, remax,
 opo, gpg, grpo_passk against their loop references, with their invariants.
 
 Agreement with verl's own functions, measured once (not a test: verl is not a dependency).
@@ -11,14 +11,14 @@ valid rows only), and its token advantages compared with these kernels' on the r
 tokens (padding rows: all 0). Max |tirjax − verl|:
 
   reinforce_plus_plus, γ = 1       5.5e-06   (whitening: verl divides by sqrt(var + 1e-8),
-  reinforce_plus_plus, γ = 0.9     7.2e-06    SPEC §3 by std + 1e-6)
+  reinforce_plus_plus, γ = 0.9     7.2e-06    spec §3 by std + 1e-6)
   reinforce_plus_plus_baseline     7.2e-06
   remax                            0
   opo                              0
   gpg (valid_rows="nonzero_reward", verl's count)   2.4e-07
   grpo_passk, std / no std         2.4e-07 / 0
 
-Groups of one row were left out (verl returns the raw reward or raises; SPEC §3 gives 0), and
+Groups of one row were left out (verl returns the raw reward or raises; spec §3 gives 0), and
 rows of a multi-turn batch were not compared for reinforce_plus_plus (verl resets the return
 at every tool response; see `verl_baselines.token_returns`).
 """

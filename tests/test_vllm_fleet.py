@@ -1,4 +1,4 @@
-"""A fleet of two real vLLM servers (from `.venv-vllm`) behind one sampler (SPEC §9): requests
+"""A fleet of two real vLLM servers (from `.venv-vllm`) behind one sampler (spec §9): requests
 spread by outstanding count, the hand-over checked on each server, and a server killed mid-batch
 loses nothing and samples nothing twice."""
 

@@ -1,6 +1,6 @@
 """tirjax: reinforcement learning of multi-turn, tool-using LLM agents in JAX/Flax.
 
-Layout (SPEC §1): `rollouts` (the data contract) → `advantages` (estimator kernels, with
+Layout (spec §1): `rollouts` (the data contract) → `advantages` (estimator kernels, with
 `matching` for tool-call alignment) → `loss` (the policy objective) → `models` (Flax
 decoders and Hugging Face interchange); `env` (tools, episodes, judge) and `sampling`
 (built-in JAX sampler, vLLM) produce `Rollouts`.

@@ -1,6 +1,6 @@
 """Bridges between ml_collections configs and the library's frozen option dataclasses.
 
-Each component's options are a frozen dataclass whose defaults are the SPEC's and whose
+Each component's options are a frozen dataclass whose defaults are the spec's and whose
 `__post_init__` rejects bad values. A config section is generated from that dataclass (so the
 config lists every option, and a mistyped key fails on the locked config), and turned back
 into the dataclass before any compute (so an invalid value fails early, naming the key).

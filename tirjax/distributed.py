@@ -1,4 +1,4 @@
-"""Multi-process training on JAX's multi-controller runtime (SPEC §9): one process per host
+"""Multi-process training on JAX's multi-controller runtime (spec §9): one process per host
 (or per GPU), every process running the same program.
 
     initialize(DistributedOptions(num_processes=2, process_id=p,

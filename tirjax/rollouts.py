@@ -1,4 +1,4 @@
-"""The data contract between sampling and the loss: `Rollouts` (SPEC §2).
+"""The data contract between sampling and the loss: `Rollouts` (spec §2).
 
 Everything between the sampler and the policy loss is one frozen pytree of padded arrays.
 Sizes are read from the array shapes, so they are static under `jax.jit` and one padded
@@ -7,13 +7,13 @@ shape compiles once:
   B  trajectories (rows)        T  max steps per row        K  max tool calls per step
   C  max ground-truth calls     L  max tokens per row       P  max parameters per call
 
-Conventions that the SPEC leaves to the implementation, fixed here:
+Conventions that the spec leaves to the implementation, fixed here:
 
 * `group_id` and `node_id` are batch-global segment ids: `0 <= group_id < B` and
   `0 <= node_id < B*T` (or -1 on padding steps), so that segment operations can use the
   static segment counts `B` and `B*T`. Padding rows still carry an in-range `group_id`.
 * `call_valid` holds the calls that are *matched against ground truth*: calls of the
-  terminal tool (`response_gen`) are never entered there (SPEC §4.2).
+  terminal tool (`response_gen`) are never entered there (spec §4.2).
 * `answered[b]` is True when the row's last step (`num_steps[b] - 1`) is the answering step
   (it called the terminal tool or emitted `<answer>`); truncated rows have False.
 * `token_valid` marks real tokens (prompt, generated and tool-response tokens); each row is
@@ -26,7 +26,7 @@ Conventions that the SPEC leaves to the implementation, fixed here:
   `ref_logprobs` is optional (needed when the KL weight > 0).
 * `state_id[b, t]` names what step t of row b saw before it acted: the query and the tool
   calls and tool responses (or user turns) of the row's earlier steps, the policy's own text
-  ignored (GiGPO's anchor state, SPEC §4.4). Steps of one group with the same history share
+  ignored (GiGPO's anchor state, spec §4.4). Steps of one group with the same history share
   an id, whatever their tree nodes; ids are batch-global like `node_id` (`0 <= state_id <
   B*T`, -1 on padding), and rows that share a node share its state. `state_ids` computes
   them from one key per step of what its calls and responses were.
@@ -45,7 +45,7 @@ import numpy as np
 
 @flax.struct.dataclass(frozen=True)
 class CallEncoding:
-  """Host-encoded tool calls (SPEC §2): name id, parameter-name ids, value hashes.
+  """Host-encoded tool calls (spec §2): name id, parameter-name ids, value hashes.
 
   Predicted calls are `[B, T, K, ...]`, ground-truth calls `[B, C, ...]`. Ids are `>= 0`;
   `-1` marks padding (a missing call name, or a missing parameter slot).
@@ -112,7 +112,7 @@ class Rollouts:
 
 @flax.struct.dataclass(frozen=True)
 class Advantages:
-  """What an estimator returns (SPEC §4), the other half of the contract. Shapes follow
+  """What an estimator returns (spec §4), the other half of the contract. Shapes follow
   `Rollouts`."""
 
   tokens: jax.Array  # [B, L] f32, 0 outside loss_mask

@@ -1,4 +1,4 @@
-"""Masked segment statistics: the group and tree arithmetic of every estimator (SPEC §3).
+"""Masked segment statistics: the group and tree arithmetic of every estimator (spec §3).
 
 Groups are ragged and trees irregular, so statistics are taken with segment operations over
 ids (`group_id`, `node_id`, or any derived key) with a validity mask, never by reshaping to
@@ -18,7 +18,7 @@ from tirjax import option_checks
 
 @dataclasses.dataclass(frozen=True)
 class ZScore:
-  """Group-normalisation conventions shared by all estimators (SPEC §3).
+  """Group-normalisation conventions shared by all estimators (spec §3).
 
   z = (x - mean) / (std + eps), with `std` taken with `ddof` (1 as verl, MatchTIR and Tunix);
   `scale="none"` keeps x - mean (Dr. GRPO). A group with one valid member gets 0
@@ -79,7 +79,7 @@ def gather(seg_values: jax.Array, ids: jax.Array) -> jax.Array:
 
 
 def zscore(x, ids, mask, num_segments: int, opts: ZScore = ZScore()) -> jax.Array:
-  """Group z-score of `x` within segments (SPEC §3). 0 on masked entries.
+  """Group z-score of `x` within segments (spec §3). 0 on masked entries.
 
   Never NaN or Inf: counts are floored at 1 and `std + eps > 0`. A group counts as all-equal
   when its spread max − min is at most `eps · max(1, |x|)`: values that are equal up to
@@ -106,7 +106,7 @@ def segment_std(x, ids, mask, num_segments: int, ddof: int = 1) -> jax.Array:
 
 def degenerate_groups(z, x, ids, mask, num_segments: int, opts: ZScore = ZScore(),
                       count=None) -> jax.Array:
-  """SPEC §3's degenerate groups on a group-relative statistic `z` of the values `x`.
+  """spec §3's degenerate groups on a group-relative statistic `z` of the values `x`.
 
   A group whose values are all equal (spread max − min at most `eps · max(1, |x|)`) gets
   exactly 0; a group with one member gets 0, or its raw value `x` with `singleton="raw"`;

@@ -3,11 +3,11 @@
     python -m experiments.studies.abstention_check --warm_start=runs/h0/hf_export \\
         --workdir=runs/abstention --json=benchmarks/results/abstention_check.json
 
-SPEC §6: `unable_to_answer` (R_out 0) is earned, not claimed. Under the old rule, which paid 0
+spec §6: `unable_to_answer` (R_out 0) is earned, not claimed. Under the old rule, which paid 0
 for "I cannot answer" on answerable tasks, abstaining beats answering whenever the policy is
 right less than half the time (2p − 1 < 0), and RL learns to abstain. This runs the same GRPO
 (the HiDiffTIR protocol: `<answer>` tags, 16 rows, KL 0.001, entropy 0.001; lr 1e-3, 40 steps,
-3 queries a step) from one warm start twice, `judge.abstention=earned` (the SPEC's) and
+3 queries a step) from one warm start twice, `judge.abstention=earned` (the spec's) and
 `claimed` (the old rule), and writes each run's eval accuracy and abstention rate before and
 after, and its training reward, accuracy and abstention rate per step.
 """

@@ -1,4 +1,4 @@
-"""BFCL multi-turn: tirjax's episodes and scoring against bfcl-eval's own pipeline (SPEC §6.1).
+"""BFCL multi-turn: tirjax's episodes and scoring against bfcl-eval's own pipeline (spec §6.1).
 
     python -m experiments.studies.bfcl_agreement --json=benchmarks/results/bfcl_agreement.json
 

@@ -9,7 +9,7 @@ Runs each cell (`tirjax.credit.cells`: an estimator label such as "portool/omega
 default every registered estimator plus PORTool's ablations) for each seed on the task of
 `tirjax.credit.task` (defaults), and reports per cell: episodes (training rows) until the
 sampled policy's exact success reaches 90% of the optimum, final success and return, and the
-unlearning rates (SPEC §4.1) averaged over training batches. Writes the JSON (command,
+unlearning rates (spec §4.1) averaged over training batches. Writes the JSON (command,
 machine, options, every run with its curve) and a Markdown table next to it (`--markdown`),
 and prints the table. A run that raises is recorded as failed and shown as such.
 

@@ -1,4 +1,4 @@
-"""Credit fidelity on real rollouts (SPEC §4.5): where each estimator puts credit.
+"""Credit fidelity on real rollouts (spec §4.5): where each estimator puts credit.
 
     python -m experiments.studies.credit_fidelity --policy=runs/default --out=runs/credit_fidelity
 
@@ -8,7 +8,7 @@ at the rollout temperature, in batches of the config's `train.queries_per_step` 
 RL step does (each query also with one greedy episode, ReMax's baseline): once as independent
 groups (`rollout.n` rows each) and once as PORTool trees of the same queries (n leaves, branching `rollout.tree`). Every turn is
 labelled from the ground-truth plan (`failures.turn_labels`), every registered estimator's
-advantages (its SPEC-default options) are computed on each batch, and the measures of
+advantages (its spec-default options) are computed on each batch, and the measures of
 `tirjax.credit.fidelity` are reported per estimator and rollout kind, with bootstrap 95% CIs
 over queries. An estimator's headline row is on its own rollouts: trees for the tree
 estimators (`TREE_ESTIMATORS`), independent groups for the others.

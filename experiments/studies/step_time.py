@@ -9,7 +9,7 @@ A roofline estimate, not a measurement: every constant is named below with its s
 is modelled as the trainer runs it today, on one set of chips shared by sampler and trainer:
 sample (decode-bound, with prompts prefilled once per query), then train (6·N + attention FLOPs
 per token, PaLM's convention, `tirjax.train_steps.flops`), then hand the weights over (bf16
-safetensors export and reload, SPEC §7). Rows of a query share its prompt (a prefix cache, as
+safetensors export and reload, spec §7). Rows of a query share its prompt (a prefix cache, as
 vLLM's and the JAX sampler's); tool responses are prefilled as they arrive.
 """
 

@@ -17,7 +17,7 @@ from tirjax.reporting import runs, stats
 
 
 GAIN = "gain/accuracy"
-# Logged at every RL step of a toolworld run (SPEC §4.5; `tirjax.trainer.rl_metrics`).
+# Logged at every RL step of a toolworld run (spec §4.5; `tirjax.trainer.rl_metrics`).
 TRAINING_CREDIT = (("auc_query", "credit/auc_query"), ("auc_all_fail", "credit/auc_all_fail"),
                    ("wrong_negative", "credit/wrong_negative"),
                    ("collateral_blame", "credit/collateral_blame"),

@@ -1,4 +1,4 @@
-"""Advantage estimators (SPEC §3-4), chosen by name through the registry.
+"""Advantage estimators (spec §3-4), chosen by name through the registry.
 
     from tirjax import advantages
     est = advantages.get("portool")

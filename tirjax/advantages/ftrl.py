@@ -1,4 +1,4 @@
-"""FTRL: the solve-F1 reward of verifiable tool feedback, normalised per group (SPEC §4.3).
+"""FTRL: the solve-F1 reward of verifiable tool feedback, normalised per group (spec §4.3).
 
 Ye et al. 2025, "Feedback-driven tool-use improvements in large language models via automated
 build environments" (FTRL; bytedance/FTRL, `Code/verl/utils/reward_score/tool.py`,

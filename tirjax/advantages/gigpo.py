@@ -1,4 +1,4 @@
-"""GiGPO: group-in-group policy optimization, step credit over anchor states (SPEC §4.4).
+"""GiGPO: group-in-group policy optimization, step credit over anchor states (spec §4.4).
 
 Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training" (verl-agent):
 an episode-level group advantage (Eq. 3) plus a step-level advantage (Eq. 7) computed within
@@ -91,7 +91,7 @@ def gigpo(r: Rollouts, opts: GiGPOOptions) -> Advantages:
   A^E is the z-score of R_out among the query's rows; A^S the z-score of the step's
   discounted return γ^(T_j − t) R_out among the steps of its anchor-state group. Members are
   (row, step) pairs: on trees a shared node counts once per row through it, as its tokens do
-  in the loss. A step group of one gets A^S = 0 (SPEC §3; verl-agent's mean of one gives 0 too).
+  in the loss. A step group of one gets A^S = 0 (spec §3; verl-agent's mean of one gives 0 too).
   """
   episode = episode_advantage(r, opts)
   ret = outcome_terms(r, opts.gamma)

@@ -1,4 +1,4 @@
-"""Outcome-level group baselines: grpo, grpo_fm, dr_grpo, rloo, dapo, arpo (SPEC §4.3).
+"""Outcome-level group baselines: grpo, grpo_fm, dr_grpo, rloo, dapo, arpo (spec §4.3).
 
 Each gives one advantage per row, broadcast to every step and generated token of the row.
 """
@@ -60,7 +60,7 @@ def broadcast_tokens(r: Rollouts, tokens, row_reward, row_mask=None, **extras) -
 
 
 def group_zscore(r: Rollouts, x, opts: segments.ZScore):
-  """z-score of the row values x [B] within each query's group (SPEC §3)."""
+  """z-score of the row values x [B] within each query's group (spec §3)."""
   chex.assert_shape(x, r.row_valid.shape)
   return segments.zscore(x, r.group_id, r.row_valid, r.num_rows, opts)
 
@@ -173,7 +173,7 @@ def dapo(r: Rollouts, opts: DAPOOptions) -> Advantages:
   Yu et al. 2025, "DAPO", §3.2 (dynamic sampling: Eq. 11 keeps a group when
   `0 < |{o_i correct}| < G`) and §3.4 (overlong reward shaping). The filter reads the outcomes
   (correct: R_out = +1), never the shaped reward, so the overlong penalty cannot keep a group
-  whose answers are all right or all wrong (SPEC §4.3). The trainer refills the batch; the
+  whose answers are all right or all wrong (spec §4.3). The trainer refills the batch; the
   clip-higher loss (ε_low 0.2, ε_high 0.28, token-mean) is the loss side.
   """
   reward = r.outcome

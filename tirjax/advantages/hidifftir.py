@@ -1,9 +1,9 @@
-"""HiDiffTIR: difficulty-aware hierarchical credit assignment (SPEC §4.2).
+"""HiDiffTIR: difficulty-aware hierarchical credit assignment (spec §4.2).
 
 Guo et al. 2026, "HiDiffTIR": raw turn rewards from a maximum-weight matching of predicted to
 ground-truth calls (§3.3, Eq. 1-3), reweighted by group-estimated difficulty and normalised
 per turn index into a trajectory score and advantage (Eq. 4-11), then redistributed across
-the row's turns by tool-selection success rate (§3.4, Eq. 12-16). SPEC §4.2 fixes what the
+the row's turns by tool-selection success rate (§3.4, Eq. 12-16). spec §4.2 fixes what the
 paper leaves open (answering step, flat min-max, empty sets); each choice is an option.
 """
 
@@ -21,12 +21,12 @@ from tirjax.advantages.group import broadcast_steps
 from tirjax.advantages.registry import Advantages, register
 from tirjax.rollouts import Rollouts
 
-FLAT = 1e-6  # min-max spread below which a turn's rewards count as all equal (SPEC §4.2)
+FLAT = 1e-6  # min-max spread below which a turn's rewards count as all equal (spec §4.2)
 
 
 @dataclasses.dataclass(frozen=True)
 class HiDiffTIROptions:
-  """Options of `hidifftir`; defaults are the paper's (SPEC §4.2)."""
+  """Options of `hidifftir`; defaults are the paper's (spec §4.2)."""
 
   alpha: float = 0.7  # α of Eq. 16: weight of the trajectory advantage in every turn
   lam: float = 1.0  # λ of Eq. 12, the smoothing constant
@@ -50,7 +50,7 @@ class HiDiffTIROptions:
 def raw_turn_rewards(r: Rollouts, call_reward: jax.Array, answer_turn: str) -> jax.Array:
   """r_{i,j} (Eq. 3): mean matched similarity of the turn's calls (0 without calls).
 
-  With `answer_turn="judge"` the answering step takes `answer_score` instead (SPEC §4.2).
+  With `answer_turn="judge"` the answering step takes `answer_score` instead (spec §4.2).
   """
   chex.assert_rank(call_reward, 3)  # [B, T, K]
   chex.assert_equal_shape([call_reward, r.call_valid])

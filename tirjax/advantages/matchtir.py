@@ -1,4 +1,4 @@
-"""MatchTIR: turn rewards from matched tool calls, dual-level advantages (SPEC §4.3).
+"""MatchTIR: turn rewards from matched tool calls, dual-level advantages (spec §4.3).
 
 Qu et al. 2026, "MatchTIR: Fine-Grained Supervision for Tool-Integrated Reasoning via
 Bipartite Matching", as the HiDiffTIR paper runs it in two variants: per-call rewards from a

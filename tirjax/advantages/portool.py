@@ -1,7 +1,8 @@
-"""PORTool: rewarded rollout trees with fork-relative advantages (SPEC §4.1).
+"""PORTool: rewarded rollout trees with fork-relative advantages (spec §4.1).
 
-PORTool (papers/portool.txt) §3: Eq. 2 step reward, Eq. 3 advantages, the κ rescaling of the
-fork term. Every statistic is a segment operation over node ids (`tree.py`), so ragged groups
+PORTool ("Importance-Aware Policy Optimization with Rewarded Tree for Multi-Tool-Integrated
+Reasoning") §3: Eq. 2 step reward, Eq. 3 advantages, the κ rescaling of the fork term. Every
+statistic is a segment operation over node ids (`tree.py`), so ragged groups
 and irregular trees need no reshape and the kernel jits once per padded shape.
 """
 
@@ -26,7 +27,7 @@ _FORK_SCALES = ("per_fork", "none")
 
 @dataclasses.dataclass(frozen=True)
 class PORToolOptions:
-  """SPEC §4.1 options; defaults are the SPEC's.
+  """spec §4.1 options; defaults are the spec's.
 
   Attributes:
     gamma: decay γ of the outcome term γ^(T_k − t) · R_out(τ_k).
@@ -38,7 +39,7 @@ class PORToolOptions:
       per shared step), or the carrying row's "own" A_trj.
     fork_scale: κ(p) = n(q) / (|m(p)| · n_forks(q)) ("per_fork"), or 1 ("none").
     tie_tol: two max-aggregated outcome terms closer than this count as equal.
-    zscore: group-normalisation conventions of both z-scores (SPEC §3).
+    zscore: group-normalisation conventions of both z-scores (spec §3).
   """
 
   gamma: float = 0.95
@@ -87,7 +88,7 @@ def node_mean(x: jax.Array, r: Rollouts) -> jax.Array:
 def aggregated_outcome(r: Rollouts, tree: tree_lib.Tree, opts: PORToolOptions) -> jax.Array:
   """[B, T] G_{k ∈ m(s)} [γ^(T_k − t) · R_out(τ_k)], the first term of Eq. 2.
 
-  Adaptive G (SPEC §4.1) is decided per parent p: if the max-aggregated terms of p's children
+  Adaptive G (spec §4.1) is decided per parent p: if the max-aggregated terms of p's children
   differ by more than `tie_tol`, every child uses max, otherwise every child uses mean. A
   node whose parent has one child is compared with itself only, so it uses mean.
   """
@@ -133,7 +134,7 @@ def shared_trajectory_advantage(r: Rollouts, a_trj: jax.Array, mode: str) -> jax
 
 
 def fork_scale(r: Rollouts, tree: tree_lib.Tree) -> jax.Array:
-  """[B, T] κ(p) = n(q) / (|m(p)| · n_forks(q)) of each step's parent p (SPEC §4.1).
+  """[B, T] κ(p) = n(q) / (|m(p)| · n_forks(q)) of each step's parent p (spec §4.1).
 
   Rescales the fork term from trajectory-averaging to fork-averaging; with independent
   rollouts the root is the only fork and κ = 1. Meaningful where the parent is a fork.
@@ -146,7 +147,7 @@ def fork_scale(r: Rollouts, tree: tree_lib.Tree) -> jax.Array:
 
 @register("portool", PORToolOptions, spec="4.1")
 def portool(r: Rollouts, opts: PORToolOptions) -> Advantages:
-  """PORTool step advantages (PORTool Eq. 3 with the κ rescaling; SPEC §4.1).
+  """PORTool step advantages (PORTool Eq. 3 with the κ rescaling; spec §4.1).
 
   A(s_{j,t}) = ω1 · Ā_trj(s) + ω2 · κ(p) · A_fork(s), with A_trj(τ_j) the z-score of
   R_out(τ_j) among the query's rows and A_fork(s) the z-score of the step reward R(s) (Eq. 2)

@@ -1,4 +1,4 @@
-"""ToolRL: format + tool-call correctness reward, normalised per group (SPEC §4.3).
+"""ToolRL: format + tool-call correctness reward, normalised per group (spec §4.3).
 
 Qian et al. 2025, "ToolRL: Reward is All Tool Learning Needs", §3.3: R = R_format + R_correct
 with R_format ∈ {0, 1} and R_correct = 6 · R_max / S_max − 3 ∈ [−3, 3], where
@@ -14,7 +14,7 @@ turns) and G the query's ground-truth calls. Choices of this implementation:
   ground-truth call in turn to its best free prediction, which can fall short of it.
 * a query without ground-truth calls gets R_correct = 0 (ToolRL's code skips the term).
 * R_format = 1 when the row has steps and every step passed the first `format_checks` of
-  PORTool's five format checks (SPEC §4.1), read back from `format_reward`; the default 3
+  PORTool's five format checks (spec §4.1), read back from `format_reward`; the default 3
   means: a think block, a tool-call block, and a parseable call list.
 """
 
@@ -74,7 +74,7 @@ def correctness(r: Rollouts) -> dict:
   B, T, K, C = r.call_sim.shape
   s = pair_stats(r.calls)
   # `call_sim > 0` holds for every valid same-name pair, except where the rollout masked the pair
-  # out (a dialogue's call against another user turn's ground truth, SPEC §6.1).
+  # out (a dialogue's call against another user turn's ground truth, spec §6.1).
   same_name = s["name"] & r.call_valid[..., None] & r.gt_valid[:, None, None, :] & (r.call_sim > 0)
   jaccard = jnp.where(s["union"] > 0, s["inter"] / jnp.maximum(s["union"], 1.0), 1.0)
   pair = jnp.where(same_name, jaccard + s["values"], 0.0).reshape(B, T * K, C)

@@ -1,4 +1,4 @@
-"""Rollout-tree topology from `node_id`, as segment ids over steps (SPEC §4.1).
+"""Rollout-tree topology from `node_id`, as segment ids over steps (spec §4.1).
 
 Step t of row b is node `node_id[b, t]` at depth t + 1; its parent is node `node_id[b, t-1]`,
 or, for t = 0, the root of the row's query. Parents live in a space of `B*T + B` segment ids:

@@ -1,5 +1,5 @@
 """Tree-GRPO: advantages relative to the rows of the same tree and of all the query's trees
-(SPEC §4.4).
+(spec §4.4).
 
 Ji et al. 2025, "Tree Search for LLM Agent Reinforcement Learning" (Tree-GRPO): each query
 grows M trees whose nodes are whole agent steps; a leaf's advantage is the sum of its z-score
@@ -11,7 +11,7 @@ so a row's tree is its first node. With independent rollouts every tree is one r
 Tree-GRPO is GRPO.
 
 One difference from Tree-GRPO's code, declared: a tree of one row has no intra-tree spread.
-SPEC §3 gives such a group 0 (`ZScore.singleton="zero"`, the default), so independent rows give
+spec §3 gives such a group 0 (`ZScore.singleton="zero"`, the default), so independent rows give
 GRPO exactly; Tree-GRPO's code returns the raw reward there, so three independent rows with
 R = (1, 0, 0) get (1.155, −0.577, −0.577) here and (2.155, −0.577, −0.577) in its code.
 `TreeGRPOOptions(zscore=ZScore(singleton="raw"))` reproduces the code's figures.
@@ -31,7 +31,7 @@ from tirjax.rollouts import Rollouts
 
 @dataclasses.dataclass(frozen=True)
 class TreeGRPOOptions:
-  zscore: segments.ZScore = segments.ZScore()  # conventions of both z-scores (SPEC §3)
+  zscore: segments.ZScore = segments.ZScore()  # conventions of both z-scores (spec §3)
 
   def __post_init__(self):
     if not isinstance(self.zscore, segments.ZScore):
@@ -51,7 +51,7 @@ def tree_grpo(r: Rollouts, opts: TreeGRPOOptions) -> Advantages:
   """Tree-GRPO: A_j = z(R_out_j among the rows of its tree) + z(R_out_j among the query's rows).
 
   Ji et al. 2025, §3 (intra-tree plus inter-tree group-relative advantages, summed); both
-  z-scores follow SPEC §3, so a tree of one row (and a row without steps) adds 0.
+  z-scores follow spec §3, so a tree of one row (and a row without steps) adds 0.
   """
   tree, has_tree = tree_of_rows(r)
   intra = segments.zscore(r.outcome, tree, has_tree, r.num_rows * r.max_steps, opts.zscore)

@@ -1,4 +1,4 @@
-"""Calls → turns: the pieces shared by the matching-based estimators (SPEC §4.2-4.3).
+"""Calls → turns: the pieces shared by the matching-based estimators (spec §4.2-4.3).
 
 A row's predicted calls are its [T, K] call slots flattened in (turn, slot) order, matched
 against the query's C ground-truth calls (`call_sim` [B, T, K, C]). Turn statistics across a

@@ -1,4 +1,4 @@
-"""Unlearning diagnostic (SPEC §4.1, after PORTool's Theorem 3.1), for any estimator.
+"""Unlearning diagnostic (spec §4.1, after PORTool's Theorem 3.1), for any estimator.
 
 A step s with parent p is *necessary* when p is a fork, at least one correct leaf (a row with
 R_out = +1) lies below p, and every correct leaf below p passes through s: without s no
@@ -66,7 +66,7 @@ def step_loss_weights(r: Rollouts, aggregation: str = "seq_mean_token_mean",
 @functools.partial(jax.jit, static_argnames="aggregation")
 def unlearning_rate(r: Rollouts, step_adv: jax.Array, aggregation: str = "seq_mean_token_mean",
                     row_mask: Optional[jax.Array] = None) -> dict[str, jax.Array]:
-  """Fraction of necessary steps whose net push is negative (SPEC §4.1's headline).
+  """Fraction of necessary steps whose net push is negative (spec §4.1's headline).
 
   Each necessary node s counts once, as unlearned when
   `Σ_{k ∈ m(s)} w_{k,s} · A(s, k) < 0`, with `w` the rows' loss weights on the step's tokens

@@ -1,10 +1,10 @@
-"""verl's outcome-level estimators that the seeds' baselines lack (SPEC §4.4).
+"""verl's outcome-level estimators that the seeds' baselines lack (spec §4.4).
 
 reinforce_plus_plus, reinforce_plus_plus_baseline, remax, opo, gpg and grpo_passk, written
 from their papers and checked once against verl's own functions (`verl.trainer.ppo.core_algos`;
-the commit and the measured differences are in tests/test_verl_estimators.py). Where the SPEC's
+the commit and the measured differences are in tests/test_verl_estimators.py). Where the spec's
 conventions (§3: singletons 0, all-equal groups exactly 0, no NaN on padding) and verl's differ,
-the SPEC's are the default and verl's an option, and the docstring says so.
+the spec's are the default and verl's an option, and the docstring says so.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def generated_tokens(r: Rollouts) -> jax.Array:
 class ReinforcePPOptions:
   """Attributes:
     gamma: γ of the token-level return (REINFORCE++'s default, and verl's, is 1).
-    zscore: conventions of the whitening over the batch's generated tokens (SPEC §3).
+    zscore: conventions of the whitening over the batch's generated tokens (spec §3).
   """
 
   gamma: float = 1.0
@@ -70,7 +70,7 @@ def reinforce_plus_plus(r: Rollouts, opts: ReinforcePPOptions) -> Advantages:
   """REINFORCE++: A_t = whiten(G_t), G_t the token-level discounted return of R_out.
 
   Hu 2025, "REINFORCE++", §3 (token-level returns, global advantage normalisation); verl's
-  `compute_reinforce_plus_plus_outcome_advantage`. Whitening is the z-score of SPEC §3 over
+  `compute_reinforce_plus_plus_outcome_advantage`. Whitening is the z-score of spec §3 over
   every generated token of the batch as one group ((x − mean)/(std + 1e-6), ddof 1; verl:
   (x − mean)·rsqrt(var + 1e-8)), so longer rows weigh more, as in verl. Token-level: with
   γ < 1 a step's tokens differ; `steps` holds each step's mean.
@@ -83,7 +83,7 @@ def reinforce_plus_plus(r: Rollouts, opts: ReinforcePPOptions) -> Advantages:
 @dataclasses.dataclass(frozen=True)
 class ReinforcePPBaselineOptions:
   """Attributes:
-    group: the group baseline R_out − mean (scale "none"), with SPEC §3's singletons (verl
+    group: the group baseline R_out − mean (scale "none"), with spec §3's singletons (verl
       subtracts 0 from a singleton: `singleton="raw"`).
     whiten: conventions of the whitening over the batch's generated tokens.
   """
@@ -101,7 +101,7 @@ def reinforce_plus_plus_baseline(r: Rollouts, opts: ReinforcePPBaselineOptions) 
   """REINFORCE++-baseline: A = whiten(R_out − mean_g R_out) over the batch's generated tokens.
 
   Hu 2025, §3.2 (the group mean as baseline, then global normalisation); verl's
-  `compute_reinforce_plus_plus_baseline_outcome_advantage`. SPEC §3's all-equal rule acts
+  `compute_reinforce_plus_plus_baseline_outcome_advantage`. spec §3's all-equal rule acts
   on the group step (those rows' deviation is exactly 0); the whitening, as in the paper and
   verl, then shifts every token by the batch's token mean, so such rows carry −mean/std
   (small: it comes from rows of unequal length only).
@@ -139,7 +139,7 @@ def remax(r: Rollouts, opts: ReMaxOptions) -> Advantages:
 
 @dataclasses.dataclass(frozen=True)
 class OPOOptions:
-  singleton: str = "zero"  # a group of one: 0 (SPEC §3) or its raw R_out (verl)
+  singleton: str = "zero"  # a group of one: 0 (spec §3) or its raw R_out (verl)
 
   def __post_init__(self):
     _singleton_option(self.singleton)
@@ -178,7 +178,7 @@ _GPG_VALID_ROWS = ("varied_groups", "nonzero_reward")
 @dataclasses.dataclass(frozen=True)
 class GPGOptions:
   """Attributes:
-    singleton: a group of one: 0 (SPEC §3) or its raw R_out (verl).
+    singleton: a group of one: 0 (spec §3) or its raw R_out (verl).
     valid_rows: the M of α = B / M. "varied_groups" (the paper): rows of groups whose
       outcomes are not all equal, the rows that carry a gradient. "nonzero_reward" (verl):
       rows with R_out ≠ 0, which verl counts (`torch.count_nonzero(scores)`).
@@ -206,7 +206,7 @@ def gpg(r: Rollouts, opts: GPGOptions) -> Advantages:
   dev = segments.zscore(r.outcome, ids, valid, B, conv)
   if opts.valid_rows == "nonzero_reward":
     counted = valid & (r.outcome != 0)
-  else:  # rows of groups that SPEC §3 does not zero: two or more rows, not all equal
+  else:  # rows of groups that spec §3 does not zero: two or more rows, not all equal
     ones = jnp.ones_like(r.outcome)
     counted = segments.degenerate_groups(ones, r.outcome, ids, valid, B) > 0
   num_counted = jnp.sum(counted)
@@ -243,7 +243,7 @@ def grpo_passk(r: Rollouts, opts: PassKOptions) -> Advantages:
   Objectives using Reinforcement Learning" (arXiv 2503.19595, the paper verl's code cites;
   not Chen et al.'s "Pass@k Training"): with the group as
   k samples, only the row that decides max_k R is pushed, by its margin over the next best;
-  verl's `compute_grpo_passk_outcome_advantage` (which raises on a group of one; here SPEC §3
+  verl's `compute_grpo_passk_outcome_advantage` (which raises on a group of one; here spec §3
   gives it 0). `zscore.scale="none"` drops the std. Tied best rows: the margin is 0, so which
   of them is "best" (the lowest index, as torch.topk's first) changes nothing.
   """

@@ -11,7 +11,7 @@ softmax policy), `chain_rollouts` (Algorithm-1 trees and independent rollouts as
 `bench` (every cell over seeds, as `python -m experiments.studies.credit_bench` runs it).
 
 `fidelity` is apart from the bench: where an estimator puts credit, measured against turn
-labels from the plan (SPEC §4.5); `rollout_fidelity` measures it on a policy's real rollouts
+labels from the plan (spec §4.5); `rollout_fidelity` measures it on a policy's real rollouts
 (`python -m experiments.studies.credit_fidelity`).
 """
 

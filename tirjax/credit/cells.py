@@ -32,7 +32,7 @@ class Cell:
 
 
 def default_loss(estimator: str, max_tokens: int) -> LossOptions:
-  """The loss each estimator is paired with (SPEC §4.3, §5).
+  """The loss each estimator is paired with (spec §4.3, §5).
 
   DAPO: clip-higher ε_high = 0.28 with the token-mean loss; Dr. GRPO: the sum over tokens
   divided by a fixed constant (the longest possible row, `max_tokens`); REINFORCE++ and its
@@ -79,7 +79,7 @@ def parse_cell(label: str, rollouts: ChainRolloutOptions, max_tokens: int) -> Ce
 
 
 def default_labels() -> list[str]:
-  """Every registered estimator on tree rollouts; PORTool's SPEC §4.1 ablations; GRPO and
+  """Every registered estimator on tree rollouts; PORTool's spec §4.1 ablations; GRPO and
   PORTool on independent rollouts and with the token-mean loss (the loss that DAPO pairs
   with, so that its effect is not read as the estimator's); GiGPO on the independent rollouts
   it was made for and with prefix anchors; GRPO with CISPO's loss (the bench takes two

@@ -83,7 +83,7 @@ def grow(rng: np.random.Generator, task: ChainTask, log_probs: np.ndarray,
          opts: ChainRolloutOptions) -> Episodes:
   """Samples `num_queries` rollout groups from the policy table `log_probs` [S, A].
 
-  Algorithm 1 (SPEC §4.1): n first steps drawn independently; at each later depth every
+  Algorithm 1 (spec §4.1): n first steps drawn independently; at each later depth every
   active node proposes f candidates and exactly n − n_c of all the query's candidates
   (n_c = finished rows) are kept, uniformly at random without replacement; nodes left
   without a kept child are dropped. Independent rollouts are the case f = 1: every active

@@ -1,4 +1,4 @@
-"""Credit fidelity (SPEC §4.5): where an estimator puts credit, against labelled turns.
+"""Credit fidelity (spec §4.5): where an estimator puts credit, against labelled turns.
 
     turns = turn_table(rollouts, advantages, labels)   # one entry per (row, step)
     fidelity(turns)                                    # the measures below

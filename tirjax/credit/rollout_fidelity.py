@@ -1,4 +1,4 @@
-"""Credit fidelity measured on real rollouts (SPEC §4.5): a policy samples train queries as an
+"""Credit fidelity measured on real rollouts (spec §4.5): a policy samples train queries as an
 RL step does, once as independent groups and once as PORTool trees; every turn is labelled
 from its task's ground truth (the environment's `turn_labels`) and every registered
 estimator's advantages are measured against the labels (`tirjax.credit.fidelity`), with
@@ -160,7 +160,7 @@ def _fmt(measures: dict, ci: dict, key: str) -> str:
 
 def markdown(result: dict) -> str:
   cpu = result["machine"].get("cpu_id", {})
-  lines = ["# Credit fidelity on real rollouts (SPEC §4.5)\n",
+  lines = ["# Credit fidelity on real rollouts (spec §4.5)\n",
            f"Policy `{result['checkpoint']}`; {result['queries']} train queries in batches of "
            f"{result['queries_per_batch']}, {result['rows_per_query']} rows each at T = "
            f"{result['temperature']} (trees: branching {result['tree_branching']}); 95% CIs "

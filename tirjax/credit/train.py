@@ -35,7 +35,7 @@ class CreditTrainOptions:
     iterations: training batches per run.
     learning_rate: Adam step size.
     epochs: full-batch PPO-clip steps per batch (1: one policy-gradient step).
-    entropy_coef: entropy bonus of the loss (SPEC §5), the same for every cell.
+    entropy_coef: entropy bonus of the loss (spec §5), the same for every cell.
     threshold: fraction of the optimal success that counts as "reached".
     reward_window: final reward = mean batch outcome over this many last iterations.
     curve_every: the returned curve keeps every this-many-th evaluation and the last (the

@@ -1,4 +1,4 @@
-"""Tool environments (SPEC §6).
+"""Tool environments (spec §6).
 
 `tools` (the shared data model: Tool, Task, ToolSession), `parser` (a step and the formatting
 checks 1-4), `executor` (`ToolEnv`: one episode; check 5, answers, T_max, FTRL solves),

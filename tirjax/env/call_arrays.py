@@ -2,7 +2,7 @@
 
 `encode_row` turns one episode's kept calls (per step, terminal calls already excluded, as in
 `StepResult.calls`) and its task's flat ground-truth calls into fixed-size arrays with a
-shared `CallEncoder` (SPEC §2); `stack_rows` stacks rows into a `CallEncoding` and the masks.
+shared `CallEncoder` (spec §2); `stack_rows` stacks rows into a `CallEncoding` and the masks.
 `call_sim` then comes from `tirjax.matching.similarity.call_similarity(enc, call_valid,
 gt_valid)`. With `ParseLimits.max_calls <= K` and `max_arguments <= P`, no episode overflows.
 """

@@ -1,4 +1,4 @@
-"""Qwen3 chat rendering, and the token-in/token-out pieces of an episode (SPEC §6, §7).
+"""Qwen3 chat rendering, and the token-in/token-out pieces of an episode (spec §6, §7).
 
 The text layout is Qwen3's: `<|im_start|>role\\n…<|im_end|>\\n` turns; with tools, the system
 turn holds the optional system text, then Qwen3's tool preamble with one JSON tool spec per line

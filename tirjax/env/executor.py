@@ -1,4 +1,4 @@
-"""The tool environment of one episode: parse a step, run its calls, report (SPEC §6).
+"""The tool environment of one episode: parse a step, run its calls, report (spec §6).
 
 `ToolEnv(task, options).step(text)` parses the assistant step (checks 1-4, `parser.py`), runs
 its independent calls in order, each call's failure isolated (check 5), and returns a

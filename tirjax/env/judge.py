@@ -1,11 +1,11 @@
-"""The evaluation agent: verdicts true / false / unable_to_answer → +1 / −1 / 0 (SPEC §6).
+"""The evaluation agent: verdicts true / false / unable_to_answer → +1 / −1 / 0 (spec §6).
 
 Two judges with one rule for a missing answer (no `response_gen` within T_max → "false"):
 
 * `rule_verdict`: the final answer against the reference with no near miss passing
   (`matches`): numbers at the reference's precision, every number of the answer counted;
   strings normalised, exactly or as whole words of an answer that hedges nothing.
-  `unable_to_answer` (R_out 0) is earned, not claimed (SPEC §6): an answer that says it cannot
+  `unable_to_answer` (R_out 0) is earned, not claimed (spec §6): an answer that says it cannot
   answer gets it only when the reference is `unable_to_answer` (the task cannot be answered
   with the tools as they behaved); on an answerable task the same answer is "false" (−1), and
   a correct abstention never counts as correct. Were abstaining paid 0 on answerable tasks,
@@ -77,9 +77,9 @@ class RuleOptions:
       filler words ("the final answer is", "so", ...): "The answer is Paris." is true;
       "Paris or Lyon", "Lyon, Paris", "maybe Paris" and "The capital is Paris" (what else
       does it name?) are not.
-    abstention: "earned" (SPEC §6, the default): an abstention is `unable_to_answer` only on
+    abstention: "earned" (spec §6, the default): an abstention is `unable_to_answer` only on
       a task whose reference is `unable_to_answer`, "false" elsewhere. "claimed": the rule
-      before SPEC §6 closed it, any abstention on an answerable task is `unable_to_answer`;
+      before spec §6 closed it, any abstention on an answerable task is `unable_to_answer`;
       kept to reproduce the abstention collapse it causes, not for training.
   """
 
@@ -150,7 +150,7 @@ def same_number(x: decimal.Decimal, reference: str) -> bool:
 
 
 def matches(answer: str, reference: str, options: RuleOptions = RuleOptions()) -> bool:
-  """Whether a final answer states the reference (SPEC §6.1's rule judge; no near miss passes).
+  """Whether a final answer states the reference (spec §6.1's rule judge; no near miss passes).
 
   A numeric reference: the answer holds at least one number, every number in it equals the
   reference at its precision (integers exactly, decimals to the reference's places), and its

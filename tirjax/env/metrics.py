@@ -1,4 +1,4 @@
-"""Evaluation metrics of finished episodes (SPEC §6).
+"""Evaluation metrics of finished episodes (spec §6).
 
 PORTool's four axes (PORTool §4): accuracy (fraction judged correct), average tool-call steps
 (T_j, the answering step included, so at most T_max), unanswerable rate (no `response_gen`

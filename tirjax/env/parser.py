@@ -1,4 +1,4 @@
-"""Parsing an assistant step and the first four formatting checks (SPEC §4.1, §6).
+"""Parsing an assistant step and the first four formatting checks (spec §4.1, §6).
 
 A step (its text without the end-of-turn token) is::
 
@@ -9,7 +9,7 @@ final step; whitespace may surround the blocks. The checks, in order, each faili
 ones: (1) a `<think>…</think>` block, (2) a `<tool_call>…</tool_call>` (or `<answer>`) block,
 (3) its content parses as a JSON array of `{"name", "arguments"}` objects within `ParseLimits`,
 whose name and argument names are ASCII identifiers (a verdict may be computed from call
-strings built of them, so anything else is a malformed call: SPEC §6, Verdicts; non-ASCII
+strings built of them, so anything else is a malformed call: spec §6, Verdicts; non-ASCII
 ones too, as Python's eval would fold them to other names than the live call uses),
 (4) every call names a known tool and its arguments satisfy the tool's JSON schema, (5) every
 call executed without error (checked by the executor). An answer step has no calls, so it
@@ -33,7 +33,7 @@ THINK, TOOL_CALL, ANSWER = ("<think>", "</think>"), ("<tool_call>", "</tool_call
 
 
 def format_reward(checks_passed: int) -> float:
-  """R_fm = 0.25 · (2 · passed / 5 − 1) ∈ [-0.25, 0.25] (PORTool, SPEC §4.1)."""
+  """R_fm = 0.25 · (2 · passed / 5 − 1) ∈ [-0.25, 0.25] (PORTool, spec §4.1)."""
   if not 0 <= checks_passed <= NUM_CHECKS:
     raise ValueError(f"checks_passed: must lie in [0, {NUM_CHECKS}], got {checks_passed}")
   return 0.25 * (2.0 * checks_passed / NUM_CHECKS - 1.0)
@@ -292,7 +292,7 @@ class StepParser:
     if len(args) > self.limits.max_arguments:
       return f"{label}: {len(args)} arguments; the limit is {self.limits.max_arguments}"
     names = [k for k in args if not is_call_name(k)]
-    if names:  # a verdict is computed from call strings built of these names (SPEC §6)
+    if names:  # a verdict is computed from call strings built of these names (spec §6)
       return (f"{label}: the argument name {snippet(names[0])} is not an identifier (ASCII "
               "letters, digits and _, not a digit first)")
     bad = _unpaired_surrogate(call)

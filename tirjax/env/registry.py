@@ -1,4 +1,4 @@
-"""The environment registry: what the trainer needs of each environment, by name (SPEC §6).
+"""The environment registry: what the trainer needs of each environment, by name (spec §6).
 
 An environment registers one `Environment` from its own module; `tirjax.env.environments`
 imports those modules, so that `environments.get(name)` and `environments.names()` know every
@@ -25,7 +25,7 @@ Demonstrations = Callable[[Sequence[Task], Any, Any, int, int], list]
 Tokenizer = Callable[[str, int], str]
 # (model, tokenizer, tasks, answer protocol) -> metrics added to each evaluation
 EvalExtras = Callable[[Any, Any, Sequence[Task], str], dict]
-# (task, step results, answered, verdict) -> one label per turn (SPEC §4.5)
+# (task, step results, answered, verdict) -> one label per turn (spec §4.5)
 TurnLabels = Callable[[Task, Sequence, bool, str], list]
 # (env config, hop weights) -> None, or ValueError("<field>: problem")
 Check = Callable[[Any, tuple], None]
@@ -54,7 +54,7 @@ class Environment:
     eval_extras: metrics of the policy itself added to each evaluation (toolworld: its
       preference for the stated directions), or None.
     turn_labels: labels each turn of an episode right or wrong from the task's ground-truth
-      plan (SPEC §4.5), so that RL steps log where each estimator puts credit (`credit/*`);
+      plan (spec §4.5), so that RL steps log where each estimator puts credit (`credit/*`);
       None: no plan to label from.
     episode_metrics: its benchmark's own metrics of the greedy eval episodes (ToolHop's answer
       correctness, BFCL's accuracy per category), or None.

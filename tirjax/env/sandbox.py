@@ -1,4 +1,4 @@
-"""A sandbox for dataset-supplied tool code (ToolHop, FTRL, BFCL back-ends; SPEC §6).
+"""A sandbox for dataset-supplied tool code (ToolHop, FTRL, BFCL back-ends; spec §6).
 
 Each namespace's tool code runs in a worker process of its own, which speaks JSON over its own
 pipes: no tool shares an interpreter, a reply channel or an audit hook with another, so one

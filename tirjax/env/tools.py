@@ -1,4 +1,4 @@
-"""Tools and tasks: what an episode acts on (SPEC §6).
+"""Tools and tasks: what an episode acts on (spec §6).
 
 A tool is a name, a JSON schema for its arguments and a Python callable. A task is one query
 with its tools, its reference answer and its ground-truth calls. Both are plain data so that
@@ -64,7 +64,7 @@ class ToolSession(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class Dialogue:
-  """A task whose user speaks several times (BFCL multi-turn, SPEC §6.1).
+  """A task whose user speaks several times (BFCL multi-turn, spec §6.1).
 
   The task's `question` is the first user turn; `user_turns` are the later ones, in order. Within
   a turn the agent takes steps; a step without a tool call (a plain message, or the protocol's

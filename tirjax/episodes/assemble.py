@@ -1,4 +1,4 @@
-"""Finished rows → the padded `Rollouts` arrays (SPEC §2) and host-side episode records.
+"""Finished rows → the padded `Rollouts` arrays (spec §2) and host-side episode records.
 
 Shapes come from `Shapes` (B, T, K, C, L, P), never from the data, so every batch of a run has
 one shape. Node ids are batch-global and numbered in order of first appearance; rows that share

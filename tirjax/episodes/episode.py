@@ -1,7 +1,7 @@
 """The episode runner: live rows over the tool environment, advanced by batched sampler calls.
 
 A row is a path of `StepNode`s from the query's prompt. Rows of a tree share the nodes of their
-common prefix (the same objects, hence the same tokens). Token-in/token-out (SPEC §7): a row's
+common prefix (the same objects, hence the same tokens). Token-in/token-out (spec §7): a row's
 tokens are the prompt ids, then per step the sampler's ids exactly (the end-of-turn token
 included) and, if the row goes on, the tool-response ids of `chat.render_tool_response_ids`
 (`loss_mask = 0`), or, where a dialogue's step ended a user turn, the next user turn's ids

@@ -1,4 +1,4 @@
-"""Verdicts of finished rows (SPEC §6): a judge sees the trajectory of each answered row.
+"""Verdicts of finished rows (spec §6): a judge sees the trajectory of each answered row.
 
 A judge is any callable `Trajectory -> verdict` returning "true", "false" or
 "unable_to_answer", or a `Judgement` (as `LLMJudge.judge` does). Rows that did not answer (T_max

@@ -5,7 +5,7 @@ queries together) and returns the finished rows per query, plus a trace of its d
 tests and debugging):
 
 * `independent`: n rows per query, sampled on their own (GRPO-style groups).
-* `tree`: PORTool's Algorithm 1 (SPEC §4.1). Depth 1: n first steps per query. Each later
+* `tree`: PORTool's Algorithm 1 (spec §4.1). Depth 1: n first steps per query. Each later
   depth: every active node proposes f candidates; exactly n − n_c of the query's candidates
   (n_c = finished rows) are chosen uniformly at random without replacement; the rest, and the
   nodes left without a chosen child, are dropped. A node's first chosen child continues its

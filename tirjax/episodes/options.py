@@ -1,6 +1,6 @@
 """Options of the rollout stage: padded shapes, episodes, and the three rollout modes.
 
-Every option is a frozen dataclass whose defaults are the SPEC's (PORTool: n = 8, f = 2,
+Every option is a frozen dataclass whose defaults are the spec's (PORTool: n = 8, f = 2,
 T_max = 6) or, for ARPO, those of the public ARPO training scripts (dongguanting/ARPO:
 16 rollouts, 8 initial, beam 2, branch probability 0.5, entropy weight 0.2, top-10 log-probs
 of the first 20 tokens). `tirjax.config.config_from_dataclass(RolloutOptions)` gives the
@@ -20,7 +20,7 @@ MODES = ("independent", "tree", "arpo")
 
 @dataclasses.dataclass(frozen=True)
 class Shapes:
-  """The fixed `Rollouts` shapes (SPEC §2), so that the trainer compiles once.
+  """The fixed `Rollouts` shapes (spec §2), so that the trainer compiles once.
 
   Attributes:
     num_rows: B, rows of a batch (queries × rows per query must fit).
@@ -47,7 +47,7 @@ class Shapes:
 
 @dataclasses.dataclass(frozen=True)
 class TreeOptions:
-  """PORTool's rollout tree (Algorithm 1, SPEC §4.1). `branch_factor` is f."""
+  """PORTool's rollout tree (Algorithm 1, spec §4.1). `branch_factor` is f."""
 
   branch_factor: int = 2
 
@@ -100,7 +100,7 @@ class RolloutOptions:
       not fit: when its length plus `max_new_tokens` would exceed `shapes.max_tokens`.
     temperature, top_p: sampling.
     seed: seeds the `numpy.random.Generator` of selections and sampler seeds.
-    answer_protocol: "response_gen" or "answer_tag" (SPEC §6).
+    answer_protocol: "response_gen" or "answer_tag" (spec §6).
     judge_workers: answered rows judged in parallel (an LLM judge waits on the network).
     solve_scoring: "ftrl" (FTRL's scorer: schema-violating calls of a Solve-scored task are
       still run) or "strict" (refused); see `tirjax.env.executor.ToolEnvOptions`.

@@ -16,7 +16,7 @@ from tirjax.episodes.options import ArpoOptions
 
 def tree_select(num_candidates: int, num_keep: int, rng: np.random.Generator) -> np.ndarray:
   """PORTool's Algorithm 1, one depth: `num_keep = n − n_c` of all candidates, uniformly at
-  random without replacement (SPEC §4.1). Returns the chosen candidate indices, sorted.
+  random without replacement (spec §4.1). Returns the chosen candidate indices, sorted.
 
   Candidates are numbered node-major (candidate j of active node i is `i·f + j`).
   """

@@ -1,4 +1,4 @@
-"""The policy loss (SPEC §5): small formula modules and their composition.
+"""The policy loss (spec §5): small formula modules and their composition.
 
     from tirjax import loss
     opts = loss.LossOptions(clip_high=0.28, aggregation="token_mean")   # DAPO

@@ -1,4 +1,4 @@
-"""Loss aggregation over tokens and rows, as `(sum, denominator)` pairs (SPEC §5).
+"""Loss aggregation over tokens and rows, as `(sum, denominator)` pairs (spec §5).
 
 Each mode reduces a per-token loss `x [B, L]` over `mask [B, L]` (generated tokens of the rows
 that enter the loss) to a `Mean(sum, den)` whose value `sum / den` is the mode's loss. The

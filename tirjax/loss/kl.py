@@ -1,4 +1,4 @@
-"""Per-token estimators of KL(π_θ ‖ π_ref) from samples of π_θ (SPEC §5).
+"""Per-token estimators of KL(π_θ ‖ π_ref) from samples of π_θ (spec §5).
 
 Schulman 2020, "Approximating KL Divergence" (http://joschu.net/blog/kl-approx.html), with
 `log r = ref_logp − logp`: k1 = −log r, k2 = ½ (log r)², k3 = (r − 1) − log r. k1 is unbiased
@@ -33,7 +33,7 @@ def k3(logp: jax.Array, ref_logp: jax.Array, clamp: float = K3_CLAMP) -> jax.Arr
   """`k3 = clip(exp(d) − d − 1, −clamp, clamp)` with `d = clip(ref_logp − logp, ±20)`.
 
   As verl's `low_var_kl` (`kl_penalty` in verl/trainer/ppo/core_algos.py): the exponent's clamp
-  keeps `exp` finite in float32, and the value's clamp (SPEC §5 `kl_clamp`, default 10) keeps a
+  keeps `exp` finite in float32, and the value's clamp (spec §5 `kl_clamp`, default 10) keeps a
   reference far from the policy from blowing up the loss: beyond it the value is constant and
   its gradient 0. `clamp = 0` turns the value's clamp off.
   """

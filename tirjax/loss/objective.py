@@ -1,4 +1,4 @@
-"""The policy objective: clipped surrogate + KL to a reference − entropy bonus (SPEC §5).
+"""The policy objective: clipped surrogate + KL to a reference − entropy bonus (spec §5).
 
     opts = LossOptions(clip_high=0.28)                  # DAPO's clip-higher
     out = jax.jit(policy_loss, static_argnames="opts")(
@@ -40,7 +40,7 @@ SURROGATES = ("clip", "cispo")
 
 @dataclasses.dataclass(frozen=True)
 class LossOptions:
-  """Options of the policy loss; defaults are SPEC §5's (PORTool / GRPO).
+  """Options of the policy loss; defaults are spec §5's (PORTool / GRPO).
 
   Attributes:
     clip_low: ε_low, the ratio's lower bound is 1 − ε_low (DAPO: 0.2).
@@ -49,7 +49,7 @@ class LossOptions:
     ratio_level: "token" (PPO) or "sequence" (GSPO's length-normalised sequence ratio, in
       its GSPO-token form).
     surrogate: "clip" (PPO's clipped surrogate) or "cispo" (MiniMax-M1: the clipped ratio,
-      stop-gradiented, weighs A · log π, so no token's gradient is dropped; SPEC §4.4). They
+      stop-gradiented, weighs A · log π, so no token's gradient is dropped; spec §4.4). They
       differ only where ρ ≠ 1, i.e. from the second update on one rollout batch. With
       "cispo" ε_low may be ≥ 1 (no lower bound on the weight) and the dual clip is refused.
       Its terms are aggregated by `aggregation` like every surrogate's, by default

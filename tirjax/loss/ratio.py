@@ -1,4 +1,4 @@
-"""Importance ratios between the current and the behaviour policy (SPEC §5).
+"""Importance ratios between the current and the behaviour policy (spec §5).
 
 All log-ratios are clamped to ±20 before `exp`, as verl does (`core_algos.compute_policy_loss`),
 so that a stale or mismatched log-prob cannot overflow float32; outside the clamp the ratio is

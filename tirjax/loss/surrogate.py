@@ -1,5 +1,5 @@
 """The clipped policy-gradient surrogate, CISPO's clipped-weight REINFORCE term, and the clip
-indicators (SPEC §4.4, §5).
+indicators (spec §4.4, §5).
 
 Per-token losses (to be minimised); `ratio` is ρ (token or GSPO), `adv` the token advantage A.
 """

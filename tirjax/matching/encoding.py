@@ -1,4 +1,4 @@
-"""Host-side encoding of tool calls for the on-device similarity (SPEC §2).
+"""Host-side encoding of tool calls for the on-device similarity (spec §2).
 
 Each call becomes a tool-name id, a padded set of parameter-name ids and one hash per
 parameter value. Parsing and hashing happen here, once per call; `similarity.py` compares the

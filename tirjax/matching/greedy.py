@@ -7,7 +7,7 @@ Python's stable descending sort, and takes each pair whose two ends are still fr
 score is > 0. That equals repeatedly taking the globally largest remaining positive pair,
 ties going to the smallest row-major index (i, j) — which is what this kernel does, with one
 masked arg-max over the flattened [m, n] matrix per step: no sort, no Python loop per row.
-It can fall short of the exact maximum (`hungarian.py`); SPEC §4.3 offers both.
+It can fall short of the exact maximum (`hungarian.py`); spec §4.3 offers both.
 """
 
 from __future__ import annotations

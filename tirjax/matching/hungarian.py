@@ -1,7 +1,7 @@
 """Exact maximum-weight one-to-one matching, batched (Kuhn-Munkres / Jonker-Volgenant).
 
 For each of N padded similarity matrices W [m, n] (m predicted calls, n ground-truth calls),
-finds a matching π maximising Σ_{(u,v) ∈ π} W[u, v] (HiDiffTIR Eq. 2; SPEC §4.2). Pairs with
+finds a matching π maximising Σ_{(u,v) ∈ π} W[u, v] (HiDiffTIR Eq. 2; spec §4.2). Pairs with
 weight ≤ 0 count as unmatched, and padding pairs have weight 0, so the maximum-weight matching
 is the positive part of a minimum-cost *assignment* (cost −W) of the smaller side into the
 larger one: any matching extends to such an assignment with zero-weight pairs.
@@ -14,7 +14,7 @@ assigned so far + 1) steps; see `_assign` for the row-based search used here. Th
 batch advances in lockstep through `lax` loops (no Python loop per problem), chunk by chunk
 (`chunks.map_chunks`).
 
-Among several optimal matchings the one returned is SPEC §4.2's: each ground-truth call, in
+Among several optimal matchings the one returned is spec §4.2's: each ground-truth call, in
 order, gets the earliest predicted call it can have in an optimal matching (`ties.py`, from the
 assignment's optimal duals). So the ground-truth calls are always the assigned side (a batch
 with fewer predicted calls is padded with empty ones).
@@ -23,7 +23,7 @@ Why not `optax.assignment.hungarian_algorithm` (issue 17, measured by
 `benchmarks.bench_kernels` at the papers' batch, 4096 matrices of 40 × 8, on the 2-core CPU):
 vmapped, it takes 49 ms against this matcher's 30 ms, so speed would allow it, but it returns
 only the assignment. The tie rule needs the assignment's optimal duals (`ties.py` reads the
-reduced costs), and optax's own choice among tied optimal matchings differs from SPEC §4.2's on
+reduced costs), and optax's own choice among tied optimal matchings differs from spec §4.2's on
 1.4 % of the batch's rows; recovering duals from its assignment would be a second shortest-path
 solve, more code than it saves. The benchmark keeps timing it (`assignment_hungarian_optax`).
 """

@@ -3,7 +3,7 @@
   sim(c, c*) = 1[name = name*] · (1 + J(P, P*) + Σ_{k ∈ P*} 1[c[k] = c*[k]]) / (2 + |P*|)
 
 with J the Jaccard index of the parameter-name sets (J(∅, ∅) = 1). Range {0} ∪ (0, 1].
-Reference: Guo et al. 2026, HiDiffTIR, Appendix A.3; SPEC §4.2.
+Reference: Guo et al. 2026, HiDiffTIR, Appendix A.3; spec §4.2.
 """
 
 from __future__ import annotations

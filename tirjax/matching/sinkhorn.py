@@ -6,7 +6,7 @@ ground-truth calls, the entropic transport problem (Cuturi 2013)
   T* = argmin_T <T, −S> − reg · H(T)   s.t.  T 1 = 1/P (over predicted calls),
                                             Tᵀ1 = 1/C (over ground-truth calls),
 
-is solved, and each predicted call u earns Σ_v T*_uv · S_uv (SPEC §4.3, reg = 0.1). This is what
+is solved, and each predicted call u earns Σ_v T*_uv · S_uv (spec §4.3, reg = 0.1). This is what
 the public MatchTIR code computes with `ot.sinkhorn(mu, nu, -S, reg)` followed by
 `(T * S).sum(axis=1)` (CyberSculptor96/MatchTIR, `Code/verl/utils/reward_score/tool.py`,
 `assign_rewards_ot`); like it, the reward is not rescaled by P, so a perfectly matched call

@@ -1,4 +1,4 @@
-"""SPEC §4.2's tie rule for the exact matcher: the lexicographically smallest optimal matching.
+"""spec §4.2's tie rule for the exact matcher: the lexicographically smallest optimal matching.
 
 Among the maximum-weight matchings, the one returned gives each ground-truth call, in
 ground-truth order, the earliest predicted call it can have (unmatched ranks last): the

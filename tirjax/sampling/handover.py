@@ -2,7 +2,7 @@
 
 After new weights are handed to a sampler, both sides score the same tokens: the sampler's
 log-probs of the tokens it sampled, and the trainer's teacher-forced log-probs of the same
-sequences. Their gap is the sampler-vs-trainer mismatch of SPEC §7 (logged every step by the
+sequences. Their gap is the sampler-vs-trainer mismatch of spec §7 (logged every step by the
 trainer); after a hand-over it must lie within a tolerance, or the hand-over failed.
 
 A *teacher* is any callable `teacher_logprobs(sequences) -> per-token log-probs`: given a list

@@ -1,4 +1,4 @@
-"""The sampler interface (SPEC §7): token ids in, token ids and log-probs out.
+"""The sampler interface (spec §7): token ids in, token ids and log-probs out.
 
 Nothing is decoded and re-encoded between turns: the episode runner appends the exact ids a
 sampler returns, and tool responses are tokenised and appended after them.

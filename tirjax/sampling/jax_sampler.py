@@ -1,4 +1,4 @@
-"""The built-in sampler: jitted, batched, KV-cached decoding of the Flax policy (SPEC §7).
+"""The built-in sampler: jitted, batched, KV-cached decoding of the Flax policy (spec §7).
 
     sampler = JaxSampler(model)                      # a `tirjax.models.Decoder`
     out = sampler.generate(prompts, SamplingParams(n=4, temperature=1.0, max_new_tokens=256,

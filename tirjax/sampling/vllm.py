@@ -1,4 +1,4 @@
-"""The vLLM sampler (SPEC §7): an OpenAI-compatible vLLM server behind the `Sampler` interface.
+"""The vLLM sampler (spec §7): an OpenAI-compatible vLLM server behind the `Sampler` interface.
 
 Token-in, token-out: prompts go to `/v1/completions` as token-id lists, and each sample comes
 back as the ids vLLM sampled (`return_tokens_as_token_ids`), never decoded and re-encoded, the

@@ -1,4 +1,4 @@
-"""Several vLLM servers behind one sampler (SPEC §9): the fleet a run outgrows one server with.
+"""Several vLLM servers behind one sampler (spec §9): the fleet a run outgrows one server with.
 
 Each prompt is one request (as `VLLMSampler` sends them), routed when it is sent to the server
 with the fewest requests outstanding (least-outstanding-requests, as load balancers in front of

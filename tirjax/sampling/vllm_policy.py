@@ -1,7 +1,7 @@
 """The vLLM sampler as the trainer drives it: each new policy exported, reloaded, checked.
 
 (`tirjax.sampling.vllm.VLLMSampler` is the client of one server; this adapter adds the
-trainer's side of the hand-over, SPEC §7.)
+trainer's side of the hand-over, spec §7.)
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ benchmarks and experiments can use it without importing `tests/`; `tests/` holds
 `conftest.py`, whose pytest fixtures wrap what lives here. The library never imports this
 package; modules here may need test-only packages (torch, hypothesis: requirements-test.txt).
 
-* `reference/`: plain-loop implementations written from the SPEC (never sharing code with the
+* `reference/`: plain-loop implementations written from the spec (never sharing code with the
   kernels).
 * Batches: `records` builds a `Rollouts` batch from plain Python records, `synthetic` random
   PORTool trees and independent rollouts, `synthetic_calls` random tool calls with ground

@@ -1,4 +1,4 @@
-"""Random rollout batches: PORTool rollout trees and independent rollouts (SPEC §4.1).
+"""Random rollout batches: PORTool rollout trees and independent rollouts (spec §4.1).
 
 For tests, kernel benchmarks and credit-assignment studies. Generation is numpy-vectorised
 over queries (one loop over depths), so paper-scale batches take milliseconds; `validate`
@@ -138,7 +138,7 @@ def to_rollouts(
       per query from a flat Dirichlet, so groups range from all-correct to all-wrong.
       Unfinished rows get −1.
     format_reward: R_fm per step: "uniform" in [−0.25, 0.25], "levels" (0.25 · (2k/5 − 1),
-      k ~ U{0..5}, the five-check reward of SPEC §4.1, with ties), or one constant.
+      k ~ U{0..5}, the five-check reward of spec §4.1, with ties), or one constant.
     num_rows, max_steps: padded B and T (default: just fit). K = `max_calls`,
       C = `max_gt_calls`: each step has U{0..K} calls, each query U{0..C} ground-truth calls,
       and half of the valid pairs a similarity in (0, 1].

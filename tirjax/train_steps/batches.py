@@ -20,7 +20,7 @@ from tirjax.rollouts import Rollouts
 
 @flax.struct.dataclass(frozen=True)
 class PolicyBatch:
-  """Inputs of the policy loss (SPEC §5), `[B, L]` unless noted."""
+  """Inputs of the policy loss (spec §5), `[B, L]` unless noted."""
 
   tokens: jax.Array  # int32
   token_valid: jax.Array  # bool

@@ -1,4 +1,4 @@
-"""Several updates per rollout batch: whole query groups shuffled into mini-batches (SPEC §5.1).
+"""Several updates per rollout batch: whole query groups shuffled into mini-batches (spec §5.1).
 
     state, updates = update_passes(state, train_step, batch, group_id, row_valid,
                                    num_minibatches, ppo_epochs, seed=seed, step=step)

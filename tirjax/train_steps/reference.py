@@ -1,4 +1,4 @@
-"""The frozen reference policy of the KL term (SPEC §5): its log-probs, once per batch.
+"""The frozen reference policy of the KL term (spec §5): its log-probs, once per batch.
 
     reference = (ReferencePolicy(graphdef, ref_params, place, step_opts)
                  if loss_opts.kl_coef > 0 else None)

@@ -10,7 +10,7 @@
     step = policy_step(graphdef, tx, place, LossOptions(...), StepOptions(num_microbatches=4))
     state, metrics = step(state, sharding.shard_batch(policy_batch(rollouts, adv), mesh, sh.rules))
 
-One step, for any loss that is a `Mean(sum, den)` (SPEC §5: the policy loss; the SFT loss):
+One step, for any loss that is a `Mean(sum, den)` (spec §5: the policy loss; the SFT loss):
 
     g = Σ_m ∇ sum_m / max(Σ_m den_m, 1),      m over micro-batches of rows
 
@@ -275,7 +275,7 @@ class TrainStep:
 
 
 def policy_loss_fn(loss_opts: objective.LossOptions, opts: StepOptions) -> LossFn:
-  """The policy loss (SPEC §5) of a `PolicyBatch` under the model's chunked log-probs;
+  """The policy loss (spec §5) of a `PolicyBatch` under the model's chunked log-probs;
   the entropy is computed only when its coefficient is > 0 or `opts.log_entropy`."""
   with_entropy = loss_opts.entropy_coef > 0 or opts.log_entropy
 

@@ -1,4 +1,4 @@
-"""The trainer's multi-process plumbing (`tirjax.distributed`, SPEC §9): each process samples
+"""The trainer's multi-process plumbing (`tirjax.distributed`, spec §9): each process samples
 its share of a step's queries into its block of the global batch, and process 0 writes the
 run directory. With one process the share is the whole step and every function here is the
 identity or the plain file operation.

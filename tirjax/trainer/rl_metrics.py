@@ -1,5 +1,5 @@
 """Per-step RL metrics: rewards, PORTool's four axes on the training episodes, advantage and
-unlearning statistics (SPEC §4.1), loss diagnostics, sampler-vs-trainer log-prob gap."""
+unlearning statistics (spec §4.1), loss diagnostics, sampler-vs-trainer log-prob gap."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def rl_metrics(r: Rollouts, adv: Advantages, step_metrics: Mapping[str, float],
                aggregation: str = "seq_mean_token_mean",
                first_update: Optional[Mapping[str, float]] = None) -> dict:
   """The step's metrics; `aggregation` is the loss's, which weighs each row's push on a step
-  in the unlearning rate (SPEC §4.1). `step_metrics`: the loss's (over the step's updates);
+  in the unlearning rate (spec §4.1). `step_metrics`: the loss's (over the step's updates);
   `first_update`: the first update's, whose ratio is the sampler-vs-trainer gap when π_old
   is the sampler's (None: no gap is logged; the trainer recomputed π_old)."""
   valid = np.asarray(r.row_valid)
@@ -79,7 +79,7 @@ def signal_shares(r: Rollouts, adv: Advantages) -> dict[str, float]:
 
 
 def credit_metrics(r: Rollouts, adv: Advantages, labels: Sequence[Optional[list]]) -> dict:
-  """`credit/<measure>` (SPEC §4.5, `tirjax.credit.fidelity`) of the step's estimator on its
+  """`credit/<measure>` (spec §4.5, `tirjax.credit.fidelity`) of the step's estimator on its
   labelled turns: `r`, `adv` and `labels` are this process's rows; every process's turns are
   gathered, so all get the same figures. Undefined measures (an empty denominator) are left
   out."""

@@ -1,4 +1,4 @@
-"""The configured sampler (SPEC §7): the built-in JAX sampler, or vLLM behind the
+"""The configured sampler (spec §7): the built-in JAX sampler, or vLLM behind the
 `PolicySampler` protocol."""
 
 from __future__ import annotations

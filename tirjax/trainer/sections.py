@@ -95,8 +95,8 @@ class JudgeOptions:
   base_url: str = ""
   model: str = ""
   votes: int = 5
-  # the rule judge's (and the LLM judge's no-vote fallback's) abstention rule: "earned" (SPEC
-  # §6) or "claimed" (the old rule that pays 0 for abstaining on answerable tasks; see
+  # the rule judge's (and the LLM judge's no-vote fallback's) abstention rule: "earned"
+  # (spec §6) or "claimed" (the old rule that pays 0 for abstaining on answerable tasks; see
   # `tirjax.env.judge.RuleOptions`)
   abstention: str = "earned"
 
@@ -154,7 +154,7 @@ class SamplerOptions:
 class TrainOptions:
   steps: int = 100  # RL steps
   queries_per_step: int = 8  # rows per batch = queries_per_step × rows per query
-  # Updates per rollout batch (SPEC §5.1): each of `ppo_epochs` passes shuffles the query groups
+  # Updates per rollout batch (spec §5.1): each of `ppo_epochs` passes shuffles the query groups
   # into mini-batches of `mini_batch_queries` queries (0: the whole batch), one update each.
   mini_batch_queries: int = 0
   ppo_epochs: int = 1

@@ -1,6 +1,6 @@
 """The rollout shapes a split's tasks need, and a config's shapes fitted to them.
 
-A task needs, of the fixed `Rollouts` sizes (SPEC §2; `tirjax.episodes.options.Shapes`):
+A task needs, of the fixed `Rollouts` sizes (spec §2; `tirjax.episodes.options.Shapes`):
 
   L  its prompt and one step: len(prompt ids) + `rollout.max_new_tokens` (the check of
      `episodes.episode.EpisodeRunner`; a longer row ends truncated, by design);

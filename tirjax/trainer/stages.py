@@ -109,7 +109,7 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
     with clock("reference"):
       rollouts = _with_reference_and_old_logprobs(batch.rollouts, reference, own_logprobs,
                                                   state, exp.loss)
-    with clock("update"):  # ppo_epochs passes over the batch's mini-batches (SPEC §5.1)
+    with clock("update"):  # ppo_epochs passes over the batch's mini-batches (spec §5.1)
       state, updates = update_passes(
           state, rl.step, policy_batch(rollouts, adv),
           distributed.host_rows(rollouts.group_id), distributed.host_rows(rollouts.row_valid),

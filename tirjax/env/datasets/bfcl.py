@@ -13,7 +13,7 @@ entry's classes from its `initial_config` in a fresh, stateful sandbox namespace
 process of its own; calls are replayed after a worker restart) and drops it when the episode
 closes. The classes' modules are imported once, by the sandbox's zygote (`Sandbox.preload`).
 
-Mapping to `Task` (SPEC §6.1: the episode as bfcl-eval's multi-turn inference loop runs it):
+Mapping to `Task` (spec §6.1: the episode as bfcl-eval's multi-turn inference loop runs it):
 the question is the first user turn and the later ones are a `Dialogue`, in order. A
 `missed_function` is held back: it is not among the tools until the turn that the entry names,
 and that turn's (empty) user message becomes bfcl-eval's prompting-mode message listing the
@@ -28,7 +28,7 @@ calls against that turn's ground truth only. Success is bfcl-eval's own
 sandbox on the episode's decoded calls (bfcl-eval's `convert_to_function_call` of each step's
 calls); turns without ground truth expect no call, as that checker has it.
 
-Verdicts no episode can touch (SPEC §6): the checker `eval`s call strings built of the model's
+Verdicts no episode can touch (spec §6): the checker `eval`s call strings built of the model's
 names, so a call whose name or argument names are not identifiers is malformed before any
 string is built (`parser.py`, and `decode_calls` again); a call of a name that is not one of
 the entry's functions reaches the checker as a call of an undefined name (`only_methods`);
@@ -206,7 +206,7 @@ def only_methods(decoded: list, methods) -> list:
 def decode_calls(calls: Sequence[Mapping[str, Any]]) -> list[str]:
   """A step's calls as bfcl-eval's handlers decode them (`convert_to_function_call`). The
   names go into code that a checker evaluates: a name or argument name that is not an
-  ASCII identifier is refused here too (the parser makes such a call malformed; SPEC §6;
+  ASCII identifier is refused here too (the parser makes such a call malformed; spec §6;
   `tools.is_call_name`)."""
   from bfcl_eval.model_handler.utils import convert_to_function_call
   for c in calls:

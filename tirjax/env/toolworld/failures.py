@@ -5,7 +5,7 @@ states (`demos.confuse`); a sampled episode can fail for other reasons that RL m
 token by token. `failure_kind` names the first thing that went wrong, so that an evaluation can
 say which of them bounds the sampled accuracy:
 
-  format        a step whose calls did not parse (checks 1-3 of SPEC §6's format reward)
+  format        a step whose calls did not parse (checks 1-3 of spec §4.1's format reward)
   direction     a call that is a ground-truth call with its direction flipped (`demos.flip`)
   miscopy       a call of a ground-truth tool that the tool refused (a name or value it does
                 not know, a schema the arguments break: mostly a name copied wrong)
@@ -23,7 +23,7 @@ Calls are compared as parsed JSON (`1 == 1.0`), in the order the episode made th
 schedule of the plan matches, since the ground truth is a multiset of calls.
 
 `turn_labels` applies the same rules to every step of an episode rather than to its first
-departure only (SPEC §4.5's turn labels, for credit fidelity): a tool-call step is right when
+departure only (spec §4.5's turn labels, for credit fidelity): a tool-call step is right when
 each of its calls takes a not-yet-made call of the plan, else wrong with the kind of its first
 call that does not; the answering step is right when its verdict is the best the task admits.
 """
@@ -111,7 +111,7 @@ RIGHT = "right"
 
 
 def turn_labels(task: Task, results: Sequence, answered: bool, verdict: str) -> list[str]:
-  """Each step's label: `RIGHT`, or the `TURN_KINDS` kind of what it got wrong (SPEC §4.5).
+  """Each step's label: `RIGHT`, or the `TURN_KINDS` kind of what it got wrong (spec §4.5).
 
   Args:
     task: a toolworld task (its `gt_calls` are the plan's calls, resolved).
@@ -124,7 +124,7 @@ def turn_labels(task: Task, results: Sequence, answered: bool, verdict: str) -> 
   wrong with the kind of its first call that does not, as `failure_kind` names it. A step whose
   calls did not parse, or that made none, is "format". The answering step is right when the
   verdict is the best the task admits: "true", or "unable_to_answer" on a task that cannot be
-  answered (SPEC §6: that verdict is earned only there); its calls, if any, are not labelled.
+  answered (spec §6: that verdict is earned only there); its calls, if any, are not labelled.
   """
   plan = _Plan(task)
   best = "unable_to_answer" if task.answer == UNABLE_TO_ANSWER else "true"

@@ -1,4 +1,4 @@
-"""Independent reference implementations, written from the SPEC (one module per topic).
+"""Independent reference implementations, written from the spec (one module per topic).
 
 For the advantage estimators, `REFERENCES[name](batch, **options)` returns
 `dict(steps=[B, T], rows=[B])`, with `batch` the numpy arrays of a `Rollouts`

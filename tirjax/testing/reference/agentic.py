@@ -1,4 +1,4 @@
-"""References of the agentic step- and tree-level estimators gigpo and tree_grpo (SPEC §4.4),
+"""References of the agentic step- and tree-level estimators gigpo and tree_grpo (spec §4.4),
 written from their papers with dicts over groups, anchor states, trees and rows."""
 
 from __future__ import annotations

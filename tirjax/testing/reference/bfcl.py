@@ -1,4 +1,4 @@
-"""BFCL multi-turn scored the way bfcl-eval scores it, for the agreement check (SPEC §6.1).
+"""BFCL multi-turn scored the way bfcl-eval scores it, for the agreement check (spec §6.1).
 
 `reference_verdict` composes bfcl-eval's own functions the way its pipeline does, in this
 process and without tirjax's episode code: the inference loop (`BaseHandler.inference_multi_turn_*`:

@@ -1,4 +1,4 @@
-"""Reference count of the five formatting checks of a step (SPEC §4.1), written from the SPEC.
+"""Reference count of the five formatting checks of a step (spec §4.1), written from the SPEC.
 
 Regular expressions for the blocks, a recursive walk for the JSON limits and hand-written
 checks of flat schemas (`{"a": "integer", ...}`, all required, nothing else allowed), sharing
@@ -92,7 +92,7 @@ def checks_passed(text, schemas, failing, protocol="response_gen", max_chars=327
       return 2
     if len(c["arguments"]) > max_arguments or _has_surrogate(c):
       return 2
-    if not all(n.isascii() and n.isidentifier()  # SPEC §6, Verdicts
+    if not all(n.isascii() and n.isidentifier()  # spec §6, Verdicts
                for n in [c["name"], *c["arguments"]]):
       return 2
   tools = dict(schemas)

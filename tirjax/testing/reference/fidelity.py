@@ -1,4 +1,4 @@
-"""Credit fidelity (SPEC §4.5) in plain loops, from the SPEC's words: the reference of
+"""Credit fidelity (spec §4.5) in plain loops, from the spec's words: the reference of
 `tirjax.credit.fidelity`."""
 
 from __future__ import annotations

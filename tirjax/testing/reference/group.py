@@ -1,6 +1,6 @@
-"""References of the outcome-level baselines grpo, grpo_fm, dr_grpo, rloo, dapo (SPEC §4.3).
+"""References of the outcome-level baselines grpo, grpo_fm, dr_grpo, rloo, dapo (spec §4.3).
 
-Written from the SPEC and the cited papers with loops over groups and rows.
+Written from the spec and the cited papers with loops over groups and rows.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Independent reference for the policy loss (SPEC §5): plain Python, one token at a time.
+"""Independent reference for the policy loss (spec §5): plain Python, one token at a time.
 
 Written from the textbook formulas, not from tirjax.loss: lists of lists in, floats out.
 """

@@ -1,6 +1,6 @@
-"""Plain-Python references of the matching-based estimators (SPEC §3, §4.2, §4.3).
+"""Plain-Python references of the matching-based estimators (spec §3, §4.2, §4.3).
 
-Written from the SPEC, independently of the kernels: per-row loops over dicts, scipy's
+Written from the spec, independently of the kernels: per-row loops over dicts, scipy's
 `linear_sum_assignment` per row for the exact matching, MatchTIR's sort-based greedy, and
 POT's `sinkhorn_knopp` loop for optimal transport. Every function takes
 `batch: dict[str, np.ndarray]` (the `Rollouts` fields, plus `calls.<field>` for the call
@@ -17,10 +17,10 @@ from scipy.optimize import linear_sum_assignment
 
 
 # ---------------------------------------------------------------------------------------------
-# Group statistics (SPEC §3)
+# Group statistics (spec §3)
 
 def zscore_groups(values: dict, groups: dict, zscore=None) -> dict:
-  """z-score of values[row] within each group (SPEC §3 conventions)."""
+  """z-score of values[row] within each group (spec §3 conventions)."""
   z = _zopts(zscore)
   out = {}
   for members in groups.values():
@@ -72,7 +72,7 @@ def row_gts(batch, b) -> list:
   return [c for c in range(batch["gt_valid"].shape[1]) if batch["gt_valid"][b, c]]
 
 
-TIE_TOLERANCE = 1e-5  # two matchings whose weights differ by less are tied (SPEC §4.2)
+TIE_TOLERANCE = 1e-5  # two matchings whose weights differ by less are tied (spec §4.2)
 
 
 def max_weight(w: np.ndarray) -> float:
@@ -85,7 +85,7 @@ def max_weight(w: np.ndarray) -> float:
 
 
 def exact_matching(w: np.ndarray) -> list:
-  """SPEC §4.2's maximum-weight matching [(i, j)] of w [P, C]: among the optimal matchings,
+  """spec §4.2's maximum-weight matching [(i, j)] of w [P, C]: among the optimal matchings,
   each ground-truth call j in order takes the earliest predicted call i it can (unmatched
   last). By fixing: j takes the first i with w[i, j] > 0 such that w[i, j] plus the best
   matching of what is left still reaches the optimum (scipy solves every test)."""
@@ -110,7 +110,7 @@ def greedy_matching(w: np.ndarray, gt_first: bool = False) -> list:
   """MatchTIR's `hungarian_assignment`: stable sort of (score, i, j) by score, descending.
 
   MatchTIR lists the pairs predicted call first (row-major). `gt_first` lists them by
-  ground-truth call first, SPEC §4.2's tie order (equal scores to the earliest ground-truth
+  ground-truth call first, spec §4.2's tie order (equal scores to the earliest ground-truth
   call, then the earliest predicted one); the tests show both orders give the same matching.
   """
   m, n = w.shape
@@ -173,7 +173,7 @@ def _out(batch, steps: dict, rows: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# HiDiffTIR (SPEC §4.2)
+# HiDiffTIR (spec §4.2)
 
 def hidifftir(batch, alpha=0.7, lam=1.0, answer_turn="judge", success_rate="as_printed",
               trajectory_difficulty=True, turn_difficulty=True, matching="hungarian",
@@ -259,7 +259,7 @@ def hidifftir(batch, alpha=0.7, lam=1.0, answer_turn="judge", success_rate="as_p
 
 
 # ---------------------------------------------------------------------------------------------
-# MatchTIR (SPEC §4.3)
+# MatchTIR (spec §4.3)
 
 def _matchtir(batch, call_reward: dict, discount, zscore):
   groups = groups_of(batch)
@@ -313,7 +313,7 @@ def matchtir_ot(batch, reg=0.1, discount=0.9, max_iter=1000, tol=None, zscore=No
 
 
 # ---------------------------------------------------------------------------------------------
-# ToolRL and FTRL (SPEC §4.3)
+# ToolRL and FTRL (spec §4.3)
 
 def _checks_passed(format_reward: float) -> int:
   return int(round((format_reward / 0.25 + 1) * 5 / 2))

@@ -1,4 +1,4 @@
-"""Reference PORTool (SPEC §4.1), written from the SPEC with dicts over trees and rows.
+"""Reference PORTool (spec §4.1), written from the spec with dicts over trees and rows.
 
 Nodes are keyed by their `node_id`; the root of query g is the key ("root", g).
 """

@@ -1,4 +1,4 @@
-"""Reference formulas of the rollout selection rules, written from SPEC §4.1 and the ARPO paper
+"""Reference formulas of the rollout selection rules, written from spec §4.1 and the ARPO paper
 and code, sharing no code with `tirjax.episodes`.
 
 * PORTool Algorithm 1 chooses `keep` of `N` candidates uniformly without replacement: each

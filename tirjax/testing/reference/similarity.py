@@ -1,4 +1,4 @@
-"""Plain-Python tool-call similarity of HiDiffTIR Appendix A.3, Eq. 22-25 (SPEC §4.2).
+"""Plain-Python tool-call similarity of HiDiffTIR Appendix A.3, Eq. 22-25 (spec §4.2).
 
   sim(c, c*) = 1[name = name*] · (1 + J(P, P*) + Σ_{k ∈ P*} 1[c[k] = c*[k]]) / (2 + |P*|)
 

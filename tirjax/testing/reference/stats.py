@@ -1,4 +1,4 @@
-"""Reference group statistics (SPEC §3), plain Python over lists; independent of tirjax."""
+"""Reference group statistics (spec §3), plain Python over lists; independent of tirjax."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import math
 from collections import defaultdict
 from typing import Any, Optional, Sequence
 
-# SPEC §3 defaults: ddof 1, scale "std", singleton "zero", eps 1e-6.
+# spec §3 defaults: ddof 1, scale "std", singleton "zero", eps 1e-6.
 DEFAULTS = dict(ddof=1, scale="std", singleton="zero", eps=1e-6)
 
 
 def zscore_conventions(zscore: Optional[Any], **defaults) -> dict:
-  """The conventions of a `segments.ZScore`-like object (None: SPEC defaults, or `defaults`)."""
+  """The conventions of a `segments.ZScore`-like object (None: spec defaults, or `defaults`)."""
   out = {**DEFAULTS, **defaults}
   if zscore is not None:
     out = {k: getattr(zscore, k) for k in DEFAULTS}

@@ -1,4 +1,4 @@
-"""Reference unlearning diagnostic (SPEC §4.1, PORTool Theorem 3.1) with loops over nodes."""
+"""Reference unlearning diagnostic (spec §4.1, PORTool Theorem 3.1) with loops over nodes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""References of verl's outcome-level estimators (SPEC §4.4), from their papers, with loops.
+"""References of verl's outcome-level estimators (spec §4.4), from their papers, with loops.
 
 reinforce_plus_plus and reinforce_plus_plus_baseline (Hu 2025), remax (Li et al. 2023), opo
 (Hao et al. 2025), gpg (Chu et al. 2025), grpo_passk (Tang et al. 2025, arXiv 2503.19595). The
@@ -78,7 +78,7 @@ def remax(batch: dict) -> dict:
 
 
 def _degenerate(rewards: list[float], singleton: str):
-  """SPEC §3: the advantages of a group of one or of equal rewards, else None."""
+  """spec §3: the advantages of a group of one or of equal rewards, else None."""
   if len(rewards) == 1:
     return [rewards[0] if singleton == "raw" else 0.0]
   if max(rewards) == min(rewards):
