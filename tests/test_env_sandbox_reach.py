@@ -32,7 +32,7 @@ def children() -> set:
   return out
 
 
-def test_4_close_is_final_even_when_threads_race_it():
+def test_close_is_final_even_when_threads_race_it():
   """Layer: close() marks the sandbox closed under its lock, and every method checks it
   first. Threads keep calling and defining while the sandbox closes; afterwards every method
   raises ToolError and no process of it is left, or started again."""
@@ -89,7 +89,7 @@ def many_open_files():
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def test_5_an_owner_holding_1100_descriptors_still_runs_tools(many_open_files):
+def test_an_owner_holding_1100_descriptors_still_runs_tools(many_open_files):
   """Layer: the owner waits with poll, which takes any descriptor number (select refused
   those from 1024 up with a ValueError, not a ToolError)."""
   with Sandbox(LIMITS) as sb:
@@ -129,7 +129,7 @@ def echo(x):
 '''
 
 
-def test_6_a_reply_written_ahead_never_answers_the_next_request():
+def test_a_reply_written_ahead_never_answers_the_next_request():
   """Layer: the owner drops what a worker wrote beyond its reply before it sends the next
   request (the worker is stopped meanwhile), and takes only the reply to the id it sent."""
   with Sandbox(LIMITS) as sb:
@@ -217,7 +217,7 @@ def attacker(sb, ns):
   return ns
 
 
-def test_1_tool_code_reaches_no_socket_of_the_hosts(contained, tmp_path_factory):
+def test_tool_code_reaches_no_socket_of_the_hosts(contained, tmp_path_factory):
   """Layer: seccomp refuses socket() and socketpair() (every family) in the workers. Host
   listeners on a 0777 path socket under /tmp (which the read-only mount shows), a datagram
   one and an abstract one receive nothing; AF_VSOCK, AF_INET and netlink cannot be made."""
@@ -254,7 +254,7 @@ def test_1_tool_code_reaches_no_socket_of_the_hosts(contained, tmp_path_factory)
     shutil.rmtree(folder)
 
 
-def test_2_kernel_buffers_stay_inside_the_documented_bound(contained):
+def test_kernel_buffers_stay_inside_the_documented_bound(contained):
   """Layers: seccomp refuses socketpair() and fcntl(F_SETPIPE_SZ); RLIMIT_NOFILE
   (`max_open_files`) bounds the pipes. The kernel's own count of what the worker's pipes
   hold (FIONREAD) stays within max_open_files / 2 * 64 KiB (2 MiB here), against 444 MiB of
@@ -267,7 +267,7 @@ def test_2_kernel_buffers_stay_inside_the_documented_bound(contained):
   assert 0 < held["queued"] <= bound, held
 
 
-def test_3_an_episode_with_evictions_costs_at_most_one_budget_per_call():
+def test_an_episode_with_evictions_costs_at_most_one_budget_per_call():
   """Layer: every call has one budget (`call_budget_s`, here 2 * (0.5 + 0.25) s) for all it
   does, a stateful namespace's replay included; a namespace whose replay does not fit is
   refused, at no cost, from then on. With one worker alive at a time, each call of the
@@ -320,7 +320,7 @@ def test_3_an_episode_with_evictions_costs_at_most_one_budget_per_call():
 
 @pytest.mark.parametrize("call, args", [("inotify_init1", [0]), ("inotify_init", []),
                                         ("perf_event_open", [0, 0, -1, -1, 0])])
-def test_6_watching_names_and_host_counters_is_refused(contained, call, args):
+def test_watching_names_and_host_counters_is_refused(contained, call, args):
   """Layer: seccomp. inotify (issue 56: a watch on /tmp showed tool code the names the owner
   makes) works for nobody without it; perf_event_open fails on its NULL attributes (EFAULT)
   without it."""
