@@ -267,33 +267,53 @@ def test_kernel_buffers_stay_inside_the_documented_bound(contained):
   assert 0 < held["queued"] <= bound, held
 
 
+class _TimedLock:
+  """An RLock that records how long each outermost hold lasted."""
+
+  def __init__(self):
+    self._lock, self._depth, self._since, self.holds = threading.RLock(), 0, 0.0, []
+
+  def __enter__(self):
+    self._lock.acquire()
+    self._depth += 1
+    if self._depth == 1:
+      self._since = time.monotonic()
+    return self
+
+  def __exit__(self, *exc):
+    self._depth -= 1
+    if self._depth == 0:
+      self.holds.append(time.monotonic() - self._since)
+    self._lock.release()
+
+
 def test_an_episode_with_evictions_costs_at_most_one_budget_per_call():
   """Layer: every call has one budget (`call_budget_s`, here 2 * (0.5 + 0.25) s) for all it
   does, a stateful namespace's replay included; a namespace whose replay does not fit is
   refused, at no cost, from then on. With one worker alive at a time, each call of the
-  stateful namespace (0.15 s of work) follows an eviction and replays all before it: without
-  the budget its calls cost 0.15 s, 0.30 s, ... (16 calls: 20 s in all). Another thread's
-  calls of a third namespace wait for the lock at most one budget."""
+  stateful namespace (0.3 s of work) follows an eviction and replays all before it: without
+  the budget its k-th call costs 0.3 k s (4.8 s for the 16th, 41 s in all) and none is
+  refused. The sandbox's lock, which another thread's calls of a third namespace wait on, is
+  never held longer than one budget. The slack absorbs a loaded 2-core machine's scheduling;
+  the refusals do not depend on timing."""
   limits = dataclasses.replace(LIMITS, timeout_s=0.5, grace_s=0.25, max_workers=1)
   budget, n = limits.budget_s, 16
-  code = "import time\nstate = []\ndef push(v):\n    time.sleep(0.15)\n    state.append(v)\n" \
+  code = "import time\nstate = []\ndef push(v):\n    time.sleep(0.3)\n    state.append(v)\n" \
          "    return len(state)\ndef f(x):\n    return x"
   with Sandbox(limits) as sb:
+    sb._lock = lock = _TimedLock()  # pylint: disable=protected-access
     sb.define("a", code, stateful=True)
     sb.define("b", code)
-    done, waits = threading.Event(), []
-
     sb.define("c", code)
+    done = threading.Event()
 
     def other():  # an unrelated namespace, in another thread
       while not done.is_set():
-        t0 = time.monotonic()
         assert sb.call("c", "f", {"x": 1}) == 1
-        waits.append(time.monotonic() - t0)
 
     thread = threading.Thread(target=other)
     thread.start()
-    took, outcomes, t_all = [], [], time.monotonic()
+    took, outcomes = [], []
     try:
       for i in range(n):
         t0 = time.monotonic()
@@ -306,16 +326,14 @@ def test_an_episode_with_evictions_costs_at_most_one_budget_per_call():
     finally:
       done.set()
       thread.join(60)
-    total = time.monotonic() - t_all
-  slack = 0.5  # a loaded 2-core machine
-  assert max(took) <= budget + slack, took
-  assert total <= n * budget, (total, took)
-  assert max(waits) <= budget + slack, max(waits)
   served = [o for o in outcomes if isinstance(o, int)]
   assert served == list(range(1, len(served) + 1)) and len(served) >= 2, outcomes
   refusals = outcomes[len(served):]
   assert refusals and all("is refused: replaying its" in r and "does not fit" in r
                           for r in refusals), outcomes
+  slack = 1.0
+  assert max(lock.holds) <= budget + slack, sorted(lock.holds)[-5:]
+  assert max(took[len(served):]) <= slack, took  # a refusal costs nothing
 
 
 @pytest.mark.parametrize("call, args", [("inotify_init1", [0]), ("inotify_init", []),
