@@ -44,9 +44,9 @@ if [ "$DRY" = 1 ]; then
   export JAX_PLATFORMS=cpu
   TRAIN=(--presets=tiny --meshes=1x1x1 --length=64 --fit_budget_gib=0.05 --repeats=1)
   LOGPROBS=(--batch=1 --length=256 --hidden=64 --vocab=4096 --chunk_size=128 --repeats=1)
-  KERNELS=(--queries=4 --repeats=1 --ref_repeats=1)
+  KERNELS=(--queries=4 --steps=3 --calls=2 --gt_calls=3 --repeats=1 --ref_repeats=1)
   SAMPLER=(--preset=tiny --batches=2,4 --prompt_len=16 --new_tokens=8 --repeats=1)
-  UPDATE=(--preset=tiny --synthetic=128,2,4 --repeats=1)
+  UPDATE=(--preset=tiny --synthetic=64,2,4 --repeats=1)
   LIMITS=(300 300 300 300 300)
 else
   export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.95}"
