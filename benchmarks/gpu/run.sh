@@ -11,7 +11,7 @@
 # from anywhere. Results: DIR/gpu.json (default DIR: benchmarks/results/gpu_run); commit it
 # as benchmarks/results/gpu_h200.json.
 #
-# --dry-run: the same sections on the CPU at tiny sizes (about two minutes), as `make test`
+# --dry-run: the same sections on the CPU at tiny sizes (about a minute), as `make test`
 # runs it, so that the script cannot rot between the rare GPU sessions.
 # --wheels: install `.whl/` in a dry run too, as on the GPU (`make test-compat` runs the dry
 # run in the image's versions, with what the image lacks blocked).
