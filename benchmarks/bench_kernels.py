@@ -4,7 +4,8 @@
 
 Batches (spec §4, issue "Foundation"; `--queries` scales both):
   * independent: 256 queries × 16 rows × 10 steps × 4 calls per step × 8 ground-truth calls
-    (`synthetic_calls.random_call_rollouts`), for every estimator but the tree ones;
+    (`synthetic_calls.random_call_rollouts`; `--steps`, `--calls`, `--gt_calls`), for every
+    estimator but the tree ones;
   * tree: 256 queries, PORTool trees with n = 8, f = 2, T_max = 6 (`synthetic.tree_rollouts`),
     for `TREE_ESTIMATORS` (`portool`, `tree_grpo`; and `grpo` on the same trees, for
     comparison).
@@ -49,6 +50,11 @@ _SEED = flags.DEFINE_integer("seed", 0, "seed of the random batches")
 _ONLY = flags.DEFINE_list("only", [], "a subset of the kernel names")
 _QUERIES = flags.DEFINE_integer("queries", 256, "queries per batch (256: the papers' batch; "
                                 "2048: 8x, as on the GPU)", lower_bound=1)
+_STEPS = flags.DEFINE_integer("steps", 10, "steps per row of the independent batch", lower_bound=1)
+_CALLS = flags.DEFINE_integer("calls", 4, "calls per step of the independent batch", lower_bound=1)
+_GT_CALLS = flags.DEFINE_integer("gt_calls", 8, "ground-truth calls per query of the independent "
+                                 "batch (the exact matcher's compile time grows with it)",
+                                 lower_bound=1)
 TREE_ESTIMATORS = ("portool", "tree_grpo")  # timed on rollout trees; the others on flat rows
 
 
@@ -100,7 +106,8 @@ def matcher_cases(r, batch):
 def main(argv):
   del argv
   info = benchmark.machine()
-  flat = random_call_rollouts(_SEED.value, num_queries=_QUERIES.value)
+  flat = random_call_rollouts(_SEED.value, num_queries=_QUERIES.value, max_steps=_STEPS.value,
+                              max_calls=_CALLS.value, max_gt_calls=_GT_CALLS.value)
   flat_batch = to_numpy(flat)
   tree = synthetic.tree_rollouts(np.random.default_rng(_SEED.value), [8] * _QUERIES.value,
                                  branching=2, max_depth=6)

@@ -4,6 +4,7 @@ and P(right) against a loop over the conversations with the dense log-probs."""
 import json
 import random
 
+import jax
 import numpy as np
 import pytest
 
@@ -69,6 +70,10 @@ def test_direction_preference_matches_a_loop_with_dense_logprobs(tokenizer):
   model = decoder.init(config.tiny(vocab_size=len(tokenizer), init_std=0.5), seed=1)
   tasks = make_tasks("eval", 12, seed=0, difficulty=Difficulty(p_direction=1.0, p_down=0.0))
   got = direction_preference(model, tokenizer, tasks, "answer_tag", rows=4)
+  # The dense forward pass of one conversation, unpadded (jitted as a whole: op by op, each of
+  # the 14 lengths compiled every operation again).
+  dense = jax.jit(lambda tokens, valid: dense_logprobs(model.hidden(tokens, valid),
+                                                       model.unembedding, tokens, valid)[0])
   want = []
   for task in tasks:
     context, tools, right, wrong = direction_steps(task, "answer_tag")
@@ -79,7 +84,7 @@ def test_direction_preference_matches_a_loop_with_dense_logprobs(tokenizer):
           tokenizer, context + [{"role": "assistant", "content": step}], tools)
       tokens = np.asarray([ids], np.int32)
       valid = np.ones_like(tokens, bool)
-      lp, _ = dense_logprobs(model.hidden(tokens, valid), model.unembedding, tokens, valid)
+      lp = dense(tokens, valid)
       scores.append(sum(float(lp[0, k]) for k in range(start, len(ids)) if mask[k]))
     want.append(np.exp(scores[0]) / (np.exp(scores[0]) + np.exp(scores[1])))
   assert got["eval/direction_tasks"] == len(tasks)

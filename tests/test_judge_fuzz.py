@@ -2,6 +2,7 @@
 with near misses of real golds (toolworld's and ToolHop's), none of which may pass, while every
 gold, plainly written, does (issue 15)."""
 
+import functools
 import json
 import os
 import random
@@ -42,11 +43,18 @@ def _char_change(g, rng):
   return g[:i] + rng.choice([c for c in letters if c != g[i].lower()]) + g[i + 1:]
 
 
+@functools.cache
+def _other_golds(gold, others):
+  """The golds that differ from `gold` once normalised (and in value, for a number), in order:
+  computed once per gold, not once per near miss (the draws are the same)."""
+  value = J.parse_number(gold)
+  return [o for o in others if J.normalize(o) != J.normalize(gold)
+          and (value is None or J.parse_number(o) != value)]
+
+
 def near_misses(gold, others, rng):
   """One wrong answer for `gold`: a changed character, a list, a hedge, or another gold."""
-  value = J.parse_number(gold)
-  other = rng.choice([o for o in others if J.normalize(o) != J.normalize(gold)
-                      and (value is None or J.parse_number(o) != value)])
+  other = rng.choice(_other_golds(gold, tuple(others)))
   numeric = J.parse_number(gold) is not None
   kinds = [lambda: f"{gold} or {other}", lambda: f"{other} or {gold}",
            lambda: f"{other}, {gold}", lambda: f"{gold}, {other}", lambda: f"maybe {gold}",

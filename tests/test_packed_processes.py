@@ -31,7 +31,9 @@ def _port() -> int:
 
 
 def _run(out, processes: int):
-  env = multiprocess_env(8 // processes)
+  # LLVM optimisation level 0, as conftest sets in-process: these runs compile far more than
+  # they compute (the default level takes about twice as long).
+  env = multiprocess_env(8 // processes, "--xla_backend_optimization_level=0")
   command = [sys.executable, "-m", "tirjax.testing.packed_processes", f"--out={out}"]
   if processes > 1:
     port = _port()

@@ -11,7 +11,7 @@
 # from anywhere. Results: DIR/gpu.json (default DIR: benchmarks/results/gpu_run); commit it
 # as benchmarks/results/gpu_h200.json.
 #
-# --dry-run: the same sections on the CPU at tiny sizes (about two minutes), as `make test`
+# --dry-run: the same sections on the CPU at tiny sizes (about a minute), as `make test`
 # runs it, so that the script cannot rot between the rare GPU sessions.
 # --wheels: install `.whl/` in a dry run too, as on the GPU (`make test-compat` runs the dry
 # run in the image's versions, with what the image lacks blocked).
@@ -44,9 +44,9 @@ if [ "$DRY" = 1 ]; then
   export JAX_PLATFORMS=cpu
   TRAIN=(--presets=tiny --meshes=1x1x1 --length=64 --fit_budget_gib=0.05 --repeats=1)
   LOGPROBS=(--batch=1 --length=256 --hidden=64 --vocab=4096 --chunk_size=128 --repeats=1)
-  KERNELS=(--queries=4 --repeats=1 --ref_repeats=1)
+  KERNELS=(--queries=4 --steps=3 --calls=2 --gt_calls=3 --repeats=1 --ref_repeats=1)
   SAMPLER=(--preset=tiny --batches=2,4 --prompt_len=16 --new_tokens=8 --repeats=1)
-  UPDATE=(--preset=tiny --synthetic=128,2,4 --repeats=1)
+  UPDATE=(--preset=tiny --synthetic=64,2,4 --repeats=1)
   LIMITS=(300 300 300 300 300)
 else
   export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.95}"
