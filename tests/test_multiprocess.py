@@ -164,18 +164,20 @@ def _every_step_commands(workdir) -> list[list[str]]:
 
 
 def test_two_processes_resume_bit_exact_from_every_checkpoint(tmp_path):
-  """Issue 52: both processes of a run on a (2, 2, 2) mesh SIGKILLed once each checkpoint is
-  committed (every SFT step, the hand-over to RL, every RL step), started again each time:
-  each start resumes from the checkpoint before, and the run logs every row once and ends
-  with the uninterrupted two-process run's parameters, bit for bit."""
-  env = multiprocess_env(DEVICES // 2)
+  """Issue 52: both processes of a run on a (2, 2, 2) mesh SIGKILLed once each checkpoint but
+  the last is committed (every SFT step, the hand-over to RL, every RL step but the last: the
+  one-process test kills after the last too), started again each time: each start resumes
+  from the checkpoint before, and the run logs every row once and ends with the uninterrupted
+  two-process run's parameters, bit for bit. At LLVM optimisation level 0, as the in-process
+  tests compile (both runs alike: bit-exact is between them)."""
+  env = multiprocess_env(DEVICES // 2, "--xla_backend_optimization_level=0")
   full, killed = tmp_path / "full", tmp_path / "killed"
   procs = [subprocess.Popen(c, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
            for c in _every_step_commands(full)]
   _wait(procs)
   saved = checkpoint_steps(full)
   assert len(saved) == EVERY_STEP["sft.steps"] + EVERY_STEP_RL
-  outputs = kill_at_every_checkpoint(_every_step_commands, killed, saved, env)
+  outputs = kill_at_every_checkpoint(_every_step_commands, killed, saved[:-1], env)
   assert all(out.count("resumed ") == 1 for out in outputs[1:]), outputs
   _wait([subprocess.Popen(c, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
          for c in _every_step_commands(killed)])
