@@ -6,8 +6,9 @@
     python -m experiments.ablate --config=configs/ablate.py:grid=smoke --workdir=/tmp/ablate_smoke
 
 Argument (comma-separated presets):
-`grid=all|estimators|portool|hidifftir|beyond|smoke|beyond_smoke|snapshot|default|credit|credit12`
-(default all), `seeds=N` (seeds 0..N-1; default 3, credit and credit12 5, smoke 2), `warm_start=per_seed|shared|none` (one SFT
+`grid=all|estimators|portool|hidifftir|beyond|smoke|beyond_smoke|snapshot|default|credit|credit12|
+credit_oracle|credit12_oracle` (default all), `seeds=N` (seeds 0..N-1; default 3, the credit
+grids 5, smoke 2), `warm_start=per_seed|shared|none` (one SFT
 per seed, one SFT for all seeds, or SFT inside every run; see `tirjax.ablation.grid`), and the
 estimator configs' presets `model`, `env`, `sampler`, `mesh`, `steps` (configs/base.py), given
 to every cell's config. Each cell runs its estimator's own config file (paper defaults:
@@ -21,7 +22,8 @@ each seed that the RL cells start from (one per answer protocol: two for `grid=a
 training reward and unlearning rates as mean ± 95% CI over seeds, paired by seed against `grpo`;
 learning curves). `grid=all` is 34 cells × 3 seeds + 6 warm starts: about half a CPU-day on 2
 cores (each run's seconds are in its summary; `grid=default`'s in
-benchmarks/results/ablation_default/). `grid=estimators` is every registered estimator (20);
+benchmarks/results/ablation_default/). `grid=estimators` is every registered estimator but the
+controls (`CONTROLS`: the oracle; 20);
 `grid=beyond` (14 cells) puts spec §4.4's estimators next to grpo, portool and hidifftir, with
 GiGPO on trees and with prefix anchors and CISPO's loss on grpo; `grid=beyond_smoke` runs those
 8 estimators as `grid=smoke` runs its two. `grid=snapshot` (results:
@@ -40,6 +42,10 @@ credit while training, is benchmarks/results/ablation_credit/verdict.md.
 `grid=credit12` is its one redesign (grpo, hidifftir and portool; groups and trees of 12 rows,
 4 queries a step) from the same warm starts (copy `<credit workdir>/sft-2d2a143a` into its
 workdir): its prediction and verdict are in benchmarks/results/ablation_credit12/.
+`grid=credit_oracle` and `grid=credit12_oracle` are those grids with the `oracle` positive
+control added (spec §4.4: +1 / −1 per turn from toolworld's ground-truth turn labels), on the
+same settings; run in the workdir of the grid they extend, only the oracle's runs are new. If
+the oracle does not beat GRPO there, the testbed cannot show a credit effect. Not run yet.
 
 Expected result (the papers' claims on 1.7B-7B models and spec §4.1; at the tiny scale
 `grid=default` sees no cell separate from GRPO at 3 seeds: its report.md):
@@ -58,10 +64,16 @@ from tirjax.config import parse_preset_arg
 SNAPSHOT_STEPS = 10
 # The seeds' estimators and their baselines (spec §4.1-4.3): the committed snapshot's cells;
 # then every other registered estimator: spec §4.4's (verl's estimators, GiGPO, Tree-GRPO) and
-# any registered without a section. Both lists are the registry's.
+# any registered without a section. Both lists are the registry's, less the controls.
+# Controls (spec §4.4's oracle) are bounds, not methods: they read what no method has (the
+# turns' ground-truth labels) and run only where the environment gives it, so they join only
+# the grids that name them (`grid=credit_oracle`, `credit12_oracle`), never the lists below.
+CONTROLS = ("oracle",)
 SEED_ESTIMATORS = tuple(advantages.names(spec=("4.1", "4.2", "4.3")))
-BEYOND_ESTIMATORS = tuple(n for n in advantages.names() if n not in SEED_ESTIMATORS)
-ESTIMATORS = SEED_ESTIMATORS + BEYOND_ESTIMATORS
+BEYOND_ESTIMATORS = tuple(n for n in advantages.names()
+                          if n not in SEED_ESTIMATORS and n not in CONTROLS)
+METHODS = SEED_ESTIMATORS + BEYOND_ESTIMATORS
+ESTIMATORS = METHODS + tuple(n for n in CONTROLS if n in advantages.names())  # their configs
 # The step- and tree-level comparators side by side with the seeds' methods, on their own
 # rollouts and on each other's (GiGPO on PORTool's trees, Tree-GRPO and PORTool on independent
 # rows), with CISPO's loss on GRPO (it acts from the second update of a batch on).
@@ -86,11 +98,17 @@ DEFAULT_CELLS = ("grpo", "hidifftir", "portool")
 CREDIT_CELLS = ("grpo", "hidifftir", "portool", "matchtir_km", "gigpo",
                 "reinforce_plus_plus_baseline")
 CREDIT12_CELLS = ("grpo", "hidifftir", "portool")  # its redesign: the claims' cells
-GRIDS = {"all": tuple(dict.fromkeys(ESTIMATORS + PORTOOL + HIDIFFTIR + BEYOND)),
-         "estimators": ESTIMATORS, "portool": PORTOOL, "hidifftir": HIDIFFTIR, "beyond": BEYOND,
+# Each credit grid with the oracle (a positive control, spec §4.4) beside its cells, on the
+# same settings: the upper bound of what per-turn credit buys on that testbed. Run in the
+# workdir of the grid it extends, its finished runs are skipped: only the oracle's cells run.
+CREDIT_ORACLE_CELLS = CREDIT_CELLS + ("oracle",)
+CREDIT12_ORACLE_CELLS = CREDIT12_CELLS + ("oracle",)
+GRIDS = {"all": tuple(dict.fromkeys(METHODS + PORTOOL + HIDIFFTIR + BEYOND)),
+         "estimators": METHODS, "portool": PORTOOL, "hidifftir": HIDIFFTIR, "beyond": BEYOND,
          "smoke": ("grpo", "portool"), "beyond_smoke": BEYOND_ESTIMATORS,
          "snapshot": SNAPSHOT_CELLS, "default": DEFAULT_CELLS, "credit": CREDIT_CELLS,
-         "credit12": CREDIT12_CELLS}
+         "credit12": CREDIT12_CELLS, "credit_oracle": CREDIT_ORACLE_CELLS,
+         "credit12_oracle": CREDIT12_ORACLE_CELLS}
 # The committed snapshot (benchmarks/results/ablation_toolworld/report.md): every estimator from one
 # shared SFT warm start per answer protocol, a short RL budget that fits a 2-core CPU in about
 # an hour; its differences are expected to be within noise at this budget.
@@ -147,10 +165,12 @@ def get_config(arg=None):
   if grid == "snapshot":
     presets.setdefault("warm_start", "shared")
   extra = SMOKE if smoke else {"snapshot": SNAPSHOT, "default": DEFAULT_PROTOCOL,
-                               "credit": CREDIT, "credit12": CREDIT}.get(grid, {})
+                               "credit": CREDIT, "credit12": CREDIT, "credit_oracle": CREDIT,
+                               "credit12_oracle": CREDIT}.get(grid, {})
   for section, values in extra.items():
     c.overrides[section] = ml_collections.ConfigDict({**c.overrides.get(section, {}), **values})
-  c.rl_overrides = ml_collections.ConfigDict(CREDIT12_RL if grid == "credit12" else {})
+  c.rl_overrides = ml_collections.ConfigDict(
+      CREDIT12_RL if grid in ("credit12", "credit12_oracle") else {})
   c.cells = GRIDS[grid]
   c.seeds = tuple(range(int(seeds)))
   c.warm_start = presets.get("warm_start", "per_seed")

@@ -395,3 +395,21 @@ def test_the_default_grid_runs_every_cell_on_make_runs_design(tmp_path):
     assert c["seed"] == job.seed and c["advantage.name"] == job.label
   c = _flat(ablation.build_config(warm[0].recipe))
   assert (c["sft.steps"], c["train.steps"]) == (default["sft.steps"], 0)
+
+
+def test_the_oracle_grids_add_the_control_and_leave_the_other_runs_as_they_were(tmp_path):
+  """grid=credit12_oracle (spec §4.4: the oracle, a positive control): the credit12 grid's
+  runs, recipe for recipe (run in that grid's workdir, they are skipped as finished), plus the
+  oracle's, from the same warm start and on the grpo cell's config but for the estimator."""
+  from tirjax.trainer import resolve
+  base = ablation.plan(ablate_config.get_config("grid=credit12,seeds=1"), str(tmp_path))
+  more = ablation.plan(ablate_config.get_config("grid=credit12_oracle,seeds=1"), str(tmp_path))
+  assert [j for j in more if j.label != "oracle"] == base
+  [oracle] = [j for j in more if j.label == "oracle"]
+  [grpo] = [j for j in base if j.label == "grpo"]
+  assert oracle.needs == grpo.needs is not None
+  record = lambda job: resolve.config_record(ablation.build_config(job.recipe))
+  a, b = record(oracle), record(grpo)
+  assert a["advantage"]["name"] == "oracle" and b["advantage"]["name"] == "grpo"
+  assert {k: v for k, v in a.items() if k != "advantage"} == {
+      k: v for k, v in b.items() if k != "advantage"}

@@ -54,7 +54,7 @@ CASES = {
 @pytest.fixture(scope="module", params=sorted(CASES))
 def case(request):
   return request.param, build_rollouts(CASES[request.param], with_ftrl=True, with_ref=True,
-                                       with_greedy=True, **SHAPE)
+                                       with_greedy=True, with_labels=True, **SHAPE)
 
 
 @pytest.mark.parametrize("name", advantages.names())
@@ -95,8 +95,14 @@ def test_each_estimator_names_its_spec_section_and_the_grids_follow_it():
   assert (by_section["4.1"], by_section["4.2"]) == (["portool"], ["hidifftir"])
   assert {"grpo", "matchtir_km", "arpo"} <= set(by_section["4.3"])
   assert {"gigpo", "tree_grpo", "remax"} <= set(by_section["4.4"])
-  assert set(ablate.BEYOND_ESTIMATORS) == set(by_section["4.4"])
+  assert set(ablate.BEYOND_ESTIMATORS) == set(by_section["4.4"]) - set(ablate.CONTROLS)
   assert set(ablate.ESTIMATORS) == set(advantages.names())
+  # Controls (the oracle: an upper bound, not a method) join only the grids that name them.
+  assert ablate.CONTROLS == ("oracle",) and advantages.get("oracle").spec == "4.4"
+  named = {g for g, cells in ablate.GRIDS.items() if "oracle" in cells}
+  assert named == {"credit_oracle", "credit12_oracle"}
+  assert ablate.GRIDS["credit12_oracle"] == ablate.GRIDS["credit12"] + ("oracle",)
+  assert ablate.GRIDS["credit_oracle"] == ablate.GRIDS["credit"] + ("oracle",)
   with pytest.raises(ValueError, match="spec='4.9' names no section of docs/spec.md"):
     registry.register("not_an_estimator", registry.get("grpo").options, spec="4.9")(None)
   assert "not_an_estimator" not in advantages.names()

@@ -22,7 +22,8 @@ Conventions that the spec leaves to the implementation, fixed here:
   is computed, needed by `toolrl`), `call_solves` / `num_expected` (FTRL's verified
   outputs, needed by `ftrl`), `greedy_outcome` (R_out of one greedy rollout of the row's
   query, ReMax's baseline, needed by `remax`; the greedy rows themselves are never in the
-  batch, so never in the loss) and `state_id` (anchor states, needed by `gigpo`).
+  batch, so never in the loss), `state_id` (anchor states, needed by `gigpo`) and
+  `turn_label` (each step's ground-truth label, needed by `oracle`).
   `ref_logprobs` is optional (needed when the KL weight > 0).
 * `state_id[b, t]` names what step t of row b saw before it acted: the query and the tool
   calls and tool responses (or user turns) of the row's earlier steps, the policy's own text
@@ -30,6 +31,12 @@ Conventions that the spec leaves to the implementation, fixed here:
   an id, whatever their tree nodes; ids are batch-global like `node_id` (`0 <= state_id <
   B*T`, -1 on padding), and rows that share a node share its state. `state_ids` computes
   them from one key per step of what its calls and responses were.
+* `turn_label[b, t]` is +1 when step t of row b is right and -1 when it is wrong, by the
+  environment's ground-truth labels of its turns (spec §4.5, `Environment.turn_labels`; the
+  trainer fills it on environments that label turns, `credit.fidelity.with_turn_labels`), and 0
+  on padding steps and on the steps of a row without labels. Rows that share a node share its
+  label (one step, one decision). The `oracle` estimator (spec §4.4) reads it; nothing else
+  does.
 """
 
 from __future__ import annotations
@@ -87,6 +94,7 @@ class Rollouts:
   num_expected: Optional[jax.Array] = None  # [B] int32 (FTRL)
   greedy_outcome: Optional[jax.Array] = None  # [B] f32 in {+1, 0, -1} (ReMax's baseline)
   state_id: Optional[jax.Array] = None  # [B, T] int32 anchor state of each step (GiGPO)
+  turn_label: Optional[jax.Array] = None  # [B, T] int32 +1 right / -1 wrong / 0 none (oracle)
 
   # Static sizes, read from shapes (never pytree leaves).
   @property
@@ -152,10 +160,12 @@ _SPEC = {
     "num_expected": ("B", "i", 0),
     "greedy_outcome": ("B", "f", 0.0),
     "state_id": ("BT", "i", -1),
+    "turn_label": ("BT", "i", 0),
 }
 _DTYPES = {"i": np.int32, "b": np.bool_, "f": np.float32}
 CALL_PAD = -1  # every `CallEncoding` field's padding value
-OPTIONAL = ("ref_logprobs", "call_solves", "num_expected", "greedy_outcome", "state_id")
+OPTIONAL = ("ref_logprobs", "call_solves", "num_expected", "greedy_outcome", "state_id",
+            "turn_label")
 
 
 _CALL_SPEC = {"pred_name": "BTK", "pred_keys": "BTKP", "pred_values": "BTKP", "gt_name": "BC",
@@ -300,6 +310,8 @@ def validate(r: Rollouts) -> Rollouts:
     _check_greedy(a)
   if a["state_id"] is not None:
     _check_states(a, B, T)
+  if a["turn_label"] is not None:
+    check_turn_labels(a)
   _check_tokens(a)
   if r.calls is not None:
     _check_calls(r.calls, B, T, K, C)
@@ -373,6 +385,16 @@ def _check_states(a, B: int, T: int) -> None:
   before it), and one state per tree node (a shared node is one step)."""
   _check_prefix_ids(a, "state_id", B, T, "a state is one history")
   _check_one_per_node(a, "state_id", "rows that share a node share its state")
+
+
+def check_turn_labels(a) -> None:
+  """turn_label (`a`: numpy arrays of the batch's fields): +1 / -1 / 0 on valid steps, 0 on
+  padding steps, and one label per tree node (rows that share a node share its step)."""
+  label, sv = a["turn_label"], a["step_valid"]
+  _check(np.all(np.isin(label, (-1, 0, 1))), "turn_label",
+         "values must be +1 (right), -1 (wrong) or 0 (no label)")
+  _check(not np.any(label[~sv]), "turn_label", "must be 0 on padding steps")
+  _check_one_per_node(a, "turn_label", "rows that share a node share its step")
 
 
 def state_ids(group_id, step_key, step_valid) -> np.ndarray:

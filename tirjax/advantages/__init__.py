@@ -15,5 +15,6 @@ from tirjax.advantages import ftrl  # noqa: F401  (ftrl)
 # reinforce_plus_plus, reinforce_plus_plus_baseline, remax, opo, gpg, grpo_passk
 from tirjax.advantages import verl_baselines  # noqa: F401
 from tirjax.advantages import gigpo, tree_grpo  # noqa: F401  (gigpo, tree_grpo)
+from tirjax.advantages import oracle  # noqa: F401  (oracle: a positive control, spec §4.4)
 
 __all__ = ["Advantages", "Estimator", "get", "names", "register"]

@@ -8,7 +8,9 @@ optional, is documentation: the section of docs/spec.md that defines the estimat
 4.2 HiDiffTIR, 4.3 the papers' baselines, 4.4 the estimators beyond them). An estimator without
 one registers all the same; one given must be a section of the spec (`tirjax.spec_sections`).
 The ablation grids list estimators by it (`names(spec=...)`): 4.1-4.3 are the seeds' cells,
-every other estimator, sectioned or not, is "beyond" (`configs/ablate.py`).
+every other estimator, sectioned or not, is "beyond" (`configs/ablate.py`), but for the
+controls there (`CONTROLS`: the oracle, an upper bound, not a method), which join only the
+grids that name them.
 """
 
 from __future__ import annotations

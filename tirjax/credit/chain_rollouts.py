@@ -8,7 +8,9 @@ steps (`call_sim` = 1 for a call of a chain tool, the similarity of two calls of
 without parameters), and FTRL's `call_solves` marks the calls that advanced the chain.
 A step's tool response follows from its call, so GiGPO's anchor state (`state_id`) is the
 row's actions so far; ReMax's `greedy_outcome` is the outcome of the behaviour policy's
-greedy episode (the task is deterministic, so it is exact).
+greedy episode (the task is deterministic, so it is exact). The oracle's `turn_label` is +1 on
+the optimal policy's action (the next chain tool, or the answer once the chain is done) and −1
+on any other (a detour, a fatal call, an early answer).
 
 Sampling is numpy-vectorised over queries (one loop over depths) from the policy table.
 """
@@ -62,6 +64,7 @@ class Episodes(NamedTuple):
   logprob: np.ndarray  # [N] log π(action | state) of the behaviour policy
   format_reward: np.ndarray  # [N]
   solves: np.ndarray  # [N] bool, the step advanced the chain
+  right: np.ndarray  # [N] bool, the optimal action (advance, or the answer at progress D)
   num_samples: int  # sampled steps, dropped candidates included
   greedy_outcome: float = -1.0  # R_out of the behaviour policy's greedy episode (ReMax)
 
@@ -96,12 +99,13 @@ def grow(rng: np.random.Generator, task: ChainTask, log_probs: np.ndarray,
   capacity = Q * W * (1 + (T - 1) * f)
   table = {name: np.zeros(capacity, dtype) for name, dtype in [
       ("action", np.int64), ("state", np.int64), ("logprob", np.float64),
-      ("format_reward", np.float64), ("solves", bool)]}
+      ("format_reward", np.float64), ("solves", bool), ("right", bool)]}
 
   def record(ids, state, action, tr, keep):
     for name, value in [("action", action), ("state", state),
                         ("logprob", log_probs[state, action]),
-                        ("format_reward", tr["format_reward"]), ("solves", tr["solves"])]:
+                        ("format_reward", tr["format_reward"]), ("solves", tr["solves"]),
+                        ("right", tr["solves"] | (tr["outcome"] == 1.0))]:
       table[name][ids[keep]] = value[keep]
 
   paths = np.full((Q, W, T), -1, np.int64)
@@ -182,7 +186,8 @@ def to_batch(task: ChainTask, ep: Episodes, policy_version: int = 0,
       policy_version=np.full(B, policy_version, i32), calls=calls,
       call_solves=(call & ep.solves[nid])[:, :, None], num_expected=np.full(B, D, i32),
       greedy_outcome=np.full(B, ep.greedy_outcome, f32),
-      state_id=state_ids(ep.group_id, action, sv))
+      state_id=state_ids(ep.group_id, action, sv),
+      turn_label=np.where(sv, np.where(ep.right[nid], 1, -1), 0).astype(i32))
   # numpy → device without a dtype conversion (which would compile once per new shape).
   r = jax.device_put(jax.tree.map(np.ascontiguousarray, r))
   if check:

@@ -30,10 +30,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional, Sequence
 
+import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
 from tirjax.env.toolworld.failures import RIGHT, turn_labels
+from tirjax.rollouts import check_turn_labels
 
 MEASURES = ("auc", "auc_query", "auc_all_fail", "wrong_negative", "collateral_blame",
             "free_credit", "no_signal", "no_signal_all_fail")
@@ -89,6 +91,34 @@ def episode_labels(records: Sequence, task_of: Callable[[str], Optional[object]]
     if task is not None:
       labels[rec.row] = label(task, rec.results, rec.status == "answered", rec.verdict)
   return labels
+
+
+def label_array(labels: Sequence[Optional[Sequence[str]]], step_valid) -> np.ndarray:
+  """`Rollouts.turn_label` [B, T] int32 from per-row labels (`episode_labels`): +1 for `RIGHT`,
+  -1 for any wrong kind, 0 on padding steps and on the steps of a row labelled None.
+
+  Raises:
+    ValueError: a labelled row whose label count is not its step count (`step_valid` [B, T]).
+  """
+  step_valid = np.asarray(step_valid, bool)
+  out = np.zeros(step_valid.shape, np.int32)
+  for b, row in enumerate(labels):
+    if row is None:
+      continue
+    steps = int(step_valid[b].sum())
+    if len(row) != steps:
+      raise ValueError(f"turn_label: row {b} has {len(row)} turn labels for {steps} steps")
+    out[b, :steps] = [1 if label == RIGHT else -1 for label in row]
+  return out
+
+
+def with_turn_labels(rollouts, labels: Sequence[Optional[Sequence[str]]]):
+  """`rollouts` (this process's rows) with `turn_label` from its rows' labels (`label_array`),
+  checked as `validate` checks it: what the `oracle` estimator reads (spec §4.4)."""
+  label = label_array(labels, rollouts.step_valid)
+  check_turn_labels({"turn_label": label, "step_valid": np.asarray(rollouts.step_valid, bool),
+                     "node_id": np.asarray(rollouts.node_id)})
+  return rollouts.replace(turn_label=jnp.asarray(label))
 
 
 def turn_table(rollouts, token_advantages, labels: Sequence[Optional[Sequence[str]]]

@@ -45,8 +45,8 @@ def sample_batches(exp, sampler, tokenizer, tasks, judge, kind: str, seed: int):
     chunk = tasks[start:start + per]
     batch = rollout(sampler, tokenizer, chunk, opts, judge, np.random.default_rng([seed, i]))
     by_id = {t.task_id: t for t in chunk}
-    yield batch.rollouts, fid.episode_labels(batch.episodes, by_id.get,
-                                             batch.rollouts.num_rows)
+    labels = fid.episode_labels(batch.episodes, by_id.get, batch.rollouts.num_rows)
+    yield fid.with_turn_labels(batch.rollouts, labels), labels  # `oracle` reads them
 
 
 def by_label(turns: fid.TurnTable) -> dict:

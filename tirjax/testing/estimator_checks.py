@@ -66,7 +66,9 @@ def with_needed_fields(est, r: Rollouts) -> Rollouts:
   """`r` with the optional fields `est` always reads. A batch without one is refused by name
   first (remax: `greedy_outcome`, "set rollout.greedy_baseline=True"); the stand-in filled
   then is R_out of each group's first valid row (the episode runner's own greedy rollout is
-  tested in test_rollout_episodes)."""
+  tested in test_rollout_episodes). Likewise oracle's `turn_label` (refused naming it), whose
+  stand-in labels a step right when it passed every format check (R_fm = 0.25; one label per
+  tree node, as R_fm is); the trainer's own labels are tested in test_oracle."""
   if "greedy_outcome" in est.needs and r.greedy_outcome is None:
     try:
       est(r)
@@ -82,4 +84,20 @@ def with_needed_fields(est, r: Rollouts) -> Rollouts:
       first.setdefault(int(group[b]), float(outcome[b]))
     filled = np.array([first.get(int(g), 0.0) for g in group], np.float32)
     r = r.replace(greedy_outcome=jnp.asarray(filled))
+  if "turn_label" in est.needs and r.turn_label is None:
+    _refused(est, r, "turn_label")
+    right = np.asarray(r.format_reward) >= 0.25 - 1e-6  # every format check passed
+    r = r.replace(turn_label=jnp.asarray(np.where(np.asarray(r.step_valid),
+                                                  np.where(right, 1, -1), 0), jnp.int32))
   return r
+
+
+def _refused(est, r: Rollouts, field: str) -> None:
+  """`est` refuses `r`, which lacks `field`, with a message that names the field."""
+  try:
+    est(r)
+  except ValueError as e:
+    if field not in str(e):
+      raise
+  else:
+    raise AssertionError(f"{est.name}: a batch without {field} was not refused")

@@ -40,6 +40,7 @@ class StepRecord:
   logprobs: Optional[Sequence[float]] = None
   response_tokens: Sequence[int] = ()  # tool-response tokens after the step (loss_mask = 0)
   solves: Optional[Sequence[bool]] = None  # per kept call: output verified an expected answer
+  right: Optional[bool] = None  # its ground-truth label (`with_labels`); None: format_reward > 0
 
 
 @dataclasses.dataclass
@@ -77,6 +78,7 @@ def build_rollouts(
     with_ftrl: bool = False,
     with_ref: bool = False,
     with_greedy: bool = False,
+    with_labels: bool = False,
     terminal_tool: str = TERMINAL_TOOL,
 ) -> Rollouts:
   """Pads the records into a validated `Rollouts` with encodings and `call_sim` filled in.
@@ -84,7 +86,9 @@ def build_rollouts(
   `state_id` is always filled: steps of a group whose earlier steps made the same calls (the
   terminal call included) and got the same response tokens share an anchor state.
   `with_greedy` adds each group's `greedy_outcome`; `with_ref` and `with_ftrl` add
-  `ref_logprobs` and `call_solves` / `num_expected`.
+  `ref_logprobs` and `call_solves` / `num_expected`; `with_labels` adds `turn_label`, each
+  step's `right` (+1 / -1), a step without one right when its format_reward is positive (so
+  that the steps of one tree node agree, as they must).
   """
   rows = [(g, row) for g, grp in enumerate(groups) for row in grp.rows]
   steps = [s for _, row in rows for s in row.steps]
@@ -110,7 +114,7 @@ def build_rollouts(
                                           "max_tokens", "max_params"))
 
   a = empty_arrays(B, T, K, C, L, P, optional=("ref_logprobs", "call_solves", "num_expected",
-                                                "greedy_outcome"))
+                                                "greedy_outcome", "turn_label"))
   step_keys: dict[str, int] = {}
   step_key = np.zeros((B, T), np.int64)
   ref, solves, num_expected = a["ref_logprobs"], a["call_solves"], a["num_expected"]
@@ -141,6 +145,8 @@ def build_rollouts(
     for t, step in enumerate(row.steps):
       a["step_valid"][b, t] = True
       a["format_reward"][b, t] = step.format_reward
+      right = step.right if step.right is not None else step.format_reward > 0
+      a["turn_label"][b, t] = 1 if right else -1
       if step.node is None:
         node = next_node
         next_node += 1
@@ -171,7 +177,8 @@ def build_rollouts(
                                   jnp.asarray(a["gt_valid"]))
   a["state_id"] = state_ids(a["group_id"], step_key, a["step_valid"])
   for name, keep in (("ref_logprobs", with_ref), ("call_solves", with_ftrl),
-                     ("num_expected", with_ftrl), ("greedy_outcome", with_greedy)):
+                     ("num_expected", with_ftrl), ("greedy_outcome", with_greedy),
+                     ("turn_label", with_labels)):
     if not keep:
       del a[name]
   return from_numpy(a)

@@ -80,7 +80,8 @@ def tree_batches(draw, kinds=("algorithm1", "independent", "general")) -> Rollou
 
   Covers singleton groups, single-chain trees (n = 1 or f = 1), rows that all finish at step
   1 (finish_prob = 1), none that finish (0), dropped branches (f > 1), all-equal groups
-  (one outcome, one format reward) and irregular trees (`general_paths`).
+  (one outcome, one format reward), groups whose turns are all right or all wrong
+  (`turn_label`) and irregular trees (`general_paths`).
   """
   B, T = SHAPE
   kind = draw(st.sampled_from(kinds))
@@ -98,6 +99,8 @@ def tree_batches(draw, kinds=("algorithm1", "independent", "general")) -> Rollou
   outcome_probs = draw(st.sampled_from([None, None, (1.0, 0.0, 0.0), (0.0, 0.0, 1.0),
                                         (0.4, 0.2, 0.4)]))
   format_reward = draw(st.sampled_from(["uniform", "levels", 0.25, -0.15]))
+  right_prob = draw(st.sampled_from([None, None, 1.0, 0.0]))  # turn labels: all right / wrong
   return synthetic.to_rollouts(rng, paths, outcome_probs=outcome_probs,
                                format_reward=format_reward, num_rows=B, max_steps=T,
-                               max_calls=MAX_CALLS, max_gt_calls=MAX_GT_CALLS)
+                               max_calls=MAX_CALLS, max_gt_calls=MAX_GT_CALLS,
+                               right_prob=right_prob)

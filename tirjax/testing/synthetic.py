@@ -128,6 +128,7 @@ def to_rollouts(
     response_tokens: int = 1,
     vocab_size: int = 1000,
     num_observations: int = 2,
+    right_prob: Optional[float] = None,
 ) -> Rollouts:
   """Draws everything but the tree shape, per node (shared steps share it), and pads.
 
@@ -148,10 +149,15 @@ def to_rollouts(
     num_observations: each node's tool calls and responses are one of this many (drawn per
       node), so that different nodes often leave the same history: `state_id` (GiGPO's anchor
       states) groups steps across branches.
+    right_prob: the chance that a node's step is right (`turn_label` +1, else -1), drawn per
+      node; None draws it per query uniformly from [0, 1], so groups range from all right to
+      all wrong. Drawn from a stream of its own (`rng.spawn`): `rng` and every other field
+      are what they were before the labels existed.
 
   Returns:
     A validated `Rollouts` (with `ref_logprobs`, `greedy_outcome` (drawn per query like an
-    answered row's outcome) and `state_id`; `calls` and FTRL fields are None).
+    answered row's outcome), `state_id` and `turn_label`; `calls` and FTRL fields are
+    None).
   """
   R, D = paths.node_id.shape
   B = R if num_rows is None else num_rows
@@ -160,6 +166,8 @@ def to_rollouts(
     raise ValueError(f"num_rows={B}, max_steps={T}: too small for {R} rows of up to "
                      f"{int(paths.num_steps.max(initial=0))} steps")
   K, C, S = max_calls, max_gt_calls, step_tokens + response_tokens
+  if right_prob is not None:
+    _check_prob("right_prob", right_prob)
   if min(K, C, prompt_tokens, step_tokens) < 1 or response_tokens < 0 or vocab_size < 2:
     raise ValueError("max_calls, max_gt_calls, prompt_tokens, step_tokens: must be >= 1; "
                      "response_tokens >= 0; vocab_size >= 2")
@@ -211,6 +219,12 @@ def to_rollouts(
   greedy = np.array([1.0, 0.0, -1.0])[np.minimum(
       (rng.random(max(Q, 1))[:, None] > np.cumsum(probs, axis=1)).sum(1), 2)]
   node_obs = rng.integers(0, num_observations, N)  # what each step's calls and responses were
+  label_rng = rng.spawn(1)[0]  # leaves `rng`'s own draws as they were
+  p_right = (label_rng.random(max(Q, 1)) if right_prob is None
+             else np.full(max(Q, 1), right_prob))
+  node_group = np.zeros(N, np.int64)
+  node_group[nid[sv]] = np.broadcast_to(group_id[:, None], sv.shape)[sv]
+  node_right = label_rng.random(N) < p_right[node_group]
   return from_numpy(dict(
       group_id=group_id, row_valid=row_valid, outcome=outcome, num_steps=num_steps,
       answered=answered, step_valid=sv, node_id=node_id,
@@ -219,7 +233,8 @@ def to_rollouts(
       loss_mask=generated, token_step=np.where(generated, step, -1), old_logprobs=old_logprobs,
       policy_version=np.zeros(B), ref_logprobs=ref_logprobs,
       greedy_outcome=np.where(row_valid, greedy[group_id], 0.0),
-      state_id=state_ids(group_id, node_obs[nid], sv)))
+      state_id=state_ids(group_id, node_obs[nid], sv),
+      turn_label=np.where(sv, np.where(node_right[nid], 1, -1), 0)))
 
 
 def _node_format_reward(rng, mode, num_nodes: int) -> np.ndarray:

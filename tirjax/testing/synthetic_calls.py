@@ -8,8 +8,10 @@ extra parameter) or not, or is an unrelated call. Filtered rows are padding, so 
 ragged. `call_sim` is computed from the encodings on device (`similarity.call_similarity`);
 `call_solves` marks, per row, the first exact copy of each ground-truth call (its output
 would verify that call's expected answer), and `num_expected` is the number of
-ground-truth calls. `greedy_outcome` is one greedy rollout's R_out per query (ReMax) and
-`state_id` the anchor states of GiGPO (steps with equal calls so far share one).
+ground-truth calls. `greedy_outcome` is one greedy rollout's R_out per query (ReMax),
+`state_id` the anchor states of GiGPO (steps with equal calls so far share one) and
+`turn_label` each step's ground-truth label (the oracle's): right when all its calls are exact
+copies of ground-truth calls, or, for the answering step, when R_out is +1.
 """
 
 from __future__ import annotations
@@ -106,6 +108,13 @@ def random_call_rollouts(seed: int = 0, *, num_queries: int = 256, group_size: i
   step_calls = np.concatenate([name[..., None], keys, values], axis=-1).reshape(B * T, -1)
   step_key = np.unique(step_calls, axis=0, return_inverse=True)[1].reshape(B, T)
   a["state_id"] = state_ids(query, step_key, step_valid)
+  # Ground-truth turn labels (the oracle's), from the fields above (no draw): a step with calls
+  # is right when each is an exact copy of a ground-truth call, the answering step when R_out
+  # is +1; any other step (no call, a perturbed or unrelated call, a wrong answer) is wrong.
+  answer_step = last & answered[:, None]
+  right = np.where(answer_step, (outcome == 1.0)[:, None],
+                   (n_calls > 0) & np.all(exact | ~call_valid, axis=-1))
+  a["turn_label"] = np.where(step_valid, np.where(right, 1, -1), 0)
   return from_numpy(a, check=check)
 
 

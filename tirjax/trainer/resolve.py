@@ -213,6 +213,11 @@ def resolve(c) -> Experiment:
   _need("greedy_outcome" not in estimator.needs or rollout.greedy_baseline,
         "rollout.greedy_baseline", f"advantage {estimator.name} needs each query's greedy "
         "rollout (Rollouts.greedy_outcome): set it true")
+  _need("turn_label" not in estimator.needs or environment.turn_labels is not None,
+        "advantage.name", f"advantage {estimator.name} reads each turn's ground-truth label "
+        f"(Rollouts.turn_label), which env.name={env.name!r} does not give (its registry entry "
+        "has no turn_labels); environments that label turns: "
+        f"{', '.join(environments.names('turn_labels'))}")
   if loss.aggregation == "seq_mean_token_sum_norm":
     _need(loss.norm_constant is not None, "loss.norm_constant", "required by this aggregation")
   return Experiment(seed=seed, model=model, env=env, judge=judge, sampler=sampler, train=train,

@@ -16,7 +16,7 @@ from flax import nnx
 
 from tirjax import distributed, rundir
 from tirjax.checkpoint import TrainState
-from tirjax.credit.fidelity import episode_labels
+from tirjax.credit.fidelity import episode_labels, with_turn_labels
 from tirjax.env import environments
 from tirjax.episodes import rollout
 from tirjax.models.hf_io import export_hf
@@ -162,6 +162,8 @@ def sample(trainer: Trainer, i: int) -> StepBatch:
       rollouts, longest=distributed.global_max(longest_row(rollouts)))
   label = environments.get(exp.env.name).turn_labels  # turns labelled from the task's plan
   labels = episode_labels(episodes, sampled.get, local.num_rows, label) if label else None
+  if labels is not None:  # the labels as a field too: what `oracle` reads (spec §4.4)
+    local = with_turn_labels(local, labels)
   return StepBatch(share.global_rollouts(local), local, episodes, batch.stats, extra_rounds,
                    labels)
 

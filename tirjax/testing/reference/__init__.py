@@ -8,7 +8,7 @@ Python loops and dicts over groups, trees and rows: slow on purpose, never shari
 the kernels. `REFERENCES` merges the per-module dicts.
 """
 
-from tirjax.testing.reference import agentic, group, matching, portool, verl_baselines
+from tirjax.testing.reference import agentic, group, matching, oracle, portool, verl_baselines
 
 REFERENCES = {**group.REFERENCES, **portool.REFERENCES, **matching.REFERENCES,
-              **verl_baselines.REFERENCES, **agentic.REFERENCES}
+              **verl_baselines.REFERENCES, **agentic.REFERENCES, **oracle.REFERENCES}
