@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from absl import app, flags
 
 from tirjax import cli
 from tirjax.reporting import benchmark
+from tirjax.reporting.pytest_output import parse
 
 flags.DEFINE_string("json", None, "where to write the result")
 flags.DEFINE_integer("durations", 30, "how many of the slowest tests to record")
@@ -41,19 +41,6 @@ def _cpu_seconds() -> float:
     fields = [int(x) for x in f.readline().split()[1:]]
   idle = fields[3] + fields[4]  # idle, iowait
   return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def parse(output: str) -> dict:
-  """pytest's closing counts and its `slowest N durations` lines from `output`."""
-  counts = {}
-  tail = [line for line in output.splitlines() if re.search(r"\d+ (passed|failed)", line)]
-  if tail:
-    for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?|warnings?|deselected)",
-                              tail[-1]):
-      counts[what] = int(n)
-  slowest = [{"seconds": float(m[1]), "phase": m[2], "test": m[3]}
-             for m in re.finditer(r"^([\d.]+)s (setup|call|teardown)\s+(\S+)$", output, re.M)]
-  return {"counts": counts, "slowest": slowest}
 
 
 def main(argv):

@@ -162,8 +162,8 @@ def sample(trainer: Trainer, i: int) -> StepBatch:
       rollouts, longest=distributed.global_max(longest_row(rollouts)))
   label = environments.get(exp.env.name).turn_labels  # turns labelled from the task's plan
   labels = episode_labels(episodes, sampled.get, local.num_rows, label) if label else None
-  if labels is not None:  # the labels as a field too: what `oracle` reads (spec §4.4)
-    local = with_turn_labels(local, labels)
+  if labels is not None and "turn_label" in exp.estimator.needs:  # `oracle` (spec §4.4);
+    local = with_turn_labels(local, labels)  # other runs never depend on the field
   return StepBatch(share.global_rollouts(local), local, episodes, batch.stats, extra_rounds,
                    labels)
 

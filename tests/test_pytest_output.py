@@ -1,6 +1,6 @@
-"""benchmarks/bench_test_suite.py reads pytest's closing counts and slowest durations."""
+"""pytest's closing counts and slowest durations, read back (benchmarks/bench_test_suite.py)."""
 
-from benchmarks.bench_test_suite import parse
+from tirjax.reporting.pytest_output import parse
 
 OUTPUT = """\
 ........ [100%]
