@@ -94,8 +94,8 @@ def _final_params(workdir):
 # (packed); every checkpoint kept, so that each one can be resumed from and compared.
 EVERY_STEP = {**SFT_THEN_RL, "train.queries_per_step": 2, "train.mini_batch_queries": 1,
               "rollout.temperature": 0.8, "train.tempered_policy": True, "loss.kl_coef": 0.001,
-              "train.keep_checkpoints": 20}
-RL_STEPS = 3
+              "train.keep_checkpoints": 20, "sft.steps": 3}
+RL_STEPS = 2
 
 
 def _same_records(a, b):
