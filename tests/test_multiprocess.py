@@ -169,7 +169,11 @@ def test_two_processes_resume_bit_exact_from_every_checkpoint(tmp_path):
   one-process test kills after the last too), started again each time: each start resumes
   from the checkpoint before, and the run logs every row once and ends with the uninterrupted
   two-process run's parameters, bit for bit. At LLVM optimisation level 0, as the in-process
-  tests compile (both runs alike: bit-exact is between them)."""
+  tests compile (both runs alike: bit-exact is between them). Here one demonstration per
+  batch shard keeps every SFT step at the same packed sizes (4 x 256 tokens), so a packer
+  that restarted fresh after a resume would go unseen (checked: with `layouts.resume` made
+  to forget, this test passes and the one-process test of tests/test_train_runs.py fails);
+  this test guards the two-process resume path, that one the saved sizes."""
   env = multiprocess_env(DEVICES // 2, "--xla_backend_optimization_level=0")
   full, killed = tmp_path / "full", tmp_path / "killed"
   procs = [subprocess.Popen(c, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
