@@ -44,8 +44,9 @@ def recorded(state: TrainState, owners: Mapping[str, Any]) -> TrainState:
   """`state` whose data position holds the packers' current sizes (before a checkpoint)."""
   saved = dict(state.data_position.get(KEY, {}))
   for name, packer in _packers(owners).items():
-    if packer.saved() is not None:
-      saved[name] = packer.saved()
+    sizes = packer.saved()
+    if sizes is not None:
+      saved[name] = sizes
   return dataclasses.replace(state, data_position={**state.data_position, KEY: saved})
 
 
