@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from tirjax import segments
 from tirjax.advantages import tree as tree_lib
-from tirjax.loss.aggregation import AGGREGATIONS
+from tirjax.loss import aggregation as aggregation_modes
 from tirjax.rollouts import Rollouts
 
 
@@ -45,18 +45,21 @@ def step_loss_weights(r: Rollouts, aggregation: str = "seq_mean_token_mean",
                       row_mask: Optional[jax.Array] = None) -> jax.Array:
   """[B, T] each row's weight in the loss on the tokens of each of its steps, up to a positive
   factor shared by all rows: `n_{k,t} · f_k`, with `n_{k,t}` the step's tokens in the loss mask
-  and `f_k = 1/|τ_k|` under `seq_mean_token_mean` (every row weighs the same), 1 under the
-  other aggregations (every token weighs the same; their divisors are common to all rows).
+  and `f_k = 1/|τ_k|` under a mode that averages within each row (`mean_within_row` of its
+  record in `tirjax.loss.aggregation.MODES`: `seq_mean_token_mean`, every row weighs the same),
+  1 under the others (every token weighs the same; their divisors are common to all rows).
   Rows outside `row_mask` (e.g. groups DAPO filtered) weigh 0.
+
+  Raises:
+    ValueError: an aggregation without a record.
   """
-  if aggregation not in AGGREGATIONS:
-    raise ValueError(f"aggregation: must be one of {AGGREGATIONS}, got {aggregation!r}")
+  rule = aggregation_modes.lookup(aggregation)  # a mode without a record fails here
   B, T = r.num_rows, r.max_steps
   in_loss = r.loss_mask.astype(bool) & (r.token_step >= 0)
   flat_ids = jnp.arange(B)[:, None] * T + jnp.clip(r.token_step, 0, T - 1)
   counts = segments.segment_sum(in_loss.astype(jnp.float32), flat_ids, in_loss,
                                 B * T).reshape(B, T)
-  if aggregation == "seq_mean_token_mean":
+  if rule.mean_within_row:
     length = jnp.sum(r.loss_mask.astype(jnp.float32), axis=1)
     counts = counts / jnp.maximum(length, 1.0)[:, None]
   keep = r.row_valid if row_mask is None else r.row_valid & row_mask.astype(bool)

@@ -16,7 +16,7 @@ from typing import Any
 from tirjax import advantages
 from tirjax.advantages.labels import split_label
 from tirjax.credit.chain_rollouts import ChainRolloutOptions
-from tirjax.loss import LossOptions
+from tirjax.loss import LossOptions, aggregation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,10 +66,8 @@ def parse_cell(label: str, rollouts: ChainRolloutOptions, max_tokens: int) -> Ce
     if key[5:] not in fields:
       raise ValueError(f"cell '{label}': unknown loss option '{key[5:]}'; valid: {sorted(fields)}")
   loss_overrides = {k[5:]: overrides.pop(k) for k in loss_keys}
-  if loss_overrides.get("aggregation") == "seq_mean_token_sum_norm":
-    loss_overrides.setdefault("norm_constant", float(max_tokens))
-  try:
-    loss = dataclasses.replace(loss, **loss_overrides)
+  try:  # the norm constant a mode needs, where not given: the longest row
+    loss = dataclasses.replace(loss, **aggregation.with_norm_constant(loss_overrides, max_tokens))
   except ValueError as e:
     raise ValueError(f"cell '{label}': {e}") from None
   cell = Cell(label=label, estimator=name, options=tuple(sorted(overrides.items())),

@@ -25,14 +25,13 @@ import jax
 import jax.numpy as jnp
 
 from tirjax import option_checks
-from tirjax.advantages.registry import Advantages
 from tirjax.loss import kl as kl_lib
 from tirjax.loss import ratio as ratio_lib
 from tirjax.loss import surrogate
-from tirjax.loss.aggregation import AGGREGATIONS, aggregate
+from tirjax.loss import aggregation as aggregation_modes
 from tirjax.loss.diagnostics import loss_diagnostics
 from tirjax.loss.stats import Mean, Stat
-from tirjax.rollouts import Rollouts
+from tirjax.rollouts import Advantages, Rollouts
 
 RATIO_LEVELS = ("token", "sequence")
 SURROGATES = ("clip", "cispo")
@@ -60,9 +59,10 @@ class LossOptions:
     kl_clamp: k3's value is clamped to [−kl_clamp, kl_clamp] (verl's `low_var_kl`: 10);
       0 turns the clamp off.
     entropy_coef: weight of the entropy bonus (subtracted from the loss).
-    aggregation: one of `AGGREGATIONS` (see `tirjax.loss.aggregation`).
-    norm_constant: the fixed divisor of `seq_mean_token_sum_norm` (e.g. the configured max
-      generation length); required by that mode, unused by the others.
+    aggregation: a mode of `tirjax.loss.aggregation.MODES` (its record says how it reduces
+      and what it needs).
+    norm_constant: the fixed divisor of a mode that needs one (`seq_mean_token_sum_norm`; e.g.
+      the configured max generation length); required by it, unused by the others.
   """
 
   clip_low: float = 0.2
@@ -93,11 +93,7 @@ class LossOptions:
     option_checks.one_of("kl_estimator", self.kl_estimator, kl_lib.ESTIMATORS)
     option_checks.finite_at_least("kl_clamp", self.kl_clamp, 0, why="0 = off")
     option_checks.finite_at_least("entropy_coef", self.entropy_coef, 0)
-    option_checks.one_of("aggregation", self.aggregation, AGGREGATIONS)
-    option_checks.finite_above("norm_constant", self.norm_constant, 0, none_ok=True)
-    if self.aggregation == "seq_mean_token_sum_norm" and self.norm_constant is None:
-      raise ValueError("norm_constant: required by aggregation='seq_mean_token_sum_norm' "
-                       "(e.g. the max generation length)")
+    aggregation_modes.check_options(self.aggregation, self.norm_constant)
 
 
 @flax.struct.dataclass(frozen=True)
@@ -163,7 +159,7 @@ def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Ar
     pg = surrogate.clipped_surrogate(ratio, adv, opts.clip_low, opts.clip_high)
   if opts.dual_clip is not None:
     pg = surrogate.dual_clip(pg, adv, opts.dual_clip)
-  agg = lambda x: aggregate(x, mask, opts.aggregation, opts.norm_constant)
+  agg = lambda x: aggregation_modes.aggregate(x, mask, opts.aggregation, opts.norm_constant)
 
   total = pg
   kl = ent = ent_tok = None

@@ -17,8 +17,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from tirjax import option_checks
-from tirjax.loss.aggregation import AGGREGATIONS, aggregate
+from tirjax.loss import aggregation as aggregation_modes
 from tirjax.loss.stats import Mean
 
 
@@ -27,20 +26,17 @@ class SFTLossOptions:
   """Options of the SFT loss.
 
   Attributes:
-    aggregation: one of `tirjax.loss.AGGREGATIONS` ("token_mean": every target token weighs
-      the same; "seq_mean_token_mean": every demonstration weighs the same).
-    norm_constant: the divisor of "seq_mean_token_sum_norm" (required by it, unused by the
-      others).
+    aggregation: a mode of `tirjax.loss.aggregation.MODES` ("token_mean": every target token
+      weighs the same; "seq_mean_token_mean": every demonstration weighs the same).
+    norm_constant: the divisor of a mode that needs one ("seq_mean_token_sum_norm"; required
+      by it, unused by the others).
   """
 
   aggregation: str = "token_mean"
   norm_constant: Optional[float] = None
 
   def __post_init__(self):
-    option_checks.one_of("aggregation", self.aggregation, AGGREGATIONS)
-    option_checks.finite_above("norm_constant", self.norm_constant, 0, none_ok=True)
-    if self.aggregation == "seq_mean_token_sum_norm" and self.norm_constant is None:
-      raise ValueError("norm_constant: required by aggregation='seq_mean_token_sum_norm'")
+    aggregation_modes.check_options(self.aggregation, self.norm_constant)
 
 
 def target_mask(token_valid: jax.Array, loss_mask: jax.Array) -> jax.Array:
@@ -61,4 +57,4 @@ def sft_loss(logprobs: jax.Array, mask: jax.Array, opts: SFTLossOptions = SFTLos
   """
   chex.assert_equal_shape([logprobs, mask])
   nll = -jnp.where(mask, jnp.asarray(logprobs, jnp.float32), 0.0)
-  return aggregate(nll, mask, opts.aggregation, opts.norm_constant)
+  return aggregation_modes.aggregate(nll, mask, opts.aggregation, opts.norm_constant)

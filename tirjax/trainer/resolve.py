@@ -218,8 +218,6 @@ def resolve(c) -> Experiment:
         f"(Rollouts.turn_label), which env.name={env.name!r} does not give (its registry entry "
         "has no turn_labels); environments that label turns: "
         f"{', '.join(environments.names('turn_labels'))}")
-  if loss.aggregation == "seq_mean_token_sum_norm":
-    _need(loss.norm_constant is not None, "loss.norm_constant", "required by this aggregation")
   return Experiment(seed=seed, model=model, env=env, judge=judge, sampler=sampler, train=train,
                     step=step, sft=sft, estimator=estimator, advantage=advantage,
                     rollout=rollout, loss=loss, optim=optim, sharding=shard, distributed=dist,
