@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tirjax.credit import fidelity as fid
+from tirjax.metrics import credit as fid
 from tirjax.env.toolworld.failures import RIGHT
 from tirjax.testing.reference import fidelity as ref
 from tirjax.trainer.rl_metrics import credit_metrics
@@ -227,3 +227,27 @@ def test_a_query_drawn_twice_is_two_queries_of_the_resample():
   # query 0's 3 right and 2 wrong turns twice: 2·6 within-query pairs, not (2·3)·(2·2)
   m = fid.fidelity(twice)
   assert m["auc_query"] == pytest.approx(5 / 6)
+
+
+def test_episode_labels_take_the_labeller_from_the_environment_registry(monkeypatch):
+  """Issue 57: the labels are the named environment's (`Environment.turn_labels`), whatever
+  it is; an environment that labels no turns is refused by name."""
+  from tirjax.env import registry  # noqa: PLC0415
+
+  seen = []
+
+  def label(task, results, answered, verdict):
+    seen.append((task, tuple(results), answered, verdict))
+    return [RIGHT, "own_kind"][:len(results)]
+
+  fake = registry.Environment(name="fake", draw=lambda *a: [], turn_labels=label)
+  monkeypatch.setitem(registry._REGISTRY, "fake", fake)
+  rec = lambda row, task_id, n: types.SimpleNamespace(row=row, task_id=task_id,
+                                                       results=["r"] * n, status="answered",
+                                                       verdict="true")
+  records = [rec(0, "a", 2), rec(2, "b", 1), rec(3, "unknown", 2)]
+  got = fid.episode_labels(records, {"a": "task a", "b": "task b"}.get, 4, "fake")
+  assert got == [[RIGHT, "own_kind"], None, [RIGHT], None]
+  assert seen == [("task a", ("r", "r"), True, "true"), ("task b", ("r",), True, "true")]
+  with pytest.raises(ValueError, match="env 'doors' labels no turns.*toolworld"):
+    fid.episode_labels(records, {}.get, 4, "doors")

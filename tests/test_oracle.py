@@ -16,7 +16,8 @@ from hypothesis import given, strategies as st
 
 from tirjax import advantages
 from tirjax.advantages.oracle import OracleOptions
-from tirjax.credit import chain_rollouts, fidelity as fid
+from tirjax.credit import chain_rollouts
+from tirjax.metrics import credit as fid
 from tirjax.credit.task import ChainTask
 from tirjax.env.toolworld.failures import RIGHT
 from tirjax.rollouts import RolloutsError, from_numpy, to_numpy

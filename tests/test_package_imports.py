@@ -1,6 +1,7 @@
 """The package's import graph (issue 39): no circle, counting imports inside functions too (a
 lazy import that closes a circle only hides it), and neither the package nor a test imports
-the entry points (`experiments`, `benchmarks`): what a test needs lives in the package."""
+the entry points (`experiments`, `benchmarks`): what a test needs lives in the package.
+Issue 57: every import points down the layers that README's drawing (`### Layers`) shows."""
 
 import ast
 import pathlib
@@ -88,6 +89,73 @@ def test_function_level_imports_count(tmp_path):
   (pkg / "one.py").write_text("from tirjax import two\n")
   (pkg / "two.py").write_text("def f():\n  from tirjax import one\n")
   assert circles(import_graph(tmp_path)) == [["tirjax.one", "tirjax.two"]]
+
+
+def unit(module: str) -> str:
+  """The box of the layer drawing a module belongs to: `tirjax.trainer.stages` -> "trainer",
+  `tirjax.rollouts` -> "rollouts"; "" for the package's own `__init__`."""
+  parts = module.split(".")
+  return parts[1] if len(parts) > 1 else ""
+
+
+def drawn_layers(readme: str) -> list[list[str]]:
+  """The layers of the drawing under README's `### Layers` heading, bottom first: each line of
+  its first fenced block is a layer, its boxes separated by " · "."""
+  block = readme.split("\n### Layers\n", 1)[1].split("```", 2)[1]
+  rows = [line.strip() for line in block.splitlines() if line.strip()]
+  return [[box.strip() for box in row.split(" · ")] for row in reversed(rows)]
+
+
+def wrong_way_imports(graph: dict[str, set[str]], layers: list[list[str]]) -> list[str]:
+  """Each import from one box to another that does not point to a lower layer (an import
+  within a box is its own affair), as "module -> module (box layer i -> box layer j)". The
+  package's own `__init__` (box "") sits above every layer: it re-exports from below."""
+  level = {box: i for i, layer in enumerate(layers) for box in layer}
+  level[""] = len(layers)
+  out = []
+  for m in sorted(graph):
+    for d in sorted(graph[m]):
+      a, b = unit(m), unit(d)
+      if a != b and level[b] >= level[a]:
+        out.append(f"{m} -> {d} ({a} layer {level[a]} -> {b} layer {level[b]})")
+  return out
+
+
+def test_the_drawing_names_every_box_once():
+  layers = drawn_layers((ROOT / "README.md").read_text())
+  boxes = [box for layer in layers for box in layer]
+  assert len(boxes) == len(set(boxes)), boxes
+  assert set(boxes) == {unit(m) for m in _modules(ROOT)} - {""}
+
+
+def test_no_import_points_up_or_sideways():
+  """Issue 57: the layers of the drawing hold, imports inside functions included."""
+  graph = import_graph(ROOT)
+  assert wrong_way_imports(graph, drawn_layers((ROOT / "README.md").read_text())) == []
+
+
+def test_an_upward_import_is_seen(tmp_path):
+  """The check fails on an import from a lower box to a higher one, inside a function too,
+  and on one between boxes of the same layer."""
+  pkg = tmp_path / "tirjax"
+  (pkg / "high").mkdir(parents=True)
+  for path in (pkg / "__init__.py", pkg / "high" / "__init__.py", pkg / "side.py"):
+    path.write_text("")
+  (pkg / "low.py").write_text("import math\n")
+  (pkg / "high" / "top.py").write_text("from tirjax import low\n")
+  layers = [["low", "side"], ["high"]]
+  assert wrong_way_imports(import_graph(tmp_path), layers) == []
+  (pkg / "low.py").write_text("def f():\n  from tirjax.high import top\n")
+  assert wrong_way_imports(import_graph(tmp_path), layers) == [
+      "tirjax.low -> tirjax.high.top (low layer 0 -> high layer 1)"]
+  (pkg / "low.py").write_text("from tirjax import side\n")
+  assert wrong_way_imports(import_graph(tmp_path), layers) == [
+      "tirjax.low -> tirjax.side (low layer 0 -> side layer 0)"]
+
+
+def test_drawn_layers_reads_the_drawing():
+  text = "intro\n### Layers\n\nwords\n\n```\n      top\n  a · b\n```\n\n```\nnot this\n```\n"
+  assert drawn_layers(text) == [["a", "b"], ["top"]]
 
 
 ENTRY_POINTS = ("experiments", "benchmarks")

@@ -33,7 +33,7 @@ Conventions that the spec leaves to the implementation, fixed here:
   them from one key per step of what its calls and responses were.
 * `turn_label[b, t]` is +1 when step t of row b is right and -1 when it is wrong, by the
   environment's ground-truth labels of its turns (spec §4.5, `Environment.turn_labels`; the
-  trainer fills it on environments that label turns, `credit.fidelity.with_turn_labels`), and 0
+  trainer fills it on environments that label turns, `metrics.credit.with_turn_labels`), and 0
   on padding steps and on the steps of a row without labels. Rows that share a node share its
   label (one step, one decision). The `oracle` estimator (spec §4.4) reads it; nothing else
   does.

@@ -9,7 +9,7 @@ RL step does (each query also with one greedy episode, ReMax's baseline): once a
 groups (`rollout.n` rows each) and once as PORTool trees of the same queries (n leaves, branching `rollout.tree`). Every turn is
 labelled from the ground-truth plan (`failures.turn_labels`), every registered estimator's
 advantages (its spec-default options) are computed on each batch, and the measures of
-`tirjax.credit.fidelity` are reported per estimator and rollout kind, with bootstrap 95% CIs
+`tirjax.metrics.credit` are reported per estimator and rollout kind, with bootstrap 95% CIs
 over queries. An estimator's headline row is on its own rollouts: trees for the tree
 estimators (`TREE_ESTIMATORS`), independent groups for the others.
 

@@ -30,7 +30,7 @@ from tirjax.credit.cells import split_labels
 from tirjax.credit.softmax_policy import PolicyOptions, init_policy, log_policy, prior_logits, state_features
 from tirjax.credit.push import logit_push
 from tirjax.credit.task import ANSWER, ChainTask
-from tirjax.loss import LossOptions
+from tirjax.loss import LossOptions, aggregation
 from tirjax.reporting import benchmark
 
 DEFAULT_CELLS = ("portool,portool/loss.aggregation=token_mean,portool/rollouts=independent,"
@@ -48,14 +48,16 @@ def _with_early_answer(log_probs: np.ndarray, task: ChainTask, p_early: float) -
 
 
 def _row_weights(r, loss: LossOptions) -> np.ndarray:
-  """[B, L] the aggregation's weight of each loss token (the loss is Σ w · ratio-term)."""
+  """[B, L] the aggregation's weight of each loss token (the loss is Σ w · ratio-term), from
+  its mode's record: 1/n_b within a row where it averages there, 1/C where it divides by a
+  constant, over the batch's tokens or its B rows."""
+  rule = aggregation.lookup(loss.aggregation)
   mask = np.asarray(r.loss_mask, np.float64)
   lengths = np.maximum(mask.sum(1, keepdims=True), 1.0)
-  if loss.aggregation == "token_mean":
-    return mask / max(mask.sum(), 1.0)
-  if loss.aggregation == "seq_mean_token_mean":
-    return mask / lengths / mask.shape[0]
-  return mask / loss.norm_constant / mask.shape[0]
+  weights = mask / lengths if rule.mean_within_row else mask
+  if rule.needs_norm_constant:
+    weights = weights / loss.norm_constant
+  return weights / (max(mask.sum(), 1.0) if rule.den == "tokens" else mask.shape[0])
 
 
 def measure(label: str, task: ChainTask, log_probs: np.ndarray, batches: int, seed: int) -> dict:

@@ -10,9 +10,9 @@ softmax policy), `chain_rollouts` (Algorithm-1 trees and independent rollouts as
 `cells` (estimator, options, rollouts and loss of a labelled cell), `train` (one run),
 `bench` (every cell over seeds, as `python -m experiments.studies.credit_bench` runs it).
 
-`fidelity` is apart from the bench: where an estimator puts credit, measured against turn
-labels from the plan (spec §4.5); `rollout_fidelity` measures it on a policy's real rollouts
-(`python -m experiments.studies.credit_fidelity`).
+A study package above the trainer. `rollout_fidelity` measures where each estimator puts
+credit on a policy's real rollouts (spec §4.5; `python -m experiments.studies.credit_fidelity`)
+with the measures of `tirjax.metrics.credit`, which the trainer also logs each step.
 """
 
 from tirjax.credit.cells import Cell, default_labels, parse_cell

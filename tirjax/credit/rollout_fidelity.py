@@ -1,7 +1,7 @@
 """Credit fidelity measured on real rollouts (spec §4.5): a policy samples train queries as an
 RL step does, once as independent groups and once as PORTool trees; every turn is labelled
 from its task's ground truth (the environment's `turn_labels`) and every registered
-estimator's advantages are measured against the labels (`tirjax.credit.fidelity`), with
+estimator's advantages are measured against the labels (`tirjax.metrics.credit`), with
 bootstrap CIs over queries. `experiments.studies.credit_fidelity` is its command line (the
 docstring there says what is written); results: benchmarks/results/credit_fidelity.md.
 """
@@ -17,10 +17,10 @@ import numpy as np
 from flax import nnx
 
 from tirjax import advantages
-from tirjax.credit import fidelity as fid
 from tirjax.env import environments
 from tirjax.env.toolworld.failures import RIGHT, TURN_KINDS
 from tirjax.episodes import judging, rollout
+from tirjax.metrics import credit as fid
 from tirjax.models.hf_io import load_hf
 from tirjax.reporting import benchmark
 from tirjax.trainer import prepare, resolve, samplers
@@ -45,7 +45,8 @@ def sample_batches(exp, sampler, tokenizer, tasks, judge, kind: str, seed: int):
     chunk = tasks[start:start + per]
     batch = rollout(sampler, tokenizer, chunk, opts, judge, np.random.default_rng([seed, i]))
     by_id = {t.task_id: t for t in chunk}
-    labels = fid.episode_labels(batch.episodes, by_id.get, batch.rollouts.num_rows)
+    labels = fid.episode_labels(batch.episodes, by_id.get, batch.rollouts.num_rows,
+                                exp.env.name)
     yield fid.with_turn_labels(batch.rollouts, labels), labels  # `oracle` reads them
 
 

@@ -25,8 +25,10 @@ Demonstrations = Callable[[Sequence[Task], Any, Any, int, int], list]
 Tokenizer = Callable[[str, int], str]
 # (model, tokenizer, tasks, answer protocol) -> metrics added to each evaluation
 EvalExtras = Callable[[Any, Any, Sequence[Task], str], dict]
-# (task, step results, answered, verdict) -> one label per turn (spec §4.5)
+# (task, step results, answered, verdict) -> one label per turn (spec §4.5): `RIGHT`, or the
+# kind of what the turn got wrong (any other string)
 TurnLabels = Callable[[Task, Sequence, bool, str], list]
+RIGHT = "right"  # the label of a right turn, whatever the environment
 # (env config, hop weights) -> None, or ValueError("<field>: problem")
 Check = Callable[[Any, tuple], None]
 # (greedy eval episodes, their tasks by id, env.answer_in_tool_message) -> `eval/...` metrics

@@ -1,13 +1,15 @@
 """Credit fidelity (spec §4.5): where an estimator puts credit, against labelled turns.
 
+    labels = episode_labels(records, task_of, num_rows, env)   # the environment's labeller
     turns = turn_table(rollouts, advantages, labels)   # one entry per (row, step)
     fidelity(turns)                                    # the measures below
     bootstrap_ci(turns, n=1000, seed=0)                # 95% intervals, queries resampled
 
 A turn is one step of a row; its advantage is the mean of its loss tokens' advantages (what the
 loss multiplies its tokens' log-probs by). A shared tree step is one turn per row that carries
-it, as the loss sees it. Its label (`env/toolworld/failures.turn_labels`) is right, or wrong
-with a kind. Over the turns of one batch:
+it, as the loss sees it. Its label comes from the environment's registry entry
+(`Environment.turn_labels`, e.g. toolworld's `env/toolworld/failures.turn_labels`): `RIGHT`,
+or wrong with a kind. Over the turns of one batch:
 
   AUC               P(A of a random right turn > A of a random wrong turn), ties ½
                     (the Mann-Whitney U statistic over |right|·|wrong|)
@@ -23,6 +25,11 @@ with a kind. Over the turns of one batch:
 
 A measure whose denominator is empty is absent (None), never NaN. Intervals resample whole
 queries with replacement (a query's rows stay together) and take the 2.5 and 97.5 percentiles.
+
+The trainer logs these measures each step (`credit/<measure>`, `tirjax.trainer.rl_metrics`)
+and writes the labels into `Rollouts.turn_label` for an estimator that reads them
+(`with_turn_labels`); the credit studies (`tirjax.credit`) read them too. So they sit below
+the trainer and name no environment of their own.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from tirjax.env.toolworld.failures import RIGHT, turn_labels
+from tirjax.env import environments
+from tirjax.env.registry import RIGHT, TurnLabels
 from tirjax.rollouts import check_turn_labels
 
 MEASURES = ("auc", "auc_query", "auc_all_fail", "wrong_negative", "collateral_blame",
@@ -79,12 +87,25 @@ def turn_advantages(token_advantages: np.ndarray, token_step: np.ndarray,
   return np.divide(total, count, out=np.zeros_like(total), where=count > 0)
 
 
+def turn_labeller(env: str) -> TurnLabels:
+  """The turn labeller that environment `env` registers (`Environment.turn_labels`).
+
+  Raises:
+    ValueError: `env` registers none (no ground-truth plan to label turns from).
+  """
+  label = environments.get(env).turn_labels
+  if label is None:
+    raise ValueError(f"env {env!r} labels no turns (its registry entry has no turn_labels); "
+                     f"environments that do: {', '.join(environments.names('turn_labels'))}")
+  return label
+
+
 def episode_labels(records: Sequence, task_of: Callable[[str], Optional[object]],
-                   num_rows: int, label: Callable = turn_labels) -> list[Optional[list[str]]]:
-  """Per row of a batch, its turns' labels (`label`: toolworld's `turn_labels`, or an
-  environment's `Environment.turn_labels`) from its episode record (`.row`, `.task_id`,
-  `.results`, `.status`, `.verdict`); None for padding rows and for rows whose task
-  `task_of(task_id)` does not know."""
+                   num_rows: int, env: str) -> list[Optional[list[str]]]:
+  """Per row of a batch, its turns' labels by environment `env`'s labeller (`turn_labeller`)
+  from its episode record (`.row`, `.task_id`, `.results`, `.status`, `.verdict`); None for
+  padding rows and for rows whose task `task_of(task_id)` does not know."""
+  label = turn_labeller(env)
   labels: list[Optional[list[str]]] = [None] * num_rows
   for rec in records:
     task = task_of(rec.task_id)
@@ -128,7 +149,7 @@ def turn_table(rollouts, token_advantages, labels: Sequence[Optional[Sequence[st
   Args:
     rollouts: the batch's `Rollouts` (its `group_id`, `row_valid`, `outcome`, token fields).
     token_advantages: `[B, L]` an estimator's `Advantages.tokens`.
-    labels: per row, one label per step (`turn_labels`), or None for a row not to count
+    labels: per row, one label per step (`episode_labels`), or None for a row not to count
       (padding, or a row whose task has no ground-truth plan).
   """
   adv = turn_advantages(token_advantages, rollouts.token_step, rollouts.loss_mask,

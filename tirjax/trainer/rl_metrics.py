@@ -14,7 +14,7 @@ import numpy as np
 from tirjax import distributed
 from tirjax.advantages.registry import Advantages
 from tirjax.advantages.unlearning import unlearning_rate
-from tirjax.credit import fidelity
+from tirjax.metrics import credit
 from tirjax.env import metrics as env_metrics
 from tirjax.rollouts import Rollouts
 
@@ -79,16 +79,16 @@ def signal_shares(r: Rollouts, adv: Advantages) -> dict[str, float]:
 
 
 def credit_metrics(r: Rollouts, adv: Advantages, labels: Sequence[Optional[list]]) -> dict:
-  """`credit/<measure>` (spec §4.5, `tirjax.credit.fidelity`) of the step's estimator on its
+  """`credit/<measure>` (spec §4.5, `tirjax.metrics.credit`) of the step's estimator on its
   labelled turns: `r`, `adv` and `labels` are this process's rows; every process's turns are
   gathered, so all get the same figures. Undefined measures (an empty denominator) are left
   out."""
-  local = fidelity.turn_table(r, np.asarray(adv.tokens), labels)
+  local = credit.turn_table(r, np.asarray(adv.tokens), labels)
   parts = distributed.allgather_objects(local)
   offsets = np.cumsum([0] + [r.num_rows] * (len(parts) - 1))  # local group ids -> global
-  turns = fidelity.concat([dataclasses.replace(t, query=t.query + o)
-                           for t, o in zip(parts, offsets)])
-  return {f"credit/{k}": v for k, v in fidelity.fidelity(turns).items() if v is not None}
+  turns = credit.concat([dataclasses.replace(t, query=t.query + o)
+                         for t, o in zip(parts, offsets)])
+  return {f"credit/{k}": v for k, v in credit.fidelity(turns).items() if v is not None}
 
 
 class PhaseClock:

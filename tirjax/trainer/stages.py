@@ -16,7 +16,7 @@ from flax import nnx
 
 from tirjax import distributed, rundir
 from tirjax.checkpoint import TrainState
-from tirjax.credit.fidelity import episode_labels, with_turn_labels
+from tirjax.metrics.credit import episode_labels, with_turn_labels
 from tirjax.env import environments
 from tirjax.episodes import rollout
 from tirjax.models.hf_io import export_hf
@@ -160,8 +160,8 @@ def sample(trainer: Trainer, i: int) -> StepBatch:
   # keeps one width and the estimator and the passes' row layout compile once, not per width.
   local = rollouts if exp.step.packed else trim_tokens(
       rollouts, longest=distributed.global_max(longest_row(rollouts)))
-  label = environments.get(exp.env.name).turn_labels  # turns labelled from the task's plan
-  labels = episode_labels(episodes, sampled.get, local.num_rows, label) if label else None
+  labels = (episode_labels(episodes, sampled.get, local.num_rows, exp.env.name)  # from the
+            if environments.get(exp.env.name).turn_labels else None)  # task's plan, if it has one
   if labels is not None and "turn_label" in exp.estimator.needs:  # `oracle` (spec §4.4);
     local = with_turn_labels(local, labels)  # other runs never depend on the field
   return StepBatch(share.global_rollouts(local), local, episodes, batch.stats, extra_rounds,

@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from tirjax.env.judge import says_unable
+from tirjax.env.registry import RIGHT
 from tirjax.env.tools import UNABLE_TO_ANSWER, Task
 from tirjax.env.toolworld.demos import flip
 
@@ -107,7 +108,6 @@ def failure_kind(task: Task, results: Sequence, answered: bool, answer) -> str:
 # Kinds of a wrong turn (`turn_labels`): a call's kinds above, a step that gave no parsed call
 # ("format"), and an answering step whose verdict is not the best the task admits ("answer").
 TURN_KINDS = ("format", "direction", "miscopy", "argument", "tool", "repeat", "answer")
-RIGHT = "right"
 
 
 def turn_labels(task: Task, results: Sequence, answered: bool, verdict: str) -> list[str]:

@@ -1,5 +1,5 @@
 """Credit fidelity (spec §4.5) in plain loops, from the spec's words: the reference of
-`tirjax.credit.fidelity`."""
+`tirjax.metrics.credit`."""
 
 from __future__ import annotations
 
