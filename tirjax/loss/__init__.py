@@ -7,7 +7,7 @@
     loss.finalize(out)              # {"loss": ..., "metrics/ratio/mean": ..., ...}
 
 Modules: `ratio` (token and GSPO ratios), `surrogate` (clip, dual clip, clip indicators),
-`kl` (k1/k2/k3), `aggregation` (the four modes as (sum, den)), `diagnostics`, `stats`
+`kl` (k1/k2/k3), `aggregation` (one record per mode, as (sum, den)), `diagnostics`, `stats`
 (`Mean`, `Summary`, `accumulate`, `finalize`), `objective` (options and the composed loss).
 """
 
