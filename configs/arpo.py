@@ -12,4 +12,4 @@ from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="arpo", **base.portool_protocol("arpo"))
+  return base.estimator_config(arg, "arpo")

@@ -14,8 +14,7 @@ from configs import base
 
 
 def get_config(arg=None):
-  c = base.make(arg, estimator="dapo", **base.portool_protocol(
-      loss=dict(clip_low=0.2, clip_high=0.28, aggregation="token_mean")))
+  c = base.estimator_config(arg, "dapo")
   # Live references: an override of rollout.max_steps or max_new_tokens moves L_max and L_cache.
   generated = c.rollout.get_ref("max_steps") * c.rollout.get_ref("max_new_tokens")
   c.advantage.options.max_response_tokens = generated

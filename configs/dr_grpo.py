@@ -13,9 +13,4 @@ from configs import base
 
 
 def get_config(arg=None):
-  c = base.make(arg, estimator="dr_grpo", **base.portool_protocol(
-      loss=dict(aggregation="seq_mean_token_sum_norm", norm_constant=1.0)))
-  # A live reference: an override of rollout.max_steps or max_new_tokens moves the constant.
-  c.loss.norm_constant = (c.rollout.get_ref("max_steps") *
-                          c.rollout.get_ref("max_new_tokens")).to_float()
-  return c
+  return base.estimator_config(arg, "dr_grpo")

@@ -15,4 +15,4 @@ from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="gpg", **base.portool_protocol())
+  return base.estimator_config(arg, "gpg")

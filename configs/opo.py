@@ -14,4 +14,4 @@ from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="opo", **base.portool_protocol())
+  return base.estimator_config(arg, "opo")

@@ -13,9 +13,5 @@ there: within eval noise (±0.02) of its warm start after 8 RL steps (`grid=beyo
 from configs import base
 
 
-# REINFORCE++'s token-level objective on PORTool's protocol (shared with its baseline variant).
-PROTOCOL = base.portool_protocol(loss=dict(aggregation="token_mean"))
-
-
 def get_config(arg=None):
-  return base.make(arg, estimator="reinforce_plus_plus", **PROTOCOL)
+  return base.estimator_config(arg, "reinforce_plus_plus")

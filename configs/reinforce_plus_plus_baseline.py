@@ -10,9 +10,8 @@ the group mean subtracted from R_out before the whitening. Not in the ablation s
 of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).
 """
 
-from configs import base, reinforce_plus_plus
+from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="reinforce_plus_plus_baseline",
-                   **reinforce_plus_plus.PROTOCOL)
+  return base.estimator_config(arg, "reinforce_plus_plus_baseline")

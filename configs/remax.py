@@ -15,5 +15,4 @@ from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="remax", **base.portool_protocol(
-      rollout=dict(greedy_baseline=True)))
+  return base.estimator_config(arg, "remax")
