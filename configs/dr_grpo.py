@@ -5,8 +5,8 @@
 Defaults (Liu et al. 2025): independent groups of n = 8 rollouts, T_max = 6; the loss sums each
 row's token terms and divides by a constant (the step limit times the per-step generation
 budget), no KL.
-Measured with `model=tiny` (ablation snapshot, benchmarks/results/ablation_toolworld/, 128 tasks):
-eval accuracy 0.135 ± 0.030 (3 seeds, 8 RL steps) from its warm start's 0.125.
+Measured with `model=tiny`: benchmarks/results/ablation_toolworld/report.md (the ablation
+snapshot, row `dr_grpo`).
 """
 
 from configs import base
