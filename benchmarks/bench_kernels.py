@@ -7,8 +7,8 @@ Batches (spec §4, issue "Foundation"; `--queries` scales both):
     (`synthetic_calls.random_call_rollouts`; `--steps`, `--calls`, `--gt_calls`), for every
     estimator but the tree ones;
   * tree: 256 queries, PORTool trees with n = 8, f = 2, T_max = 6 (`synthetic.tree_rollouts`),
-    for `TREE_ESTIMATORS` (`portool`, `tree_grpo`; and `grpo` on the same trees, for
-    comparison).
+    for the estimators registered to train on trees (`tree_estimators()`: `portool`,
+    `tree_grpo`; and `grpo` on the same trees, for comparison).
 Each jitted kernel is compiled first, then timed `--repeats` times; each reference
 (`tirjax/testing/reference`: plain Python loops over groups, trees and rows, scipy's
 `linear_sum_assignment` per row) `--ref_repeats` times. Reported: medians in milliseconds of
@@ -55,7 +55,24 @@ _CALLS = flags.DEFINE_integer("calls", 4, "calls per step of the independent bat
 _GT_CALLS = flags.DEFINE_integer("gt_calls", 8, "ground-truth calls per query of the independent "
                                  "batch (the exact matcher's compile time grows with it)",
                                  lower_bound=1)
-TREE_ESTIMATORS = ("portool", "tree_grpo")  # timed on rollout trees; the others on flat rows
+
+
+def tree_estimators() -> tuple[str, ...]:
+  """The estimators timed on rollout trees (their registration's rollout mode is "tree"); the
+  others run on flat rows."""
+  return tuple(n for n in advantages.names() if advantages.get(n).rollout_mode == "tree")
+
+
+def estimator_cases(tree, tree_batch, flat, flat_batch) -> dict:
+  """{name: (kernel, args, reference call)} of every registered estimator, on the rollout trees
+  or the flat rows (`tree_estimators`; `*_batch` their numpy arrays), each against the
+  reference its registration names."""
+  cases = {}
+  for name in advantages.names():
+    r, batch = (tree, tree_batch) if name in tree_estimators() else (flat, flat_batch)
+    cases[name] = (advantages.get(name), (r,),
+                   lambda name=name, batch=batch: REFERENCES[name](batch))
+  return cases
 
 
 def timed(fn, repeats: int) -> tuple[float, float]:
@@ -113,10 +130,7 @@ def main(argv):
                                  branching=2, max_depth=6)
   tree_batch = to_numpy(tree)
 
-  cases = {}
-  for name in advantages.names():
-    r, batch = (tree, tree_batch) if name in TREE_ESTIMATORS else (flat, flat_batch)
-    cases[name] = (advantages.get(name), (r,), lambda name=name, batch=batch: REFERENCES[name](batch))
+  cases = estimator_cases(tree, tree_batch, flat, flat_batch)
   cases["grpo_on_trees"] = (advantages.get("grpo"), (tree,), lambda: REFERENCES["grpo"](tree_batch))
   cases.update(matcher_cases(flat, flat_batch))
   if _ONLY.value:

@@ -4,12 +4,12 @@
 
 Defaults (Dong et al. 2025; public ARPO scripts): 8 initial rollouts, 16 in total, beam 2,
 branch probability 0.5, entropy weight 0.2; T_max = 6, no KL.
-Measured with `model=tiny` (ablation snapshot, benchmarks/results/ablation_toolworld/, 128 tasks):
-eval accuracy 0.135 ± 0.030 (3 seeds, 8 RL steps) from its warm start's 0.125.
+Measured with `model=tiny`: benchmarks/results/ablation_toolworld/report.md (the ablation
+snapshot, row `arpo`).
 """
 
 from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="arpo", **base.portool_protocol("arpo"))
+  return base.estimator_config(arg, "arpo")

@@ -45,6 +45,7 @@ from typing import Any, Callable
 import ml_collections
 
 from tirjax import advantages, distributed, rundir, sharding
+from tirjax.advantages.registry import thawed
 from tirjax.ablation import grid
 from tirjax.config import config_from_dataclass, dataclass_from_config, parse_preset_arg
 from tirjax.env import environments
@@ -85,6 +86,46 @@ def portool_protocol(mode: str = "independent", rollout: dict | None = None,
   return dict(rollout=dict(dict(mode=mode, n=8, max_steps=6), **(rollout or {})),
               train=dict(queries_per_step=8, mini_batch_queries=2),
               loss=dict(dict(kl_coef=0.0, aggregation="seq_mean_token_mean"), **(loss or {})))
+
+
+PROTOCOLS = {"portool": portool_protocol, "hidifftir": hidifftir_protocol}
+
+
+def registered(estimator: str) -> dict:
+  """`make`'s sections for `estimator` from its registration (`tirjax.advantages.registry`): its
+  protocol's (`PROTOCOLS`) with its paper's rollout and loss settings on top. A loss whose
+  aggregation is `seq_mean_token_sum_norm` without a constant gets a float placeholder, which
+  `estimator_config` replaces by the longest row."""
+  entry = advantages.get(estimator)
+  out = PROTOCOLS[entry.protocol]()
+  out["rollout"] = _merged(out.get("rollout", {}), thawed(entry.rollout))
+  out["loss"] = _merged(out.get("loss", {}), thawed(entry.loss))
+  if out["loss"].get("aggregation") == "seq_mean_token_sum_norm":
+    out["loss"].setdefault("norm_constant", 1.0)
+  return out
+
+
+def estimator_config(arg: str | None, estimator: str) -> ml_collections.ConfigDict:
+  """The locked config of a registered estimator on its registration's protocol
+  (`registered`), then the presets in `arg`: what `configs/<estimator>.py` returns, and
+  `configs/estimator.py` for an estimator without a file of its own. Dr. GRPO's constant (a
+  `seq_mean_token_sum_norm` loss without one) is the longest row, T_max times the tokens per
+  step, a live reference: an override of rollout.max_steps or max_new_tokens moves it."""
+  c = make(arg, estimator=estimator, **registered(estimator))
+  if ("norm_constant" not in advantages.get(estimator).loss
+      and c.loss.aggregation == "seq_mean_token_sum_norm"):
+    c.loss.norm_constant = (c.rollout.get_ref("max_steps") *
+                            c.rollout.get_ref("max_new_tokens")).to_float()
+  return c
+
+
+def _merged(base_values: dict, more: dict) -> dict:
+  """`base_values` with `more` on top, section by section."""
+  out = dict(base_values)
+  for key, value in more.items():
+    out[key] = (_merged(out[key], value) if isinstance(value, dict)
+                and isinstance(out.get(key), dict) else value)
+  return out
 
 
 def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
@@ -202,7 +243,11 @@ def provenance_text(config_spec: str, final: ml_collections.ConfigDict) -> str:
   """`provenance` of `config_spec` ("<config file>[:<arg>]", as `--config` takes it) whose
   final config is `final`, one `key = value  # source` line per key (`--print_config`)."""
   config_file, _, arg = config_spec.partition(":")
-  get_config = grid.config_module(config_file).get_config
+  module = grid.config_module(config_file)
+  get_config = module.get_config
+  if hasattr(module, "split_arg"):  # configs/estimator.py: its first item is no preset
+    own, arg = module.split_arg(arg)
+    get_config = lambda presets: module.get_config(",".join(filter(None, (own, presets))))
   return "\n".join(f"{key} = {value!r}  # {source}"
                    for key, value, source in provenance(get_config, config_file, arg or None,
                                                         final))

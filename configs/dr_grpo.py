@@ -5,17 +5,12 @@
 Defaults (Liu et al. 2025): independent groups of n = 8 rollouts, T_max = 6; the loss sums each
 row's token terms and divides by a constant (the step limit times the per-step generation
 budget), no KL.
-Measured with `model=tiny` (ablation snapshot, benchmarks/results/ablation_toolworld/, 128 tasks):
-eval accuracy 0.135 ± 0.030 (3 seeds, 8 RL steps) from its warm start's 0.125.
+Measured with `model=tiny`: benchmarks/results/ablation_toolworld/report.md (the ablation
+snapshot, row `dr_grpo`).
 """
 
 from configs import base
 
 
 def get_config(arg=None):
-  c = base.make(arg, estimator="dr_grpo", **base.portool_protocol(
-      loss=dict(aggregation="seq_mean_token_sum_norm", norm_constant=1.0)))
-  # A live reference: an override of rollout.max_steps or max_new_tokens moves the constant.
-  c.loss.norm_constant = (c.rollout.get_ref("max_steps") *
-                          c.rollout.get_ref("max_new_tokens")).to_float()
-  return c
+  return base.estimator_config(arg, "dr_grpo")

@@ -3,12 +3,12 @@
     python -m experiments.train --config=configs/ftrl.py:model=tiny --workdir=runs/ftrl
 
 Defaults: HiDiffTIR's protocol for its baselines (`base.hidifftir_protocol`).
-Measured with `model=tiny` (ablation snapshot, benchmarks/results/ablation_toolworld/, 128 tasks):
-eval accuracy 0.109 ± 0.039 (3 seeds, 8 RL steps) from its warm start's 0.094.
+Measured with `model=tiny`: benchmarks/results/ablation_toolworld/report.md (the ablation
+snapshot, row `ftrl`).
 """
 
 from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="ftrl", **base.hidifftir_protocol())
+  return base.estimator_config(arg, "ftrl")

@@ -8,12 +8,13 @@ tool calls and tool responses (`Rollouts.state_id`, recorded by the episode runn
 policy's own text ignored. T_max = 6, no KL (`base.portool_protocol`). The episode term's
 statistics are the paper's, over trajectories; verl-agent as shipped takes them over step rows
 (`--config.advantage.options.episode_stats=step`; see `GiGPOOptions`).
-Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, older); expected, as
-there: within eval noise (±0.02) of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).
+Trained in the credit testbed's grid (`grid=credit`): benchmarks/results/ablation_credit/verdict.md;
+its credit on labelled turns: benchmarks/results/credit_fidelity.md and
+benchmarks/results/credit_bench_beyond.md.
 """
 
 from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="gigpo", **base.portool_protocol())
+  return base.estimator_config(arg, "gigpo")

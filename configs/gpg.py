@@ -7,12 +7,12 @@ Defaults (Chu et al. 2025; verl's `gpg`): α = B / (B − rows of all-equal grou
 plain policy gradient, which the clipped surrogate equals at one update per rollout batch (the
 trainer's default). PORTool's protocol otherwise (`base.portool_protocol`: independent groups
 of n = 8, T_max = 6).
-Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, older); expected, as
-there: within eval noise (±0.02) of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).
+Not in a committed ablation yet (`grid=beyond` runs it); its credit on labelled turns:
+benchmarks/results/credit_fidelity.md and benchmarks/results/credit_bench_beyond.md.
 """
 
 from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="gpg", **base.portool_protocol())
+  return base.estimator_config(arg, "gpg")

@@ -11,4 +11,4 @@ from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="grpo", **base.portool_protocol())
+  return base.estimator_config(arg, "grpo")

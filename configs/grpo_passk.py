@@ -6,12 +6,12 @@ Defaults (Tang, Zheng, Synnaeve & Munos 2025, arXiv 2503.19595, as verl's `grpo_
 implements it): the margin divided by the group's std (ddof 1); the group of n = 8 rows is the
 k samples. PORTool's protocol otherwise
 (`base.portool_protocol`: independent groups, T_max = 6, no KL).
-Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, older); expected, as
-there: within eval noise (±0.02) of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).
+Not in a committed ablation yet (`grid=beyond` runs it); its credit on labelled turns:
+benchmarks/results/credit_fidelity.md and benchmarks/results/credit_bench_beyond.md.
 """
 
 from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="grpo_passk", **base.portool_protocol())
+  return base.estimator_config(arg, "grpo_passk")

@@ -16,4 +16,4 @@ from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="hidifftir", **base.hidifftir_protocol())
+  return base.estimator_config(arg, "hidifftir")

@@ -3,12 +3,12 @@
     python -m experiments.train --config=configs/matchtir_km.py:model=tiny --workdir=runs/matchtir_km
 
 Defaults: HiDiffTIR's protocol for its baselines (`base.hidifftir_protocol`).
-Measured with `model=tiny` (ablation snapshot, benchmarks/results/ablation_toolworld/, 128 tasks):
-eval accuracy 0.107 ± 0.049 (3 seeds, 8 RL steps) from its warm start's 0.094.
+Measured with `model=tiny`: benchmarks/results/ablation_toolworld/report.md (the ablation
+snapshot, row `matchtir_km`).
 """
 
 from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="matchtir_km", **base.hidifftir_protocol())
+  return base.estimator_config(arg, "matchtir_km")

@@ -3,12 +3,12 @@
     python -m experiments.train --config=configs/matchtir_ot.py:model=tiny --workdir=runs/matchtir_ot
 
 Defaults: HiDiffTIR's protocol for its baselines (`base.hidifftir_protocol`).
-Measured with `model=tiny` (ablation snapshot, benchmarks/results/ablation_toolworld/, 128 tasks):
-eval accuracy 0.112 ± 0.062 (3 seeds, 8 RL steps) from its warm start's 0.094.
+Measured with `model=tiny`: benchmarks/results/ablation_toolworld/report.md (the ablation
+snapshot, row `matchtir_ot`).
 """
 
 from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="matchtir_ot", **base.hidifftir_protocol())
+  return base.estimator_config(arg, "matchtir_ot")

@@ -6,12 +6,12 @@ Defaults (Hao et al. 2025; verl's `opo`): |τ| the row's generated tokens; PORTo
 otherwise (`base.portool_protocol`: independent groups of n = 8, T_max = 6, the clipped
 surrogate averaged per trajectory, no KL). OPO trains exactly on-policy (one update per rollout
 batch), which is the trainer's default.
-Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, older); expected, as
-there: within eval noise (±0.02) of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).
+Not in a committed ablation yet (`grid=beyond` runs it); its credit on labelled turns:
+benchmarks/results/credit_fidelity.md and benchmarks/results/credit_bench_beyond.md.
 """
 
 from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="opo", **base.portool_protocol())
+  return base.estimator_config(arg, "opo")

@@ -20,4 +20,4 @@ from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="oracle", **base.portool_protocol())
+  return base.estimator_config(arg, "oracle")

@@ -13,5 +13,4 @@ from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="portool", **base.portool_protocol(
-      "tree", rollout=dict(tree=dict(branch_factor=2))))
+  return base.estimator_config(arg, "portool")

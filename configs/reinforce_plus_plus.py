@@ -6,16 +6,12 @@
 Defaults (Hu 2025; verl's `reinforce_plus_plus`): γ = 1, whitening over every generated token
 of the batch, the token-mean loss (the paper's token-level objective); PORTool's protocol
 otherwise (`base.portool_protocol`: independent groups of n = 8, T_max = 6, no KL).
-Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, older); expected, as
-there: within eval noise (±0.02) of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).
+Not in a committed ablation yet (`grid=beyond` runs it); its credit on labelled turns:
+benchmarks/results/credit_fidelity.md and benchmarks/results/credit_bench_beyond.md.
 """
 
 from configs import base
 
 
-# REINFORCE++'s token-level objective on PORTool's protocol (shared with its baseline variant).
-PROTOCOL = base.portool_protocol(loss=dict(aggregation="token_mean"))
-
-
 def get_config(arg=None):
-  return base.make(arg, estimator="reinforce_plus_plus", **PROTOCOL)
+  return base.estimator_config(arg, "reinforce_plus_plus")

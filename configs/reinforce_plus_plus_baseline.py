@@ -5,14 +5,14 @@
 
 Defaults (Hu 2025; verl's `reinforce_plus_plus_baseline`): REINFORCE++'s (configs/
 reinforce_plus_plus.py: token-mean loss, independent groups of n = 8, T_max = 6, no KL), with
-the group mean subtracted from R_out before the whitening. Not in the ablation snapshot
-(benchmarks/results/ablation_toolworld/, older); expected, as there: within eval noise (±0.02)
-of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).
+the group mean subtracted from R_out before the whitening.
+Trained in the credit testbed's grid (`grid=credit`): benchmarks/results/ablation_credit/verdict.md;
+its credit on labelled turns: benchmarks/results/credit_fidelity.md and
+benchmarks/results/credit_bench_beyond.md.
 """
 
-from configs import base, reinforce_plus_plus
+from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="reinforce_plus_plus_baseline",
-                   **reinforce_plus_plus.PROTOCOL)
+  return base.estimator_config(arg, "reinforce_plus_plus_baseline")

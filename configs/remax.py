@@ -7,13 +7,12 @@ query (`rollout.greedy_baseline=True`: temperature 0, n = 1), judged like the ot
 is every row's baseline and the episode itself never enters the loss. The rollout stage costs
 one greedy episode per query more. PORTool's protocol otherwise (`base.portool_protocol`:
 independent groups of n = 8, T_max = 6, the clipped surrogate averaged per trajectory, no KL).
-Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, older); expected, as
-there: within eval noise (±0.02) of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).
+Not in a committed ablation yet (`grid=beyond` runs it); its credit on labelled turns:
+benchmarks/results/credit_fidelity.md and benchmarks/results/credit_bench_beyond.md.
 """
 
 from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="remax", **base.portool_protocol(
-      rollout=dict(greedy_baseline=True)))
+  return base.estimator_config(arg, "remax")

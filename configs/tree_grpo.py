@@ -6,13 +6,12 @@ Defaults: PORTool's tree sampler (Algorithm 1: n = 8 rows, branching f = 2, T_ma
 Tree-GRPO and PORTool train on the same trees; each of the query's first steps roots one tree
 (Ji et al. 2025 grow M trees from M independent starts). Both z-scores as spec §3; the clipped
 surrogate averaged per trajectory, no KL.
-Not in the ablation snapshot (benchmarks/results/ablation_toolworld/, older); expected, as
-there: within eval noise (±0.02) of its warm start after 8 RL steps (`grid=beyond_smoke` runs it).
+Not in a committed ablation yet (`grid=beyond` runs it); its credit on labelled turns:
+benchmarks/results/credit_fidelity.md and benchmarks/results/credit_bench_beyond.md.
 """
 
 from configs import base
 
 
 def get_config(arg=None):
-  return base.make(arg, estimator="tree_grpo", **base.portool_protocol(
-      "tree", rollout=dict(tree=dict(branch_factor=2))))
+  return base.estimator_config(arg, "tree_grpo")

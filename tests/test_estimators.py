@@ -12,10 +12,9 @@ MUL = {"name": "mul", "arguments": {"x": 3}}
 ANSWER = {"name": "response_gen", "arguments": {"answer": "3"}}
 # One padded shape for every case: each estimator compiles once in this file.
 SHAPE = dict(num_rows=8, max_steps=3, max_calls=2, max_gt_calls=2, max_tokens=12, max_params=2)
-# Estimators whose advantage is a group z-score (or deviation) of a per-row reward.
-GROUP_NORMALISED = ("grpo", "grpo_fm", "dr_grpo", "rloo", "dapo", "portool",
-                    "reinforce_plus_plus_baseline", "opo", "gpg", "grpo_passk", "gigpo",
-                    "tree_grpo")
+# Estimators whose advantage is a group z-score (or deviation) of a per-row reward: those
+# registered with `group_normalised=True`.
+GROUP_NORMALISED = tuple(n for n in advantages.names() if advantages.get(n).group_normalised)
 
 
 def step(*calls, node=None, fm=0.25):
@@ -104,7 +103,8 @@ def test_each_estimator_names_its_spec_section_and_the_grids_follow_it():
   assert ablate.GRIDS["credit12_oracle"] == ablate.GRIDS["credit12"] + ("oracle",)
   assert ablate.GRIDS["credit_oracle"] == ablate.GRIDS["credit"] + ("oracle",)
   with pytest.raises(ValueError, match="spec='4.9' names no section of docs/spec.md"):
-    registry.register("not_an_estimator", registry.get("grpo").options, spec="4.9")(None)
+    registry.register("not_an_estimator", registry.get("grpo").options, spec="4.9",
+                      reference=registry.get("grpo").reference)(None)
   assert "not_an_estimator" not in advantages.names()
 
 
@@ -114,8 +114,9 @@ def test_a_spec_section_is_documentation_not_a_gate():
   from tirjax.advantages import registry  # noqa: PLC0415
   grpo = registry.get("grpo")
   try:
-    registry.register("unsectioned", grpo.options)(grpo.fn)
-    registry.register("sectioned_elsewhere", grpo.options, spec="5")(grpo.fn)
+    registry.register("unsectioned", grpo.options, reference=grpo.reference)(grpo.fn)
+    registry.register("sectioned_elsewhere", grpo.options, spec="5",
+                      reference=grpo.reference)(grpo.fn)
     assert registry.get("unsectioned").spec is None
     assert "unsectioned" in advantages.names()
     assert "unsectioned" not in advantages.names(spec=("4.1", "4.2", "4.3", "4.4"))
@@ -123,3 +124,74 @@ def test_a_spec_section_is_documentation_not_a_gate():
   finally:
     registry._REGISTRY.pop("unsectioned", None)  # noqa: SLF001
     registry._REGISTRY.pop("sectioned_elsewhere", None)  # noqa: SLF001
+
+
+@pytest.mark.parametrize("name", advantages.names())
+def test_each_registration_s_protocol_builds_its_options(name):
+  """Issue 57: what a registration says (its reference, protocol, rollout and loss settings) is
+  well formed: the reference is found and callable, the settings build the trainer's options."""
+  from configs import base  # noqa: PLC0415
+  from tirjax.config import dataclass_from_config  # noqa: PLC0415
+  from tirjax.episodes.options import MODES, RolloutOptions  # noqa: PLC0415
+  from tirjax.loss import LossOptions  # noqa: PLC0415
+  from tirjax.advantages.registry import thawed  # noqa: PLC0415
+  entry = advantages.get(name)
+  assert callable(entry.reference_fn)
+  assert entry.protocol in base.PROTOCOLS and entry.rollout_mode in MODES
+  dataclass_from_config(RolloutOptions, thawed(entry.rollout), "rollout")
+  loss = thawed(entry.loss)
+  if loss.get("aggregation") == "seq_mean_token_sum_norm":
+    loss.setdefault("norm_constant", 1.0)
+  dataclass_from_config(LossOptions, loss, "loss")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(reference="tirjax.testing.reference.group.grpo"), "expected 'module:function'"),
+    (dict(reference=""), "expected 'module:function'"),
+    (dict(reference="a:b", protocol="verl"), "protocol='verl'"),
+    (dict(reference="a:b", loss=["token_mean"]), "loss: expected a mapping"),
+])
+def test_a_malformed_registration_fails_naming_what_is_wrong(kwargs, message):
+  from tirjax.advantages import registry  # noqa: PLC0415
+  with pytest.raises((ValueError, TypeError), match=message):
+    registry.register("malformed", registry.get("grpo").options, **kwargs)
+  assert "malformed" not in advantages.names()
+
+
+def test_a_missing_reference_is_named_when_read():
+  from tirjax.advantages import registry  # noqa: PLC0415
+  grpo = registry.get("grpo")
+  try:
+    registry.register("refless", grpo.options, reference="tirjax.testing.reference.group:nope")(
+        grpo.fn)
+    with pytest.raises(LookupError, match="'refless': its reference .*group:nope"):
+      registry.get("refless").reference_fn  # noqa: B018
+  finally:
+    registry._REGISTRY.pop("refless", None)  # noqa: SLF001
+
+
+def test_the_readers_take_the_protocol_from_the_registration():
+  """Issue 57: configs, the credit bench's losses, the tree estimators and the references are
+  read from the registrations, not written again beside them."""
+  from tirjax.advantages.registry import thawed  # noqa: PLC0415
+  from tirjax.credit import cells, rollout_fidelity  # noqa: PLC0415
+  from tirjax.testing import short_runs  # noqa: PLC0415
+  from tirjax.testing.reference import REFERENCES  # noqa: PLC0415
+  assert set(REFERENCES) == set(advantages.names())
+  for name in advantages.names():
+    entry = advantages.get(name)
+    assert REFERENCES[name] is entry.reference_fn
+    loss = cells.default_loss(name, max_tokens=384)
+    config = short_runs.config(name, "model=tiny")
+    for key, value in thawed(entry.loss).items():
+      assert getattr(loss, key) == value == config.loss[key], (name, key)
+    if entry.loss.get("aggregation") == "seq_mean_token_sum_norm":
+      assert loss.norm_constant == 384.0
+      assert config.loss.norm_constant == config.rollout.max_steps * config.rollout.max_new_tokens
+    assert config.rollout.mode == entry.rollout_mode, name
+    assert rollout_fidelity.own_kind(name) == ("tree" if entry.rollout_mode == "tree"
+                                               else "independent")
+  assert {n for n in advantages.names() if rollout_fidelity.own_kind(n) == "tree"} == {
+      "portool", "tree_grpo"}
+  assert cells.default_loss("dapo", 1).clip_high == 0.28
+  assert cells.default_loss("grpo", 1) == cells.LossOptions()

@@ -9,6 +9,8 @@ import pytest
 from tirjax import advantages
 from tirjax.env.toolworld.demos import DemoOptions
 from tirjax.env.toolworld.tasks import Difficulty
+from configs import estimator
+from tirjax.testing import short_runs
 from tirjax.testing.short_runs import CONFIGS
 from tirjax.trainer import resolve, sections
 from tirjax.train_steps.optimizer import OptimizerOptions
@@ -16,11 +18,25 @@ from tirjax.train_steps.sft import SFTLossOptions
 
 
 def load(name, arg="model=tiny"):
-  return importlib.import_module(f"configs.{name}").get_config(arg)
+  return short_runs.config(name, arg)
 
 
 def test_one_config_per_registered_estimator():
+  """Every registered estimator has a config (its own file or configs/estimator.py's generic
+  path), and every estimator config file is a registered estimator's, giving the same config
+  by either path."""
   assert set(CONFIGS) == set(advantages.names())
+  assert set(short_runs.CONFIG_FILES) <= set(advantages.names())
+  for name in short_runs.CONFIG_FILES:
+    own = importlib.import_module(f"configs.{name}").get_config("model=tiny")
+    assert own.to_dict() == load(name).to_dict(), name
+
+
+def test_the_generic_config_names_its_argument_s_fault():
+  with pytest.raises(ValueError, match="starts with a registered estimator's name"):
+    short_runs.config("nosuch", "model=tiny")
+  with pytest.raises(ValueError, match="got None"):
+    estimator.get_config(None)
 
 
 @pytest.mark.parametrize("name", CONFIGS)

@@ -10,8 +10,9 @@ groups (`rollout.n` rows each) and once as PORTool trees of the same queries (n 
 labelled from the ground-truth plan (`failures.turn_labels`), every registered estimator's
 advantages (its spec-default options) are computed on each batch, and the measures of
 `tirjax.metrics.credit` are reported per estimator and rollout kind, with bootstrap 95% CIs
-over queries. An estimator's headline row is on its own rollouts: trees for the tree
-estimators (`TREE_ESTIMATORS`), independent groups for the others.
+over queries. An estimator's headline row is on its own rollouts: trees for those registered
+to train on trees (`register(..., rollout=dict(mode="tree"))`: PORTool, Tree-GRPO),
+independent groups for the others (`rollout_fidelity.own_kind`).
 
 Writes `<out>.json`, `<out>.md` and `<out>.png` (AUC and collateral blame with their CIs);
 an existing result is never overwritten. Results: benchmarks/results/credit_fidelity.md.

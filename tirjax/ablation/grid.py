@@ -9,7 +9,9 @@ as JSON where they parse (0, 0.5, true) and as strings otherwise.
 Grid config entries:
   preset     the preset argument of every estimator's config file ("model=tiny,env=toolworld")
   configs    {estimator: "path.py" or "path.py:arg"}: another config file (and argument) for an
-             estimator; the default ("" or absent) is configs/<estimator>.py with `preset`
+             estimator; the default ("" or absent) is configs/<estimator>.py with `preset`,
+             or, for an estimator without a file of its own, configs/estimator.py with
+             `<estimator>,<preset>` (its registration's protocol)
   overrides  nested config values set in every run (e.g. overrides.train.steps = 100)
   rl_overrides  nested config values set in every RL run but not in the warm starts: the RL
              design (group size, queries per step), never a key that decides a warm start, so
@@ -57,6 +59,7 @@ GRID_KEYS = ("preset", "configs", "overrides", "rl_overrides", "cells", "seeds",
              "compilation_cache", "report")
 WARM_STARTS = ("per_seed", "shared", "none")
 REPORT_DIR = "report"
+GENERIC_CONFIG = "configs/estimator.py"  # any registered estimator, from its registration
 _COMPONENT = re.compile(r"[A-Za-z0-9_.=,+\-]+")
 
 
@@ -169,6 +172,8 @@ def _config_spec(grid, estimator: str, where: str) -> tuple[str, str]:
   """(absolute config file, argument) of an estimator's cells."""
   spec = grid.configs.get(estimator)
   path, arg = (spec.split(":", 1) + [None])[:2] if spec else (f"configs/{estimator}.py", None)
+  if not spec and not os.path.isfile(path):  # no file of its own: the generic path
+    path, arg = GENERIC_CONFIG, ",".join(filter(None, (estimator, grid.preset)))
   path = os.path.abspath(path)
   if not os.path.isfile(path):
     raise GridError(f"{f'configs.{estimator}' if spec else where}: config file {path} not found "

@@ -3,18 +3,22 @@
     from tirjax import advantages
     est = advantages.get("portool")
     out = est(rollouts, est.make_options({"fork_scale": "none"}))
+
+Every module of this package is imported here, in name order, without a list: a module that
+registers an estimator (`@register`, `tirjax/advantages/registry.py`) is all it takes to add
+one. A folder `<entry>/tirjax/advantages/` under a `sys.path` entry whose `tirjax/` is no package
+(no `__init__.py`: a folder of additions, not another checkout) joins this package, so an
+estimator may also live outside the repository, as tests/test_new_estimator.py puts one.
 """
 
+import importlib
+import pkgutil
+
+from tirjax import plugin_path
 from tirjax.advantages.registry import Advantages, Estimator, get, names, register
-from tirjax.advantages import group  # noqa: F401  (grpo, arpo, grpo_fm, dr_grpo, rloo, dapo)
-from tirjax.advantages import portool, unlearning  # noqa: F401  (portool)
-from tirjax.advantages import hidifftir  # noqa: F401  (hidifftir)
-from tirjax.advantages import matchtir  # noqa: F401  (matchtir_km, matchtir_ot)
-from tirjax.advantages import toolrl  # noqa: F401  (toolrl)
-from tirjax.advantages import ftrl  # noqa: F401  (ftrl)
-# reinforce_plus_plus, reinforce_plus_plus_baseline, remax, opo, gpg, grpo_passk
-from tirjax.advantages import verl_baselines  # noqa: F401
-from tirjax.advantages import gigpo, tree_grpo  # noqa: F401  (gigpo, tree_grpo)
-from tirjax.advantages import oracle  # noqa: F401  (oracle: a positive control, spec §4.4)
+
+__path__ = plugin_path.extend(__path__, __name__)
+for _module in sorted({m.name for m in pkgutil.iter_modules(__path__)}):
+  importlib.import_module(f"{__name__}.{_module}")
 
 __all__ = ["Advantages", "Estimator", "get", "names", "register"]

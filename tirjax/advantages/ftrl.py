@@ -52,7 +52,8 @@ def ftrl_reward(r: Rollouts) -> jax.Array:
   return jnp.where(r.row_valid, reward, 0.0)
 
 
-@register("ftrl", FTRLOptions, spec="4.3")
+@register("ftrl", FTRLOptions, spec="4.3", protocol="hidifftir",
+          reference="tirjax.testing.reference.matching:ftrl")
 def ftrl(r: Rollouts, opts: FTRLOptions) -> Advantages:
   """FTRL: group z-score of the solve-F1 reward, broadcast to the row's tokens."""
   if r.call_solves is None or r.num_expected is None:

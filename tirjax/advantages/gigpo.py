@@ -84,7 +84,8 @@ def episode_advantage(r: Rollouts, opts: GiGPOOptions):
   return jnp.sum(z, axis=1) / jnp.maximum(jnp.sum(mask, axis=1), 1)
 
 
-@register("gigpo", GiGPOOptions, spec="4.4")
+@register("gigpo", GiGPOOptions, spec="4.4", group_normalised=True,
+          reference="tirjax.testing.reference.agentic:gigpo")
 def gigpo(r: Rollouts, opts: GiGPOOptions) -> Advantages:
   """GiGPO: A(s_{j,t}) = A^E(τ_j) + ω · A^S(s_{j,t}).
 

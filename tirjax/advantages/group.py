@@ -65,7 +65,8 @@ def group_zscore(r: Rollouts, x, opts: segments.ZScore):
   return segments.zscore(x, r.group_id, r.row_valid, r.num_rows, opts)
 
 
-@register("grpo", GroupOptions, spec="4.3")
+@register("grpo", GroupOptions, spec="4.3", group_normalised=True,
+          reference="tirjax.testing.reference.group:grpo")
 def grpo(r: Rollouts, opts: GroupOptions) -> Advantages:
   """GRPO: A_j = (R_out_j − mean_g R_out) / (std_g R_out + eps).
 
@@ -80,7 +81,8 @@ def mean_format_reward(r: Rollouts):
   return jnp.sum(jnp.where(r.step_valid, r.format_reward, 0.0), axis=1) / n
 
 
-@register("arpo", GroupOptions, spec="4.3")
+@register("arpo", GroupOptions, spec="4.3", group_normalised=True, rollout=dict(mode="arpo"),
+          reference="tirjax.testing.reference.group:grpo")
 def arpo(r: Rollouts, opts: GroupOptions) -> Advantages:
   """ARPO: GRPO advantages over entropy-adaptive rollouts.
 
@@ -91,7 +93,8 @@ def arpo(r: Rollouts, opts: GroupOptions) -> Advantages:
   return grpo(r, opts)
 
 
-@register("grpo_fm", GroupOptions, spec="4.3")
+@register("grpo_fm", GroupOptions, spec="4.3", group_normalised=True,
+          reference="tirjax.testing.reference.group:grpo_fm")
 def grpo_fm(r: Rollouts, opts: GroupOptions) -> Advantages:
   """GRPO_fm: z-score of R_out + mean_t R_fm (PORTool §4, formatting-augmented GRPO).
 
@@ -106,7 +109,9 @@ class DrGRPOOptions:
   zscore: segments.ZScore = segments.ZScore(scale="none")
 
 
-@register("dr_grpo", DrGRPOOptions, spec="4.3")
+@register("dr_grpo", DrGRPOOptions, spec="4.3", group_normalised=True,
+          loss=dict(aggregation="seq_mean_token_sum_norm"),
+          reference="tirjax.testing.reference.group:dr_grpo")
 def dr_grpo(r: Rollouts, opts: DrGRPOOptions) -> Advantages:
   """Dr. GRPO: A_j = R_out_j − mean_g R_out (no std scaling).
 
@@ -124,7 +129,8 @@ class RLOOOptions:
     segments.ZScore(singleton=self.singleton)  # validates the value
 
 
-@register("rloo", RLOOOptions, spec="4.3")
+@register("rloo", RLOOOptions, spec="4.3", group_normalised=True,
+          reference="tirjax.testing.reference.group:rloo")
 def rloo(r: Rollouts, opts: RLOOOptions) -> Advantages:
   """RLOO: A_j = R_j − mean_{k≠j} R_k = n/(n−1) · (R_j − mean_g R).
 
@@ -165,7 +171,9 @@ def overlong_penalty(length, max_len: int, cache: int):
   return jnp.where(length <= start, 0.0, jnp.where(length <= max_len, inside, -1.0))
 
 
-@register("dapo", DAPOOptions, spec="4.3")
+@register("dapo", DAPOOptions, spec="4.3", group_normalised=True,
+          loss=dict(clip_low=0.2, clip_high=0.28, aggregation="token_mean"),
+          reference="tirjax.testing.reference.group:dapo")
 def dapo(r: Rollouts, opts: DAPOOptions) -> Advantages:
   """DAPO: GRPO advantages of the shaped reward; dynamic sampling masks the groups that are
   all correct or have no correct row.

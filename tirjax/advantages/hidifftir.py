@@ -120,7 +120,8 @@ def turn_weights(raw: jax.Array, s: jax.Array, adv: jax.Array, step_mask: jax.Ar
   return jnp.where(step_mask, w_hat, 0.0)
 
 
-@register("hidifftir", HiDiffTIROptions, spec="4.2")
+@register("hidifftir", HiDiffTIROptions, spec="4.2", protocol="hidifftir",
+          reference="tirjax.testing.reference.matching:hidifftir")
 def hidifftir(r: Rollouts, opts: HiDiffTIROptions) -> Advantages:
   """HiDiffTIR turn advantages A_{i,j} = A(τ_i) · (α + (1 − α) ŵ_{i,j}) (Eq. 16).
 

@@ -84,7 +84,8 @@ def dual_advantage(r: Rollouts, reward: jax.Array, discount: float, zopts: segme
                          turn_advantage=a_turn, **extras)
 
 
-@register("matchtir_km", MatchTIRKMOptions, spec="4.3")
+@register("matchtir_km", MatchTIRKMOptions, spec="4.3", protocol="hidifftir",
+          reference="tirjax.testing.reference.matching:matchtir_km")
 def matchtir_km(r: Rollouts, opts: MatchTIRKMOptions) -> Advantages:
   """MatchTIR (KM): a call's reward is the similarity of its matched pair (0 if unmatched)."""
   match = turns.match_calls(r, opts.matching)
@@ -93,7 +94,8 @@ def matchtir_km(r: Rollouts, opts: MatchTIRKMOptions) -> Advantages:
                         gt_reward=match.gt_reward)
 
 
-@register("matchtir_ot", MatchTIROTOptions, spec="4.3")
+@register("matchtir_ot", MatchTIROTOptions, spec="4.3", protocol="hidifftir",
+          reference="tirjax.testing.reference.matching:matchtir_ot")
 def matchtir_ot(r: Rollouts, opts: MatchTIROTOptions) -> Advantages:
   """MatchTIR (OT): a call's reward is Σ_v T_uv · S_uv under the Sinkhorn plan T."""
   B, T, K, C = r.call_sim.shape

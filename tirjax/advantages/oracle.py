@@ -24,7 +24,8 @@ class OracleOptions:
   """No options: the formula has no free parameter (see `oracle`)."""
 
 
-@register("oracle", OracleOptions, spec="4.4", needs=("turn_label",))
+@register("oracle", OracleOptions, spec="4.4", needs=("turn_label",),
+          reference="tirjax.testing.reference.oracle:oracle")
 def oracle(r: Rollouts, opts: OracleOptions) -> Advantages:
   """Oracle credit: A_{j,t} = +1 for a right turn, −1 for a wrong one, on every token of it.
 

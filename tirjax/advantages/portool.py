@@ -145,7 +145,10 @@ def fork_scale(r: Rollouts, tree: tree_lib.Tree) -> jax.Array:
   return n[:, None] / jnp.maximum(through_parent * forks[:, None], 1.0)
 
 
-@register("portool", PORToolOptions, spec="4.1")
+@register("portool", PORToolOptions, spec="4.1", group_normalised=True,
+          rollout=dict(mode="tree",
+          tree=dict(branch_factor=2)),
+          reference="tirjax.testing.reference.portool:portool")
 def portool(r: Rollouts, opts: PORToolOptions) -> Advantages:
   """PORTool step advantages (PORTool Eq. 3 with the κ rescaling; spec §4.1).
 

@@ -88,7 +88,8 @@ def correctness(r: Rollouts) -> dict:
   return dict(correct=correct, name_score=r_name, r_max=r_max, s_max=s_max)
 
 
-@register("toolrl", ToolRLOptions, spec="4.3")
+@register("toolrl", ToolRLOptions, spec="4.3", protocol="hidifftir",
+          reference="tirjax.testing.reference.matching:toolrl")
 def toolrl(r: Rollouts, opts: ToolRLOptions) -> Advantages:
   """ToolRL: group z-score of R_format + R_correct, broadcast to the row's tokens."""
   if r.calls is None:

@@ -46,7 +46,10 @@ def tree_of_rows(r: Rollouts):
   return jnp.where(has_tree, first, 0), has_tree
 
 
-@register("tree_grpo", TreeGRPOOptions, spec="4.4")
+@register("tree_grpo", TreeGRPOOptions, spec="4.4", group_normalised=True,
+          rollout=dict(mode="tree",
+          tree=dict(branch_factor=2)),
+          reference="tirjax.testing.reference.agentic:tree_grpo")
 def tree_grpo(r: Rollouts, opts: TreeGRPOOptions) -> Advantages:
   """Tree-GRPO: A_j = z(R_out_j among the rows of its tree) + z(R_out_j among the query's rows).
 

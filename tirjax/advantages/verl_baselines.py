@@ -65,7 +65,9 @@ def token_returns(r: Rollouts, gamma: float) -> jax.Array:
   return jnp.where(live, jnp.power(jnp.float32(gamma), after) * r.outcome[:, None], 0.0)
 
 
-@register("reinforce_plus_plus", ReinforcePPOptions, spec="4.4")
+@register("reinforce_plus_plus", ReinforcePPOptions, spec="4.4",
+          loss=dict(aggregation="token_mean"),
+          reference="tirjax.testing.reference.verl_baselines:reinforce_plus_plus")
 def reinforce_plus_plus(r: Rollouts, opts: ReinforcePPOptions) -> Advantages:
   """REINFORCE++: A_t = whiten(G_t), G_t the token-level discounted return of R_out.
 
@@ -96,7 +98,9 @@ class ReinforcePPBaselineOptions:
     _zscore_option("whiten", self.whiten)
 
 
-@register("reinforce_plus_plus_baseline", ReinforcePPBaselineOptions, spec="4.4")
+@register("reinforce_plus_plus_baseline", ReinforcePPBaselineOptions, spec="4.4",
+          group_normalised=True, loss=dict(aggregation="token_mean"),
+          reference="tirjax.testing.reference.verl_baselines:reinforce_plus_plus_baseline")
 def reinforce_plus_plus_baseline(r: Rollouts, opts: ReinforcePPBaselineOptions) -> Advantages:
   """REINFORCE++-baseline: A = whiten(R_out − mean_g R_out) over the batch's generated tokens.
 
@@ -117,7 +121,9 @@ class ReMaxOptions:
   """ReMax has no options: its baseline is a rollout, not a statistic."""
 
 
-@register("remax", ReMaxOptions, spec="4.4", needs=("greedy_outcome",))
+@register("remax", ReMaxOptions, spec="4.4", needs=("greedy_outcome",),
+          rollout=dict(greedy_baseline=True),
+          reference="tirjax.testing.reference.verl_baselines:remax")
 def remax(r: Rollouts, opts: ReMaxOptions) -> Advantages:
   """ReMax: A_j = R_out_j − R_out(greedy rollout of the query).
 
@@ -150,7 +156,8 @@ def generated_length(r: Rollouts) -> jax.Array:
   return jnp.sum(generated_tokens(r), axis=1).astype(jnp.float32)
 
 
-@register("opo", OPOOptions, spec="4.4")
+@register("opo", OPOOptions, spec="4.4", group_normalised=True,
+          reference="tirjax.testing.reference.verl_baselines:opo")
 def opo(r: Rollouts, opts: OPOOptions) -> Advantages:
   """OPO: A_j = R_out_j − Σ_k |τ_k| R_k / Σ_k |τ_k| over the group.
 
@@ -192,7 +199,8 @@ class GPGOptions:
     option_checks.one_of("valid_rows", self.valid_rows, _GPG_VALID_ROWS)
 
 
-@register("gpg", GPGOptions, spec="4.4")
+@register("gpg", GPGOptions, spec="4.4", group_normalised=True,
+          reference="tirjax.testing.reference.verl_baselines:gpg")
 def gpg(r: Rollouts, opts: GPGOptions) -> Advantages:
   """GPG: A_j = α · (R_out_j − mean_g R_out), no std, α = B / M.
 
@@ -235,7 +243,8 @@ def best_rows(r: Rollouts) -> tuple[jax.Array, jax.Array]:
   return best, second
 
 
-@register("grpo_passk", PassKOptions, spec="4.4")
+@register("grpo_passk", PassKOptions, spec="4.4", group_normalised=True,
+          reference="tirjax.testing.reference.verl_baselines:grpo_passk")
 def grpo_passk(r: Rollouts, opts: PassKOptions) -> Advantages:
   """pass@k: A = (R_max − R_second)/(std_g + eps) on each group's best row, 0 elsewhere.
 

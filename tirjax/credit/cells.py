@@ -15,6 +15,7 @@ from typing import Any
 
 from tirjax import advantages
 from tirjax.advantages.labels import split_label
+from tirjax.advantages.registry import thawed
 from tirjax.credit.chain_rollouts import ChainRolloutOptions
 from tirjax.loss import LossOptions, aggregation
 
@@ -32,20 +33,15 @@ class Cell:
 
 
 def default_loss(estimator: str, max_tokens: int) -> LossOptions:
-  """The loss each estimator is paired with (spec §4.3, §5).
-
-  DAPO: clip-higher ε_high = 0.28 with the token-mean loss; Dr. GRPO: the sum over tokens
-  divided by a fixed constant (the longest possible row, `max_tokens`); REINFORCE++ and its
-  baseline variant: the token mean (their token-level objective, as their configs); all
-  others: GRPO's and PORTool's sequence-mean of token-means with ε = 0.2.
-  """
-  if estimator == "dapo":
-    return LossOptions(clip_high=0.28, aggregation="token_mean")
-  if estimator in ("reinforce_plus_plus", "reinforce_plus_plus_baseline"):
-    return LossOptions(aggregation="token_mean")
-  if estimator == "dr_grpo":
-    return LossOptions(aggregation="seq_mean_token_sum_norm", norm_constant=float(max_tokens))
-  return LossOptions()
+  """The loss each estimator is paired with (spec §4.3, §5): its registration's loss settings
+  (`register(..., loss=...)`: DAPO's clip-higher and token mean, REINFORCE++'s token mean, ...)
+  on GRPO's and PORTool's sequence-mean of token-means with ε = 0.2; a constant that
+  `seq_mean_token_sum_norm` needs and the registration leaves open (Dr. GRPO's) is the longest
+  possible row, `max_tokens`."""
+  settings = thawed(advantages.get(estimator).loss)
+  if settings.get("aggregation") == "seq_mean_token_sum_norm":
+    settings.setdefault("norm_constant", float(max_tokens))
+  return LossOptions(**settings)
 
 
 def parse_cell(label: str, rollouts: ChainRolloutOptions, max_tokens: int) -> Cell:

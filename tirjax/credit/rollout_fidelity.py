@@ -30,11 +30,12 @@ from tirjax.trainer.tasks import TaskSource, load_tokenizer
 
 DEFAULT_CONFIG = "configs/hidifftir.py:model=tiny"
 KINDS = ("independent", "tree")
-TREE_ESTIMATORS = ("portool", "tree_grpo")
 
 
 def own_kind(name: str) -> str:
-  return "tree" if name in TREE_ESTIMATORS else "independent"
+  """The rollout kind an estimator trains on, of `KINDS`: "tree" where its registration's
+  rollout mode is (PORTool, Tree-GRPO), "independent" otherwise (ARPO's branching too)."""
+  return "tree" if advantages.get(name).rollout_mode == "tree" else "independent"
 
 
 def sample_batches(exp, sampler, tokenizer, tasks, judge, kind: str, seed: int):

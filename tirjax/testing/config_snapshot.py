@@ -11,7 +11,6 @@ error instead.
 
 from __future__ import annotations
 
-import importlib
 import json
 import pathlib
 import sys
@@ -19,6 +18,7 @@ from typing import Any
 
 from tirjax import rundir
 from tirjax.env import environments
+from tirjax.testing import short_runs
 from tirjax.testing.short_runs import CONFIGS
 from tirjax.trainer import resolve
 
@@ -37,7 +37,7 @@ def case(name: str, arg: str) -> dict[str, Any]:
   """{"values": flat config} of `configs/<name>.py:<arg>` once `resolve` accepts it, or
   {"error": its message}. A real model or a dataset gets a checkpoint path (".") and no SFT,
   as a user gives them."""
-  config = importlib.import_module(f"configs.{name}").get_config(arg)
+  config = short_runs.config(name, arg)
   with config.unlocked():
     if "qwen" in arg or any(f"env={e}" in arg for e in DATASET_ENVS):
       config.model.hf_checkpoint = "."

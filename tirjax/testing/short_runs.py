@@ -2,22 +2,33 @@
 trainer's command line, and waits on a run's observable state (metrics logged, checkpoint
 committed) to kill it at."""
 
-import importlib
 import pathlib
 import signal
 import subprocess
 import time
 
 import configs
+from configs import estimator
+from tirjax import advantages
 from tirjax.config import set_key
 from tirjax.reporting import launch
 from tirjax import rundir
 from tirjax.rundir import RunDir
 
-# Resolved from the package, not the working directory, so that the list does not depend on
-# where the tests are started from.
-CONFIGS = sorted(p.stem for p in pathlib.Path(configs.__file__).parent.glob("*.py")
-                 if p.stem not in ("__init__", "base", "ablate", "cell"))
+# Every registered estimator has a config: its own configs/<name>.py or the generic
+# configs/estimator.py (`config`).
+CONFIGS = tuple(advantages.names())
+# The config files of estimators (configs/<name>.py), resolved from the package, not the working
+# directory, so that the list does not depend on where the tests are started from.
+CONFIG_FILES = sorted(p.stem for p in pathlib.Path(configs.__file__).parent.glob("*.py")
+                      if p.stem not in ("__init__", "base", "ablate", "cell", "estimator"))
+
+
+def config(name: str, arg: str | None = None):
+  """The config of estimator `name` with presets `arg`, as `configs/estimator.py:<name>,<arg>`
+  builds it (its own file's where it has one)."""
+  return estimator.get_config(",".join(filter(None, (name, arg))))
+
 
 # Short settings: no SFT, one query per step, two steps of at most 16 tokens, tiny evaluation.
 SHORT = {
@@ -39,7 +50,7 @@ SFT_THEN_RL = {"sft.steps": 4, "sft.batch_size": 2, "sft.num_demos": 8}
 
 def short_config(name, steps=2, **extra):
   """Config `name` on the tiny model for `steps` RL steps, with `SHORT` and then `extra` set."""
-  c = importlib.import_module(f"configs.{name}").get_config(f"model=tiny,steps={steps}")
+  c = config(name, f"model=tiny,steps={steps}")
   for key, value in {**SHORT, **extra}.items():
     set_key(c, key, value)
   return c

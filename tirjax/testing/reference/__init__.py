@@ -5,10 +5,38 @@ For the advantage estimators, `REFERENCES[name](batch, **options)` returns
 (`{f.name: np.asarray(getattr(r, f.name))}`, call encodings under `calls.<field>`) and
 `options` the fields of the estimator's options dataclass (same names and defaults). Plain
 Python loops and dicts over groups, trees and rows: slow on purpose, never sharing code with
-the kernels. `REFERENCES` merges the per-module dicts.
+the kernels. Each estimator's registration names its reference (`register(...,
+reference="tirjax.testing.reference.<module>:<function>")`); `REFERENCES` reads them from the
+registry. Addition folders join this package as they join `tirjax.advantages`
+(`tirjax.plugin_path`).
 """
 
-from tirjax.testing.reference import agentic, group, matching, oracle, portool, verl_baselines
+from __future__ import annotations
 
-REFERENCES = {**group.REFERENCES, **portool.REFERENCES, **matching.REFERENCES,
-              **verl_baselines.REFERENCES, **agentic.REFERENCES, **oracle.REFERENCES}
+from collections.abc import Mapping
+
+from tirjax import plugin_path
+
+__path__ = plugin_path.extend(__path__, __name__)
+
+
+class _Registered(Mapping):
+  """Name -> reference of every registered estimator, read from the registry on each lookup
+  (so an estimator registered later is there too)."""
+
+  def __getitem__(self, name):
+    from tirjax import advantages  # noqa: PLC0415  (the references never need the kernels)
+    if name not in advantages.names():
+      raise KeyError(name)
+    return advantages.get(name).reference_fn
+
+  def __iter__(self):
+    from tirjax import advantages  # noqa: PLC0415
+    return iter(advantages.names())
+
+  def __len__(self):
+    from tirjax import advantages  # noqa: PLC0415
+    return len(advantages.names())
+
+
+REFERENCES = _Registered()

@@ -73,6 +73,3 @@ def tree_grpo(batch: dict, zscore=None) -> dict:
   for rows in trees.values():
     intra.update(zip(rows, stats.zscore([float(batch["outcome"][b]) for b in rows], **conv)))
   return _result(batch, {b: intra[b] + a for b, a in inter.items()})
-
-
-REFERENCES = dict(gigpo=gigpo, tree_grpo=tree_grpo)

@@ -88,6 +88,3 @@ def dapo(batch: dict, zscore=None, dynamic_sampling: bool = True, overlong_shapi
         for b in rows:
           adv[b] = 0.0
   return _result(batch, adv)
-
-
-REFERENCES = dict(grpo=grpo, arpo=grpo, grpo_fm=grpo_fm, dr_grpo=dr_grpo, rloo=rloo, dapo=dapo)

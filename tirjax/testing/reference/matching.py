@@ -391,12 +391,3 @@ def _row_level(batch, reward, groups, zscore):
   adv = zscore_groups(reward, groups, zscore)
   steps = {(b, t): adv[b] for b in adv for t in range(int(batch["num_steps"][b]))}
   return _out(batch, steps, adv)
-
-
-REFERENCES = {
-    "hidifftir": hidifftir,
-    "matchtir_km": matchtir_km,
-    "matchtir_ot": matchtir_ot,
-    "toolrl": toolrl,
-    "ftrl": ftrl,
-}

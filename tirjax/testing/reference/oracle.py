@@ -31,6 +31,3 @@ def oracle(batch: dict) -> dict:
       if batch["loss_mask"][b, i]:
         tokens[b, i] = steps[b, batch["token_step"][b, i]]
   return dict(steps=steps, rows=rows, tokens=tokens)
-
-
-REFERENCES = {"oracle": oracle}

@@ -98,6 +98,3 @@ def portool(batch: dict, gamma: float = 0.95, omega1: float = 1.0, omega2: float
           kappa = len(rows) / (len(tr["rows"][p]) * forks[g])
         steps[b, t] = omega1 * trj + omega2 * kappa * a_fork[s]
   return dict(steps=steps, rows=rows_out)
-
-
-REFERENCES = dict(portool=portool)

@@ -144,8 +144,3 @@ def grpo_passk(batch: dict, zscore=None) -> dict:
       out = [margin if k == best else 0.0 for k in range(len(rows))]
     adv.update(zip(rows, out))
   return _result(batch, adv)
-
-
-REFERENCES = dict(reinforce_plus_plus=reinforce_plus_plus,
-                  reinforce_plus_plus_baseline=reinforce_plus_plus_baseline, remax=remax,
-                  opo=opo, gpg=gpg, grpo_passk=grpo_passk)
