@@ -49,7 +49,7 @@ class Shapes:
 class TreeOptions:
   """PORTool's rollout tree (Algorithm 1, spec §4.1). `branch_factor` is f."""
 
-  branch_factor: int = 2
+  branch_factor: int = 2  # f: the branches forked at each expanded node
 
   def __post_init__(self):
     option_checks.at_least("branch_factor", self.branch_factor, 1)
