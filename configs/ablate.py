@@ -10,8 +10,8 @@ Argument (comma-separated presets):
 credit_oracle|credit12_oracle` (default all), `seeds=N` (seeds 0..N-1; default 3, the credit
 grids 5, smoke 2), `warm_start=per_seed|shared|none` (one SFT
 per seed, one SFT for all seeds, or SFT inside every run; see `tirjax.ablation.grid`), and the
-estimator configs' presets `model`, `env`, `sampler`, `mesh`, `steps` (configs/base.py), given
-to every cell's config. Each cell runs its estimator's own config file (paper defaults:
+estimator configs' presets `model`, `env`, `sampler`, `mesh`, `steps`
+(`tirjax.trainer.sections.PRESET_KEYS`), given to every cell's config. Each cell runs its estimator's own config file (paper defaults:
 PORTool's tree rollouts, HiDiffTIR's `<answer>` protocol, ...) with the grid's overrides; see
 `tirjax.ablation.grid` for the format.
 

@@ -184,7 +184,7 @@ class GPGOptions:
       rows with R_out ≠ 0, which verl counts (`torch.count_nonzero(scores)`).
   """
 
-  singleton: str = "zero"  # a group of one: 0 (spec §3) or its raw R_out ("raw")
+  singleton: str = "zero"
   valid_rows: str = "varied_groups"
 
   def __post_init__(self):

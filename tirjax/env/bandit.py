@@ -113,7 +113,7 @@ def _tokenizer(cache_dir: str, seed: int) -> str:
 
 # One-token answers in one step, a small model, SFT that teaches the format only, then RL that
 # must find each room's door (about 2 min on CPU).
-DOORS = Preset("doors", doc="The doors bandit: a small model and a short run.", values={
+PRESET = Preset("doors", doc="The doors bandit: a small model and a short run.", values={
     "model.tiny": dict(hidden_size=64, intermediate_size=128, num_layers=1, num_heads=2,
                        num_kv_heads=1, head_dim=32),
     "env.train_tasks": 16, "env.eval_tasks": 16,
@@ -128,5 +128,5 @@ DOORS = Preset("doors", doc="The doors bandit: a small model and a short run.", 
 
 ENVIRONMENT = register(Environment(
     "doors", draw=_draw, demonstrations=_demonstrations, tokenizer=_tokenizer,
-    answer_protocols=(PROTOCOL,), presets=(DOORS,),
+    answer_protocols=(PROTOCOL,), presets=(PRESET,),
     not_a_benchmark="the doors bandit is a test task, not a benchmark"))

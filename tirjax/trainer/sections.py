@@ -332,6 +332,8 @@ def describe(key: str, config: ml_collections.ConfigDict) -> str:
   if key == "seed":
     return SEED_DOC
   head, *rest = key.split(".")
+  if head not in SECTIONS:  # not an experiment's key (an ablation grid's)
+    return ""
   cls = SECTIONS[head]
   if head == "env" and rest and rest[0] in env_sections():
     cls, rest = env_sections()[rest[0]], rest[1:]
@@ -369,6 +371,8 @@ def provenance_text(config_spec: str, final: ml_collections.ConfigDict) -> str:
   (`--print_config`). Works for every config file, an ablation cell's included."""
   config_file, _, arg = config_spec.partition(":")
   get_config = config_module(config_file).get_config
-  return "\n".join(f"{key} = {value!r}  # {source}: {describe(key, final)}"
-                   for key, value, source in provenance(get_config, config_file, arg or None,
-                                                        final))
+  lines = []
+  for key, value, source in provenance(get_config, config_file, arg or None, final):
+    doc = describe(key, final)
+    lines.append(f"{key} = {value!r}  # {source}" + (f": {doc}" if doc else ""))
+  return "\n".join(lines)

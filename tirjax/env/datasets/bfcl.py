@@ -317,7 +317,7 @@ def bfcl_accuracy(episodes, by_id, answer_in_tool_message: bool = False) -> dict
   return out
 
 
-SHAPES = Preset("bfcl", doc="""\
+PRESET = Preset("bfcl", doc="""\
 BFCL multi-turn (spec §6.1): all of an entry's user turns in one episode. Its longest ground
 truth takes 37 steps one call at a time (35 calls over up to 8 turns, plus each turn's closing
 message), so T_max = 48; C = 40 ground-truth calls, P = 8 arguments (6 at most in the data);
@@ -329,4 +329,4 @@ tokenizer).""", values={
 
 ENVIRONMENT = register(Environment(
     "bfcl", load=lambda path, sandbox, only: load_bfcl(sandbox, data_dir=path or None, only=only),
-    episode_metrics=bfcl_accuracy, presets=(SHAPES,)))
+    episode_metrics=bfcl_accuracy, presets=(PRESET,)))
