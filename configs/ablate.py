@@ -10,8 +10,8 @@ Argument (comma-separated presets):
 credit_oracle|credit12_oracle` (default all), `seeds=N` (seeds 0..N-1; default 3, the credit
 grids 5, smoke 2), `warm_start=per_seed|shared|none` (one SFT
 per seed, one SFT for all seeds, or SFT inside every run; see `tirjax.ablation.grid`), and the
-estimator configs' presets `model`, `env`, `sampler`, `mesh`, `steps` (configs/base.py), given
-to every cell's config. Each cell runs its estimator's own config file (paper defaults:
+estimator configs' presets `model`, `env`, `sampler`, `mesh`, `steps`
+(`tirjax.trainer.sections.PRESET_KEYS`), given to every cell's config. Each cell runs its estimator's own config file (paper defaults:
 PORTool's tree rollouts, HiDiffTIR's `<answer>` protocol, ...) with the grid's overrides; see
 `tirjax.ablation.grid` for the format.
 
@@ -60,6 +60,7 @@ import ml_collections
 from configs import base
 from tirjax import advantages
 from tirjax.config import parse_preset_arg
+from tirjax.trainer import sections
 
 SNAPSHOT_STEPS = 10
 # The seeds' estimators and their baselines (spec §4.1-4.3): the committed snapshot's cells;
@@ -141,13 +142,13 @@ SMOKE = dict(env=dict(train_tasks=16, eval_tasks=4),
              sft=dict(steps=2, batch_size=4, num_demos=8),
              train=dict(queries_per_step=1, mini_batch_queries=0),
              rollout=dict(n=2, max_steps=2, max_new_tokens=24))
-CELL_PRESETS = tuple(k for k in base.PRESET_KEYS if k != "rollout")  # rollout modes are cells'
+CELL_PRESETS = tuple(k for k in sections.PRESET_KEYS if k != "rollout")  # rollout modes are cells'
 
 
 def get_config(arg=None):
   presets = parse_preset_arg(arg, {"grid": tuple(GRIDS), "seeds": None,
                                    "warm_start": ("per_seed", "shared", "none"),
-                                   **{k: base.PRESET_KEYS[k] for k in CELL_PRESETS}})
+                                   **{k: sections.PRESET_KEYS[k] for k in CELL_PRESETS}})
   grid = presets.get("grid", "all")
   smoke = grid in ("smoke", "beyond_smoke")
   seeds = presets.get("seeds", "2" if smoke else "5" if grid.startswith("credit") else "3")

@@ -7,7 +7,7 @@ Paper defaults (HiDiffTIR §4.1, App. A.5): groups of 16 independent rollouts at
 lr 1e-6, KL 0.001 (k3), entropy bonus 0.001. The tiny preset keeps the method's credit
 assignment (α, λ, matching, the answer protocol) but not its budget: T_max = 6 turns, 64 new
 tokens per turn, 8 queries x 6 rows at T = 0.6 in 4 mini-batches, 40 steps, on a warm start
-designed to leave RL a lever (configs/base.py, `_toolworld_headroom`).
+designed to leave RL a lever (toolworld's preset `toolworld_headroom`).
 Measured with `model=tiny` (`make run`, 3 seeds, with the CPU it ran on):
 benchmarks/results/default_run.json (docs/results.md reads it).
 """

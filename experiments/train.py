@@ -7,16 +7,16 @@ The same --workdir resumes from its last checkpoint. The run is `tirjax.trainer.
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from configs import base
 from tirjax import cli
-from tirjax.trainer import prepare, resolve
+from tirjax.trainer import prepare, resolve, sections
 from tirjax.trainer.train import run
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "e.g. configs/portool.py:model=tiny", lock_config=True)
 flags.DEFINE_string("workdir", None, "Run directory (created, or resumed when it holds this run).")
-flags.DEFINE_bool("print_config", False, "Print every config key with its value and where it "
-                  "came from (configs/base.py `provenance`), then exit without training.")
+flags.DEFINE_bool("print_config", False, "Print every config key with its value, where it came "
+                  "from and what it is (tirjax/trainer/sections.py `provenance_text`), then "
+                  "exit without training.")
 flags.mark_flag_as_required("config")
 
 
@@ -24,8 +24,8 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
   if FLAGS.print_config:
-    return print(base.provenance_text(config_flags.get_config_filename(FLAGS["config"]),
-                                      FLAGS.config))
+    return print(sections.provenance_text(config_flags.get_config_filename(FLAGS["config"]),
+                                          FLAGS.config))
   if not FLAGS.workdir:
     raise app.UsageError("--workdir is required (the run directory)")
   run(FLAGS.config, FLAGS.workdir)

@@ -1,5 +1,6 @@
 """tirjax.option_checks: each check passes good values and rejects bad ones, naming the option."""
 
+import dataclasses
 import math
 
 import pytest
@@ -111,3 +112,40 @@ def test_is_finite_number():
   assert oc.is_finite_number(0) and oc.is_finite_number(-2.5)
   for bad in (math.nan, math.inf, -math.inf, True, "1", None):
     assert not oc.is_finite_number(bad)
+
+
+def _section_classes():
+  """Every options dataclass a config key lands in: the sections', each estimator's, each
+  environment's own, and the dataclasses nested in them."""
+  from tirjax import advantages  # noqa: PLC0415
+  from tirjax.trainer import sections  # noqa: PLC0415
+  todo = [c for n, c in sections.SECTIONS.items() if n != "advantage"]
+  todo += [advantages.get(n).options for n in advantages.names()]
+  todo += list(sections.env_sections().values())
+  seen = []
+  while todo:
+    cls = todo.pop()
+    if cls in seen:
+      continue
+    seen.append(cls)
+    todo += [type(v) for f in dataclasses.fields(cls)
+             if dataclasses.is_dataclass(v := getattr(cls(), f.name))]
+  return seen
+
+
+def test_every_typed_choice_of_a_config_rejects_a_bad_value_naming_it_and_the_allowed_ones():
+  """Fields with a fixed set of values are typed `Literal[...]` and checked from the type:
+  the error names the field, the allowed values and the bad one (issue 57)."""
+  typed = {(cls.__name__, name): allowed for cls in _section_classes()
+           for name, allowed in oc.choices_of(cls).items()}
+  for key in [("RolloutOptions", "mode"), ("RolloutOptions", "answer_protocol"),
+              ("JudgeOptions", "kind"), ("SamplerOptions", "kind"),
+              ("OptimizerOptions", "schedule"), ("ZScore", "scale"),
+              ("PORToolOptions", "fork_scale"), ("DistributedOptions", "cpu_collectives")]:
+    assert key in typed, key
+  for cls in _section_classes():
+    for name, allowed in oc.choices_of(cls).items():
+      with pytest.raises(ValueError) as e:
+        cls(**{name: "no_such_value"})
+      assert str(e.value) == f"{name}: must be one of {allowed}, got 'no_such_value'", (
+          cls.__name__, str(e.value))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Literal, Mapping, NamedTuple, Sequence, get_args
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +39,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 from tirjax import option_checks
 from tirjax import sharding as sharding_lib
 
-CPU_COLLECTIVES = ("gloo", "mpi", "none")
+CpuCollectives = Literal["gloo", "mpi", "none"]
+CPU_COLLECTIVES = get_args(CpuCollectives)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +60,7 @@ class DistributedOptions:
   num_processes: int = 1
   coordinator_address: str = ""
   process_id: int = -1
-  cpu_collectives: str = "gloo"
+  cpu_collectives: CpuCollectives = "gloo"
 
   def __post_init__(self):
     option_checks.int_at_least("num_processes", self.num_processes, 0)
@@ -67,7 +68,7 @@ class DistributedOptions:
     if self.num_processes > 1 and self.process_id >= self.num_processes:
       raise ValueError(f"process_id: {self.process_id} is not below num_processes="
                        f"{self.num_processes}")
-    option_checks.one_of("cpu_collectives", self.cpu_collectives, CPU_COLLECTIVES)
+    option_checks.typed_choices(self)
     if self.coordinator_address and ":" not in self.coordinator_address:
       raise ValueError(f"coordinator_address: must be host:port, got "
                        f"{self.coordinator_address!r}")

@@ -11,8 +11,11 @@ two options (`initial_rollouts <= total_rollouts`) stay with their dataclass.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import operator
+import typing
 from typing import Any, Callable, Iterable
 
 
@@ -42,6 +45,21 @@ def one_of(name: str, value: Any, allowed: Iterable) -> None:
   """`value` is one of `allowed` (a tuple, or a dict's keys)."""
   if value not in allowed:
     _reject(name, f"be one of {tuple(allowed)}", value)
+
+
+@functools.cache
+def choices_of(cls: type) -> dict[str, tuple]:
+  """{field: its allowed values} of the dataclass `cls`'s fields typed `Literal[...]`."""
+  hints = typing.get_type_hints(cls)
+  return {f.name: typing.get_args(hints[f.name]) for f in dataclasses.fields(cls)
+          if typing.get_origin(hints[f.name]) is typing.Literal}
+
+
+def typed_choices(options: Any) -> None:
+  """Every field of the dataclass instance `options` typed `Literal[...]` holds one of its
+  values: `"{field}: must be one of (...), got {value!r}"`, naming the first one that does not."""
+  for name, allowed in choices_of(type(options)).items():
+    one_of(name, getattr(options, name), allowed)
 
 
 def flag(name: str, value: Any) -> None:

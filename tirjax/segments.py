@@ -8,6 +8,7 @@ ids (`group_id`, `node_id`, or any derived key) with a validity mask, never by r
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import chex
 import jax
@@ -26,15 +27,13 @@ class ZScore:
   equal gets exactly 0.
   """
 
-  ddof: int = 1
-  scale: str = "std"
-  singleton: str = "zero"
-  eps: float = 1e-6
+  ddof: Literal[0, 1] = 1  # delta degrees of freedom of the group's std
+  scale: Literal["std", "none"] = "std"  # divide by std + eps, or keep x - mean (Dr. GRPO)
+  singleton: Literal["zero", "raw"] = "zero"  # a group with one valid member: 0 or its raw value
+  eps: float = 1e-6  # added to the std before dividing
 
   def __post_init__(self):
-    option_checks.one_of("ddof", self.ddof, (0, 1))
-    option_checks.one_of("scale", self.scale, ("std", "none"))
-    option_checks.one_of("singleton", self.singleton, ("zero", "raw"))
+    option_checks.typed_choices(self)
     option_checks.above("eps", self.eps, 0)
 
 

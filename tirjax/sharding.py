@@ -82,8 +82,8 @@ class ShardingOptions:
   usable mesh axis wins (see `logical_to_spec`). Logical names without a rule are replicated.
   """
 
-  mesh: MeshAxes = DEFAULT_MESH
-  rules: Rules = DEFAULT_RULES
+  mesh: MeshAxes = DEFAULT_MESH  # the mesh's axes, ((name, size), ...); size -1: the rest
+  rules: Rules = DEFAULT_RULES  # (logical axis, mesh axes or None) rules, the first usable wins
   num_devices: int = 0  # 0: every device; n: the first n devices (e.g. a test or a debug run)
 
   def __post_init__(self):

@@ -38,9 +38,7 @@ with the warm starts' `sft-<hash>`, `report/` or `jax_cache/`).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -109,19 +107,14 @@ class Job:
     return out
 
 
-@functools.cache
-def config_module(path: str):
-  """The config file at `path` as a module (its `get_config`), loaded once."""
-  spec = importlib.util.spec_from_file_location(
-      "tirjax_ablation_config_" + re.sub(r"\W", "_", path), path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+config_module = sections.config_module  # the config file at a path, as a module
 
 
 def build_config(recipe: Recipe) -> ml_collections.ConfigDict:
-  """The locked config of `recipe`: `get_config(arg)` of its file, then its overrides."""
+  """The locked config of `recipe`: `get_config(arg)` of its file, then its overrides
+  (`--print_config` names the file as the protocol's source and the overrides as the cell's)."""
   config = config_module(recipe.config_file).get_config(recipe.arg or None)
+  sections.note_config_file(config, os.path.relpath(recipe.config_file))
   for key, value in recipe.overrides:
     assign(config, key, value)
   return config

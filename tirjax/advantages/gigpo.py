@@ -11,6 +11,7 @@ comparator of PORTool (which branches on purpose) and HiDiffTIR (which matches c
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import jax.numpy as jnp
 
@@ -20,9 +21,6 @@ from tirjax.advantages.group import broadcast_steps, group_zscore
 from tirjax.advantages.portool import outcome_terms
 from tirjax.advantages.registry import Advantages, register
 from tirjax.rollouts import Rollouts
-
-_ANCHORS = ("state", "prefix")
-_EPISODE_STATS = ("trajectory", "step")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,15 +46,14 @@ class GiGPOOptions:
 
   gamma: float = 0.95
   omega: float = 1.0
-  anchor: str = "state"
+  anchor: Literal["state", "prefix"] = "state"
   zscore: segments.ZScore = segments.ZScore()
-  episode_stats: str = "trajectory"
+  episode_stats: Literal["trajectory", "step"] = "trajectory"
 
   def __post_init__(self):
     option_checks.lies_in("gamma", self.gamma, 0, 1)
     option_checks.finite_at_least("omega", self.omega, 0)
-    option_checks.one_of("anchor", self.anchor, _ANCHORS)
-    option_checks.one_of("episode_stats", self.episode_stats, _EPISODE_STATS)
+    option_checks.typed_choices(self)
     if not isinstance(self.zscore, segments.ZScore):
       raise ValueError(f"zscore: must be a segments.ZScore, got {type(self.zscore).__name__}")
 

@@ -123,7 +123,7 @@ def dr_grpo(r: Rollouts, opts: DrGRPOOptions) -> Advantages:
 
 @dataclasses.dataclass(frozen=True)
 class RLOOOptions:
-  singleton: str = "zero"
+  singleton: str = "zero"  # a group of one: 0 (spec §3) or its raw R_out ("raw")
 
   def __post_init__(self):
     segments.ZScore(singleton=self.singleton)  # validates the value
@@ -149,7 +149,7 @@ def rloo(r: Rollouts, opts: RLOOOptions) -> Advantages:
 class DAPOOptions:
   zscore: segments.ZScore = segments.ZScore()
   dynamic_sampling: bool = True  # mask groups whose rows are all correct or none is
-  overlong_shaping: bool = True
+  overlong_shaping: bool = True  # penalise responses past L_max - L_cache (DAPO's Eq. 13)
   max_response_tokens: int = 20480  # L_max
   overlong_cache: int = 4096  # L_cache
 

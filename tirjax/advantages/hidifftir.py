@@ -10,6 +10,7 @@ paper leaves open (answering step, flat min-max, empty sets); each choice is an 
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import chex
 import jax
@@ -30,8 +31,8 @@ class HiDiffTIROptions:
 
   alpha: float = 0.7  # α of Eq. 16: weight of the trajectory advantage in every turn
   lam: float = 1.0  # λ of Eq. 12, the smoothing constant
-  answer_turn: str = "judge"  # the answering step's raw reward: answer_score, or its calls
-  success_rate: str = "as_printed"  # Eq. 12 as printed, or (count + λ) / (|G| + λ)
+  answer_turn: Literal["judge", "none"] = "judge"  # the answering step's raw reward: answer_score, or its calls
+  success_rate: Literal["as_printed", "smoothed"] = "as_printed"  # Eq. 12 as printed, or (count + λ) / (|G| + λ)
   trajectory_difficulty: bool = True  # False: R = Σ_j r (no reweighting, no min-max)
   turn_difficulty: bool = True  # False: A_{i,j} = A(τ_i)
   matching: str = "hungarian"  # exact (Eq. 2), or MatchTIR's greedy matcher
@@ -40,8 +41,7 @@ class HiDiffTIROptions:
   def __post_init__(self):
     option_checks.lies_in("alpha", self.alpha, 0, 1)
     option_checks.above("lam", self.lam, 0, why="success rates are divided by their root")
-    option_checks.one_of("answer_turn", self.answer_turn, ("judge", "none"))
-    option_checks.one_of("success_rate", self.success_rate, ("as_printed", "smoothed"))
+    option_checks.typed_choices(self)
     option_checks.one_of("matching", self.matching, turns.MATCHERS)
     option_checks.flag("trajectory_difficulty", self.trajectory_difficulty)
     option_checks.flag("turn_difficulty", self.turn_difficulty)

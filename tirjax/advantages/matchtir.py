@@ -30,7 +30,7 @@ from tirjax.rollouts import Rollouts
 @dataclasses.dataclass(frozen=True)
 class MatchTIRKMOptions:
   matching: str = "hungarian"  # exact; "greedy" is what the public MatchTIR code labels KM
-  discount: float = 0.9
+  discount: float = 0.9  # γ of the turn-level discounted return
   zscore: segments.ZScore = segments.ZScore()
 
   def __post_init__(self):
@@ -41,7 +41,7 @@ class MatchTIRKMOptions:
 @dataclasses.dataclass(frozen=True)
 class MatchTIROTOptions:
   reg: float = 0.1  # entropic regularisation of the Sinkhorn solver
-  discount: float = 0.9
+  discount: float = 0.9  # γ of the turn-level discounted return
   max_iter: int = 1000  # Sinkhorn iteration cap (POT's default, as MatchTIR runs it)
   tol: float = 1e-6  # L1 error of the ground-truth marginal at which Sinkhorn stops
   zscore: segments.ZScore = segments.ZScore()

@@ -9,6 +9,7 @@ and irregular trees need no reshape and the kernel jits once per padded shape.
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import chex
 import jax
@@ -19,10 +20,6 @@ from tirjax.advantages import tree as tree_lib
 from tirjax.advantages.group import broadcast_steps, group_zscore
 from tirjax.advantages.registry import Advantages, register
 from tirjax.rollouts import Rollouts
-
-_AGGREGATIONS = ("adaptive", "max", "mean")
-_SHARED_STEP_TRJ = ("mean", "own")
-_FORK_SCALES = ("per_fork", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,9 +42,9 @@ class PORToolOptions:
   gamma: float = 0.95
   omega1: float = 1.0
   omega2: float = 1.0
-  tree_aggregation: str = "adaptive"
-  shared_step_trj: str = "mean"
-  fork_scale: str = "per_fork"
+  tree_aggregation: Literal["adaptive", "max", "mean"] = "adaptive"
+  shared_step_trj: Literal["mean", "own"] = "mean"
+  fork_scale: Literal["per_fork", "none"] = "per_fork"
   tie_tol: float = 1e-6
   zscore: segments.ZScore = segments.ZScore()
 
@@ -55,9 +52,7 @@ class PORToolOptions:
     option_checks.lies_in("gamma", self.gamma, 0, 1)
     option_checks.finite_at_least("omega1", self.omega1, 0)
     option_checks.finite_at_least("omega2", self.omega2, 0)
-    option_checks.one_of("tree_aggregation", self.tree_aggregation, _AGGREGATIONS)
-    option_checks.one_of("shared_step_trj", self.shared_step_trj, _SHARED_STEP_TRJ)
-    option_checks.one_of("fork_scale", self.fork_scale, _FORK_SCALES)
+    option_checks.typed_choices(self)
     option_checks.finite_at_least("tie_tol", self.tie_tol, 0)
     if not isinstance(self.zscore, segments.ZScore):
       raise ValueError(f"zscore: must be a segments.ZScore, got {type(self.zscore).__name__}")

@@ -35,13 +35,11 @@ class Cell:
 def default_loss(estimator: str, max_tokens: int) -> LossOptions:
   """The loss each estimator is paired with (spec §4.3, §5): its registration's loss settings
   (`register(..., loss=...)`: DAPO's clip-higher and token mean, REINFORCE++'s token mean, ...)
-  on GRPO's and PORTool's sequence-mean of token-means with ε = 0.2; a constant that
-  `seq_mean_token_sum_norm` needs and the registration leaves open (Dr. GRPO's) is the longest
-  possible row, `max_tokens`."""
+  on GRPO's and PORTool's sequence-mean of token-means with ε = 0.2; a constant that an
+  aggregation mode needs (its record, `tirjax.loss.aggregation.MODES`) and the registration
+  leaves open (Dr. GRPO's) is the longest possible row, `max_tokens`."""
   settings = thawed(advantages.get(estimator).loss)
-  if settings.get("aggregation") == "seq_mean_token_sum_norm":
-    settings.setdefault("norm_constant", float(max_tokens))
-  return LossOptions(**settings)
+  return LossOptions(**aggregation.with_norm_constant(settings, max_tokens))
 
 
 def parse_cell(label: str, rollouts: ChainRolloutOptions, max_tokens: int) -> Cell:

@@ -19,6 +19,7 @@ import os
 import pathlib
 from typing import Sequence, Union
 
+from tirjax.config import Preset
 from tirjax.env import chat
 from tirjax.env.registry import Environment, register
 from tirjax.env.tools import Task
@@ -110,7 +111,22 @@ def _tokenizer(cache_dir: str, seed: int) -> str:
                              toolworld_tokenizer(cache_dir, seed)))
 
 
+# One-token answers in one step, a small model, SFT that teaches the format only, then RL that
+# must find each room's door (about 2 min on CPU).
+PRESET = Preset("doors", doc="The doors bandit: a small model and a short run.", values={
+    "model.tiny": dict(hidden_size=64, intermediate_size=128, num_layers=1, num_heads=2,
+                       num_kv_heads=1, head_dim=32),
+    "env.train_tasks": 16, "env.eval_tasks": 16,
+    "sft.steps": 60, "sft.batch_size": 16, "sft.num_demos": 256,
+    "sft.optim.learning_rate": 3e-3, "sft.optim.schedule": "constant",
+    "sft.optim.warmup_steps": 0,
+    "optim.learning_rate": 3e-3, "optim.weight_decay": 0.0,
+    "rollout.answer_protocol": "answer_tag", "rollout.max_steps": 1, "rollout.max_new_tokens": 4,
+    "rollout.shapes.max_tokens": 96, "rollout.shapes.max_steps": 1,
+    "train.queries_per_step": 4, "train.eval_every": 10, "train.checkpoint_every": 10,
+    "train.steps": 30})
+
 ENVIRONMENT = register(Environment(
     "doors", draw=_draw, demonstrations=_demonstrations, tokenizer=_tokenizer,
-    answer_protocols=(PROTOCOL,),
+    answer_protocols=(PROTOCOL,), presets=(PRESET,),
     not_a_benchmark="the doors bandit is a test task, not a benchmark"))

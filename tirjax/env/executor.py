@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Optional
+from typing import Any, Literal, Optional, get_args
 
 from tirjax import option_checks
 from tirjax.env import verify
@@ -27,7 +27,8 @@ from tirjax.env.tools import ANSWER_PROTOCOLS, TERMINAL_TOOL, Task, ToolError, a
 TERMINAL_RESULT = "answer received"
 
 
-SOLVE_SCORING = ("ftrl", "strict")
+SolveScoring = Literal["ftrl", "strict"]
+SOLVE_SCORING = get_args(SolveScoring)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from tirjax.config import Preset
 from tirjax.env.tools import Task
 
 # (env config, seed, split, n, hop weights or ()) -> the first n tasks of the split
@@ -67,6 +68,9 @@ class Environment:
     check: checks its own config values (toolworld: the query mix), or None.
     answer_protocols: the answer protocols its tasks can be answered in (empty: any).
     not_a_benchmark: why `experiments.evaluate` refuses it ("": a benchmark).
+    presets: its config presets (`tirjax.config.Preset`), applied in order to a config of
+      `env=<name>` whose preset argument matches each one's `when` (toolworld: the tiny model's
+      RL design; bfcl: its shapes); the one place a config chooses values by environment.
   """
 
   name: str
@@ -85,6 +89,7 @@ class Environment:
   check: Optional[Check] = None
   answer_protocols: tuple[str, ...] = ()
   not_a_benchmark: str = ""
+  presets: tuple[Preset, ...] = ()
 
   def __post_init__(self):
     if (self.draw is None) == (self.load is None):

@@ -9,7 +9,7 @@ them without knowing where they came from.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Literal, Mapping, Optional, Protocol, Sequence, get_args
 
 
 def is_call_name(name: Any) -> bool:
@@ -22,7 +22,8 @@ def is_call_name(name: Any) -> bool:
 
 TERMINAL_TOOL = "response_gen"
 UNABLE_TO_ANSWER = "unable_to_answer"
-ANSWER_PROTOCOLS = ("response_gen", "answer_tag")
+AnswerProtocol = Literal["response_gen", "answer_tag"]
+ANSWER_PROTOCOLS = get_args(AnswerProtocol)
 
 
 class ToolError(Exception):

@@ -10,12 +10,14 @@ config section.
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal, get_args
 
 from tirjax import option_checks
-from tirjax.env.executor import SOLVE_SCORING
-from tirjax.env.tools import ANSWER_PROTOCOLS
+from tirjax.env.executor import SolveScoring
+from tirjax.env.tools import AnswerProtocol
 
-MODES = ("independent", "tree", "arpo")
+Mode = Literal["independent", "tree", "arpo"]
+MODES = get_args(Mode)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Shapes:
 class TreeOptions:
   """PORTool's rollout tree (Algorithm 1, spec §4.1). `branch_factor` is f."""
 
-  branch_factor: int = 2
+  branch_factor: int = 2  # f: the branches forked at each expanded node
 
   def __post_init__(self):
     option_checks.at_least("branch_factor", self.branch_factor, 1)
@@ -109,27 +111,25 @@ class RolloutOptions:
       (ReMax's baseline, `remax`); the greedy rows are not rows of the batch.
   """
 
-  mode: str = "independent"
+  mode: Mode = "independent"
   n: int = 8
   max_steps: int = 6
   max_new_tokens: int = 512
   temperature: float = 1.0
   top_p: float = 1.0
   seed: int = 0
-  answer_protocol: str = "response_gen"
+  answer_protocol: AnswerProtocol = "response_gen"
   judge_workers: int = 1
-  solve_scoring: str = "ftrl"
+  solve_scoring: SolveScoring = "ftrl"
   greedy_baseline: bool = False
   tree: TreeOptions = TreeOptions()
   arpo: ArpoOptions = ArpoOptions()
   shapes: Shapes = Shapes()
 
   def __post_init__(self):
-    option_checks.one_of("mode", self.mode, MODES)
+    option_checks.typed_choices(self)
     for name in ("n", "max_steps", "max_new_tokens", "judge_workers"):
       option_checks.at_least(name, getattr(self, name), 1)
-    option_checks.one_of("answer_protocol", self.answer_protocol, ANSWER_PROTOCOLS)
-    option_checks.one_of("solve_scoring", self.solve_scoring, SOLVE_SCORING)
     option_checks.flag("greedy_baseline", self.greedy_baseline)
     option_checks.at_least("temperature", self.temperature, 0)
     option_checks.lies_in("top_p", self.top_p, 0, 1, open_low=True)

@@ -13,7 +13,7 @@ optimizer state records the rate of each update and a restored state resumes the
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Literal, Optional, get_args
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +21,8 @@ import optax
 
 from tirjax import option_checks
 
-SCHEDULES = ("constant", "cosine")
+Schedule = Literal["constant", "cosine"]
+SCHEDULES = get_args(Schedule)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +42,7 @@ class OptimizerOptions:
   """
 
   learning_rate: float = 1e-6
-  schedule: str = "constant"
+  schedule: Schedule = "constant"
   warmup_steps: int = 0
   decay_steps: int = 0
   final_lr_fraction: float = 0.0
@@ -53,7 +54,7 @@ class OptimizerOptions:
 
   def __post_init__(self):
     option_checks.finite_above("learning_rate", self.learning_rate, 0)
-    option_checks.one_of("schedule", self.schedule, SCHEDULES)
+    option_checks.typed_choices(self)
     option_checks.int_at_least("warmup_steps", self.warmup_steps, 0)
     option_checks.int_at_least("decay_steps", self.decay_steps, 0)
     if self.schedule == "cosine" and self.decay_steps < 1:

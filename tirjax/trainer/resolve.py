@@ -1,7 +1,7 @@
 """From a locked experiment config to checked option objects, before any compute.
 
 Every section becomes the frozen options dataclass it holds (whose `__post_init__` rejects
-bad values): the experiment's own sections and the train step's (`sections.py`: model, env,
+bad values): the experiment's own sections and the train step's (`options.py`: model, env,
 judge, sampler, train, step, sft) and the options of the components that use the others.
 `resolve` is one pass over them plus what spans sections: the values derived from other
 sections (`sections.DERIVED`) and the rules that check one section against another. Every error names the config key: `ConfigError("rollout.shapes.num_rows: ...")`.

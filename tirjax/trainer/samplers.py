@@ -12,7 +12,7 @@ from flax import nnx
 from tirjax import distributed
 from tirjax.checkpoint import TrainState
 from tirjax.trainer.weights import sampler_params
-from tirjax.trainer.sections import SamplerOptions
+from tirjax.trainer.options import SamplerOptions
 from tirjax.sampling.interface import PolicySampler
 from tirjax.sampling.jax_sampler import JaxSampler, JaxSamplerOptions, bucket
 from tirjax.sampling.vllm_policy import VLLMPolicySampler

@@ -1,242 +1,67 @@
-"""The experiment config's sections as typed options, one options dataclass per section.
+"""The experiment config: every section, the presets, `make`, and where each value came from.
 
-The experiment's own sections are the dataclasses here (model, env, judge, sampler, train,
-sft); `step` is the train step's `tirjax.train_steps.step.StepOptions`, and the other sections
-are the options dataclasses of the components they configure (rollout, advantage.options,
-loss, optim, sharding, distributed). A section's keys are its dataclass's fields, with the same
-names, but for the fields `resolve` derives from other sections (`DERIVED`). Each class here
-is a frozen dataclass whose defaults are the base config's and whose `__post_init__` rejects a
-bad value naming the key; `configs/base.py` generates its sections from them, and `resolve`
-turns them back into these objects, so that the trainer's parts take typed options, never
-raw config.
+This module is the one place a config is assembled. A config has a `seed` and the sections of
+`SECTIONS`, each the fields of one options dataclass under their own names (but the fields
+`resolve` derives from other sections, `DERIVED`), plus each environment's own section
+`env.<name>` (`env_sections`). `make` builds it in layers, the same layers `provenance` names:
+
+  default          the options' dataclass defaults (and `BASE`, the experiment's own)
+  protocol         the estimator config's paper protocol (`configs/<estimator>.py`)
+  preset argument  `model=`, `env=`, `sampler=`, `mesh=`, `rollout=`, `steps=`, `smoke=`
+  preset <name>    each named preset the argument implies, in order (`presets`): `cpu_scale`
+                   (the tiny model), the running environment's own (`Environment.presets` on
+                   its registry entry: toolworld's `toolworld_headroom`, `bfcl`, `doors`),
+                   then `smoke`; a named preset never overrides a key the argument sets
+
+A preset is data (`tirjax.config.Preset`: its values and when it applies), applied one way
+(`tirjax.config.apply_preset`) by `make` and by `provenance`, which rebuilds the config after
+each layer from the record `make` keeps of its inputs (`made`). `--print_config` prints every
+key with its value, the layer that set it and its description: the first sentence of the
+comment on its options field (`tirjax.config.field_docs`). `resolve` turns the sections back
+into their dataclasses and checks what spans sections.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-from typing import Any, Mapping
+import functools
+import importlib.util
+import re
+from typing import Any, Callable, Optional
 
-from tirjax import option_checks as checks, rundir
+import ml_collections
+
+from tirjax import advantages, distributed, option_checks, rundir, sharding
+from tirjax.config import (UNCHANGED, Preset, Ref, apply_preset, config_from_dataclass,
+                           dataclass_from_config, field_docs, parse_preset_arg)
 from tirjax.env import environments
-from tirjax.env.judge import ABSTENTION_RULES
-from tirjax.env.toolworld.demos import DemoOptions
+from tirjax.episodes.options import MODES, RolloutOptions
+from tirjax.loss import LossOptions
+from tirjax.models.config import PRESETS as MODEL_PRESETS
 from tirjax.train_steps.optimizer import OptimizerOptions
-from tirjax.train_steps.sft import SFTLossOptions
 from tirjax.train_steps.step import StepOptions
-
-MAX_TASKS = 200_000  # tasks or demonstrations a run may ask for
-SAMPLERS = ("jax", "vllm")
-JUDGES = ("rule", "llm")
-
-
-_LIMIT_WHY = ("toolworld draws about 2,000 tasks a second, so larger lists take minutes before "
-              "anything else happens")
-
-
-def _within_limit(name: str, value) -> None:
-  checks.at_most(name, value, MAX_TASKS, why=_LIMIT_WHY)
+from tirjax.trainer import shape_needs
+# The experiment's own sections' options (re-exported: `sections.TrainOptions`, ...).
+from tirjax.trainer.options import (JUDGES, MAX_TASKS, SAMPLERS, EnvOptions,  # noqa: F401
+                                    JudgeOptions, ModelOptions, SamplerOptions, SFTOptions,
+                                    TrainOptions)
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelOptions:
-  preset: str = "tiny"  # `tirjax.models.config.PRESETS`
-  hf_checkpoint: str = ""  # a local HF directory (weights + tokenizer); needed by real presets
-  # The tiny model's sizes (`tirjax.models.config.tiny` keyword arguments).
-  tiny: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+class AdvantageSection:
+  """The `advantage` section: which estimator, and its options."""
 
-  def __post_init__(self):
-    from tirjax.models.config import PRESETS  # pylint: disable=import-outside-toplevel
-    if self.preset not in PRESETS:
-      raise ValueError(f"preset: unknown preset {self.preset!r}; valid presets are "
-                       f"{sorted(PRESETS)}")
-    if self.hf_checkpoint and not os.path.isdir(self.hf_checkpoint):
-      raise ValueError(f"hf_checkpoint: {self.hf_checkpoint!r} is not a directory")
-    for key, value in dict(self.tiny).items():
-      checks.int_at_least(f"tiny.{key}", value, 1)
-
-
-@dataclasses.dataclass(frozen=True)
-class EnvOptions:
-  name: str = environments.DEFAULT
-  data_path: str = ""  # the dataset file (ToolHop, FTRL); "" = built in or bfcl-eval's own
-  train_tasks: int = 2000
-  eval_tasks: int = 64
-  # ToolHop's AC also accepts an answer contained in the tool response before it (FTRL's
-  # reference scorer; False: containment in the answer only, the paper's Eq. 21)
-  answer_in_tool_message: bool = False
-  cache_dir: str = ""  # built artefacts (toolworld's tokenizer); "" = $TIRJAX_CACHE or ~/.cache
-  # The environment's own options (`Environment.options`; toolworld's query mix, `Difficulty`),
-  # which `resolve` reads from its own section `env.<name>` (so: no config key); None here: the
-  # entry's defaults.
+  name: str = "grpo"  # the advantage estimator, by its registered name (`tirjax.advantages`)
+  # The estimator's own options (its registration's options class; `resolve` builds them).
   options: Any = None
 
-  def __post_init__(self):
-    checks.one_of("name", self.name, environments.names())
-    own = environments.get(self.name).options
-    if own is None and self.options is not None:
-      raise ValueError(f"options: env {self.name} has no options of its own")
-    if own is not None and self.options is None:
-      object.__setattr__(self, "options", own())
-    elif own is not None and not isinstance(self.options, own):
-      raise ValueError(f"options: env {self.name}'s are a {own.__name__}, got "
-                       f"{type(self.options).__name__}")
-    if environments.get(self.name).needs_data_file and not os.path.exists(self.data_path):
-      raise ValueError(f"data_path: {self.data_path!r} does not exist (env.name={self.name})")
-    for name in ("train_tasks", "eval_tasks"):
-      checks.int_at_least(name, getattr(self, name), 1)
-      _within_limit(name, getattr(self, name))
-    checks.flag("answer_in_tool_message", self.answer_in_tool_message)
 
-
-@dataclasses.dataclass(frozen=True)
-class JudgeOptions:
-  kind: str = "rule"  # or "llm": an OpenAI-compatible endpoint, `votes` votes, majority
-  base_url: str = ""
-  model: str = ""
-  votes: int = 5
-  # the rule judge's (and the LLM judge's no-vote fallback's) abstention rule: "earned"
-  # (spec §6) or "claimed" (the old rule that pays 0 for abstaining on answerable tasks; see
-  # `tirjax.env.judge.RuleOptions`)
-  abstention: str = "earned"
-
-  def __post_init__(self):
-    checks.one_of("kind", self.kind, JUDGES)
-    checks.one_of("abstention", self.abstention, ABSTENTION_RULES)
-    if self.kind == "llm":
-      if not (self.base_url and self.model):
-        raise ValueError("base_url: the LLM judge needs judge.base_url and judge.model")
-      checks.int_at_least("votes", self.votes, 1)
-
-
-@dataclasses.dataclass(frozen=True)
-class SamplerOptions:
-  kind: str = "jax"
-  eval_temperature: float = 0.0  # greedy evaluation
-  # evaluations also sample this many episodes per eval task at rollout.temperature and report
-  # pass@1/4/16 and the share of tasks with mixed outcomes (RL's headroom); 0: greedy only
-  eval_samples: int = 0
-  # attach to running servers instead of launching: one URL, or several, comma-separated (a
-  # fleet: each request to the server with the fewest outstanding, see `vllm_fleet.py`)
-  vllm_url: str = ""
-  vllm_servers: int = 1  # servers to launch when vllm_url is empty (more than 1: a fleet)
-  # GPU: the share of accelerator memory each launched server may take (0: vLLM's default);
-  # set it so that the trainer's XLA share (XLA_PYTHON_CLIENT_MEM_FRACTION) and the servers'
-  # fit together (docs/scaling.md). Not exercised on a GPU here.
-  vllm_gpu_memory_utilization: float = 0.0
-  # GPU: put the servers to sleep while the trainer updates (vLLM's sleep mode: 1 = weights to
-  # host memory, KV cache dropped; 2 = both dropped, as each hand-over reloads the weights);
-  # 0: off. vLLM offers it on CUDA, ROCm and XPU only. Not exercised on a GPU here.
-  vllm_sleep_level: int = 0
-  vllm_python: str = ""  # interpreter of the vLLM environment ("" = .venv-vllm or $TIRJAX_VLLM_PYTHON)
-  vllm_kv_cache_mib: int = 64
-  # JAX sampler: continue each row's KV cache across turns (False: re-prefill every turn)
-  reuse_cache: bool = True
-
-  def __post_init__(self):
-    checks.one_of("kind", self.kind, SAMPLERS)
-    checks.int_at_least("eval_samples", self.eval_samples, 0)
-    if not self.eval_temperature >= 0:
-      raise ValueError(f"eval_temperature: must be >= 0, got {self.eval_temperature!r}")
-    if self.kind == "vllm":
-      checks.int_at_least("vllm_kv_cache_mib", self.vllm_kv_cache_mib, 1)
-      checks.int_at_least("vllm_servers", self.vllm_servers, 1)
-      checks.one_of("vllm_sleep_level", self.vllm_sleep_level, (0, 1, 2))
-      if not 0 <= self.vllm_gpu_memory_utilization <= 1:
-        raise ValueError(f"vllm_gpu_memory_utilization: must lie in [0, 1], got "
-                         f"{self.vllm_gpu_memory_utilization!r}")
-      if any(not u.strip() for u in self.vllm_url.split(",")) and self.vllm_url:
-        raise ValueError(f"vllm_url: an empty URL in {self.vllm_url!r}")
-    checks.flag("reuse_cache", self.reuse_cache)
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainOptions:
-  steps: int = 100  # RL steps
-  queries_per_step: int = 8  # rows per batch = queries_per_step × rows per query
-  # Updates per rollout batch (spec §5.1): each of `ppo_epochs` passes shuffles the query groups
-  # into mini-batches of `mini_batch_queries` queries (0: the whole batch), one update each.
-  mini_batch_queries: int = 0
-  ppo_epochs: int = 1
-  # The policy the loss optimises: False, the raw model (the samplers report its log-probs);
-  # True, the sampling policy softmax(z / rollout.temperature), as verl and TRL optimise it:
-  # the loss's and the KL reference's log-probs are taken at that temperature and π_old is
-  # recomputed by the trainer before the first update. Sampling at a temperature ≠ 1 with
-  # False takes the policy gradient of the raw model from another policy's samples (biased).
-  tempered_policy: bool = False
-  eval_every: int = 20  # RL steps between evaluations; 0: after the last step only
-  # Tasks of the evaluations between the first and the last: the first `eval_subset` of
-  # env.eval_tasks (0: all). Every evaluation then also logs eval/subset/* over those tasks,
-  # a learning curve of one task set that costs a fraction of full evaluations.
-  eval_subset: int = 0
-  eval_at_start: bool = True
-  checkpoint_every: int = 10
-  keep_checkpoints: int = 3
-  log_every: int = 1
-  progress_bar: bool = True
-  export_final: bool = True
-  dynamic_sampling_tries: int = 4  # DAPO: extra rollout rounds to refill filtered groups
-  # metrics.jsonl always; also TensorBoard and/or W&B ("wandb": pip install 'tirjax[wandb]')
-  loggers: tuple = ("tensorboard",)
-
-  def __post_init__(self):
-    for name in ("steps", "eval_every", "eval_subset", "dynamic_sampling_tries",
-                 "mini_batch_queries"):
-      checks.int_at_least(name, getattr(self, name), 0)
-    for name in ("queries_per_step", "checkpoint_every", "keep_checkpoints", "log_every",
-                 "ppo_epochs"):
-      checks.int_at_least(name, getattr(self, name), 1)
-    if self.mini_batch_queries and self.queries_per_step % self.mini_batch_queries:
-      raise ValueError(f"mini_batch_queries: {self.mini_batch_queries} does not divide "
-                       f"queries_per_step={self.queries_per_step} (mini-batches hold whole "
-                       "query groups)")
-    for name in ("eval_at_start", "progress_bar", "export_final", "tempered_policy"):
-      checks.flag(name, getattr(self, name))
-    if (not isinstance(self.loggers, tuple) or len(set(self.loggers)) != len(self.loggers)
-        or not set(self.loggers) <= set(rundir.LOGGERS)):
-      raise ValueError(f"loggers: must be distinct names among {rundir.LOGGERS}, got "
-                       f"{self.loggers!r}")
-
-  @property
-  def num_minibatches(self) -> int:
-    """Mini-batches (updates) per pass over a rollout batch."""
-    return self.queries_per_step // (self.mini_batch_queries or self.queries_per_step)
-
-
-@dataclasses.dataclass(frozen=True)
-class SFTOptions:
-  """The supervised warm start: its own keys, its optimizer, loss and demonstrations, and the
-  train step it runs (`step`: derived by `resolve` from the `step` section)."""
-
-  steps: int = 0
-  batch_size: int = 16
-  num_demos: int = 2000
-  # toolworld: the demonstrations' query mix (hops 1-4); () = env.toolworld.hop_weights
-  hop_weights: tuple = ()
-  optim: OptimizerOptions = OptimizerOptions(learning_rate=1e-5, warmup_steps=10)
-  loss: SFTLossOptions = SFTLossOptions()
-  # toolworld: how imperfect the demonstrations are; `p_confuse`: demos that take
-  # compare/sort/filter/convert's direction at random
-  demos: DemoOptions = DemoOptions()
-  # packed SFT's micro-batches (`step.packed`), in tokens per batch shard: a batch's forests
-  # are cut to fit. Smaller than RL's because a sequence's length only grows within a run
-  # (`Packer.ratchet`): one sequence per batch would stay as long as the largest batch's
-  # forest (3,072 tokens a step on the default), while micro-batches of 1,024 waste less
-  # than one micro-batch per step (2,248; benchmarks/results/bench_sft_cpu.json).
-  max_tokens_per_microbatch: int = 1024
-  step: StepOptions = StepOptions()
-
-  def __post_init__(self):
-    checks.int_at_least("steps", self.steps, 0)
-    checks.int_at_least("batch_size", self.batch_size, 1)
-    checks.int_at_least("num_demos", self.num_demos, 1)
-    checks.int_at_least("max_tokens_per_microbatch", self.max_tokens_per_microbatch, 1)
-    _within_limit("num_demos", self.num_demos)
-
-
+# Every section of the config, in the order of its keys, with the options dataclass it holds.
 SECTIONS = {"model": ModelOptions, "env": EnvOptions, "judge": JudgeOptions,
             "sampler": SamplerOptions, "train": TrainOptions, "step": StepOptions,
-            "sft": SFTOptions}
+            "sft": SFTOptions, "rollout": RolloutOptions, "advantage": AdvantageSection,
+            "loss": LossOptions, "optim": OptimizerOptions,
+            "sharding": sharding.ShardingOptions, "distributed": distributed.DistributedOptions}
 # Fields that `resolve` derives from other sections (rules that span sections), so they are no
 # config keys: the step's temperature from train.tempered_policy and rollout.temperature; the
 # demonstrations' answer protocol from rollout.answer_protocol; SFT's step from the `step`
@@ -245,6 +70,12 @@ SECTIONS = {"model": ModelOptions, "env": EnvOptions, "judge": JudgeOptions,
 # its section `env.<name>` (`env_sections`).
 DERIVED = {"step": ("temperature",), "sft": ("step", "demos.answer_protocol"),
            "rollout": ("seed",), "env": ("options",)}
+# The experiment's own defaults where they differ from the options': RL's update and log-prob
+# passes forward each query group once, as a packed forest, and SFT each batch of
+# demonstrations: the padded path's loss and gradients (issue 38; tests/test_packed_update.py,
+# tests/test_packed_sft.py), faster as benchmarks/results/bench_update_cpu.json measures.
+BASE = {"step.packed": True}
+SEED_DOC = "the run's seed: every draw of tasks, rollouts and initial weights follows it"
 
 
 def env_sections() -> dict[str, type]:
@@ -252,3 +83,296 @@ def env_sections() -> dict[str, type]:
   section `env.<name>`, present whichever environment runs (as `rollout.tree` is in every
   rollout mode), read by `resolve` for the one that does."""
   return {n: environments.get(n).options for n in environments.names("options")}
+
+
+# -- Presets ----------------------------------------------------------------------------------
+
+PRESET_KEYS = {"model": tuple(MODEL_PRESETS), "env": tuple(environments.names()),
+               "sampler": SAMPLERS, "mesh": None, "rollout": MODES, "steps": None, "smoke": ("1",)}
+# The tiny policy's sizes (`tirjax.models.config.tiny` with these changes). Measured on 2 CPU
+# cores: d=128 with head size 32 reaches an SFT loss of 0.84 in 300 steps (192 s) where the
+# d=64 / head size 16 default needs ~470 steps (~245 s); 4 layers were slower per second.
+TINY_SIZES = dict(hidden_size=128, intermediate_size=256, num_layers=2, num_heads=4,
+                  num_kv_heads=2, head_dim=32)
+
+
+def _has_demonstrations(c) -> bool:
+  return environments.get(c.env.name).demonstrations is not None
+
+
+def _on_built_in(value):
+  """A shape for toolworld's tasks, on an environment with demonstrations (built in)."""
+  return lambda c: value if _has_demonstrations(c) else UNCHANGED
+
+
+def _if_sft(value):
+  return lambda c: value if c.sft.steps else UNCHANGED
+
+
+CPU_SCALE = Preset("cpu_scale", when={"model": "tiny"}, doc="""\
+The tiny model on short episodes: sizes, steps and learning rates that fit a 2-core CPU
+(toolworld's RL design is its entry's `toolworld_headroom`). On the built-in environments,
+shapes made for toolworld's tasks (prompts of at most 146 tokens, 5 ground-truth calls of at
+most 3 arguments, 4 tool steps and the answer); on the datasets, shapes sized from their
+tasks.""", values={
+    "train.steps": 40,
+    "model.tiny": TINY_SIZES,
+    "step.logprob_chunk_size": 256,
+    "env.eval_tasks": 256,
+    "sft.steps": 800,
+    "sft.optim.learning_rate": 1e-2,
+    "sft.optim.warmup_steps": 20,
+    "sft.optim.schedule": "cosine",
+    "sft.optim.decay_steps": Ref("sft.steps"),
+    "sft.optim.final_lr_fraction": 0.05,
+    "optim.learning_rate": 3e-4,
+    "optim.weight_decay": 0.0,
+    "train.queries_per_step": 3,
+    "train.mini_batch_queries": 0,
+    "train.eval_every": 0,  # evaluated after SFT and after the last RL step only
+    "rollout.max_steps": 6,  # toolworld needs at most 4 tool steps and the answer
+    "rollout.shapes.max_steps": Ref("rollout.max_steps"),
+    "rollout.max_new_tokens": 64,
+    "rollout.shapes.max_tokens": _on_built_in(512),
+    "rollout.shapes.max_gt_calls": _on_built_in(8),
+    "rollout.shapes.max_params": _on_built_in(4)})
+
+SMOKE = Preset("smoke", when={"smoke": "1"}, doc="""\
+`smoke=1`: every stage of the run (SFT if it has one, RL, evaluation, export) for a few steps
+on a few tasks, episodes of at most 2 short steps, to check that a command runs, not what it
+learns. On a dataset the context is sized from those few tasks ("auto").""", values={
+    "train.steps": 2,
+    "sft.steps": _if_sft(2), "sft.batch_size": _if_sft(2), "sft.num_demos": _if_sft(8),
+    "env.train_tasks": 8, "env.eval_tasks": 2,
+    "train.queries_per_step": 2, "train.mini_batch_queries": 1, "train.eval_every": 0,
+    "train.checkpoint_every": 1,
+    "rollout.n": 2, "rollout.max_steps": lambda c: min(c.rollout.max_steps, 2),
+    "rollout.max_new_tokens": 16,
+    "rollout.arpo.initial_rollouts": 2, "rollout.arpo.total_rollouts": 3,
+    "rollout.shapes.max_tokens": lambda c: (UNCHANGED if _has_demonstrations(c)
+                                            else shape_needs.AUTO)})
+
+
+def presets(settings: dict[str, str]) -> list[Preset]:
+  """The named presets that `settings` (the preset argument's values, defaults included)
+  implies, in the order they apply: `cpu_scale`, the environment's own, `smoke`."""
+  return [p for p in (CPU_SCALE, *environments.get(settings["env"]).presets, SMOKE)
+          if p.applies(settings)]
+
+
+# -- make -------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Made:
+  """What `make` built a config from: enough to build it again after any of its layers."""
+
+  estimator: str
+  protocol: dict
+  arg: Optional[str]
+  config_file: Optional[str] = None  # the estimator config's file, where a caller said
+
+
+def make(arg: str | None, *, estimator: str, rollout: dict | None = None,
+         loss: dict | None = None, optim: dict | None = None,
+         advantage: dict | None = None, train: dict | None = None) -> ml_collections.ConfigDict:
+  """The locked config of `estimator` with its paper's protocol (the sections `rollout`,
+  `loss`, `optim`, `advantage` (its options) and `train`), then the presets in `arg`."""
+  protocol = {k: v for k, v in dict(rollout=rollout, loss=loss, optim=optim,
+                                    advantage=advantage, train=train).items() if v}
+  recipe = Made(estimator, protocol, arg)
+  c = build(recipe)
+  c.lock()
+  object.__setattr__(c, "_tirjax_made", recipe)  # not a key: `made` reads it
+  return c
+
+
+def made(config: ml_collections.ConfigDict) -> Optional[Made]:
+  """The inputs `make` built `config` from, or None for a config `make` did not build."""
+  return getattr(config, "_tirjax_made", None)
+
+
+def note_config_file(config: ml_collections.ConfigDict, path: str) -> None:
+  """Records that `config` came from the estimator config at `path` (an ablation cell's
+  recipe names it), so that `provenance` names that file as the protocol's source."""
+  if made(config) is not None:
+    object.__setattr__(config, "_tirjax_made",
+                       dataclasses.replace(made(config), config_file=path))
+
+
+def layer_names(recipe: Made) -> list[str]:
+  return ["default", "protocol", "preset argument"] + [
+      f"preset {p.name}" for p in presets(_settings(recipe))]
+
+
+def build(recipe: Made, layers: Optional[int] = None) -> ml_collections.ConfigDict:
+  """The (unlocked) config of `recipe` after its first `layers` layers (`layer_names`; None:
+  all of them)."""
+  layers = len(layer_names(recipe)) if layers is None else layers
+  c = _sections(recipe.estimator, recipe.protocol if layers > 1 else {})
+  pinned = _apply_argument(c, parse_preset_arg(recipe.arg, PRESET_KEYS)) if layers > 2 else ()
+  # Rows per batch follow the queries per step and the rows per query (a live reference).
+  per_query = (c.rollout.arpo.get_ref("total_rollouts") if c.rollout.mode == "arpo"
+               else c.rollout.get_ref("n"))
+  c.rollout.shapes.num_rows = c.train.get_ref("queries_per_step") * per_query
+  for preset in presets(_settings(recipe))[:max(0, layers - 3)]:
+    apply_preset(c, preset, pinned)
+  return c
+
+
+def _settings(recipe: Made) -> dict[str, str]:
+  given = parse_preset_arg(recipe.arg, PRESET_KEYS)
+  return {"model": given.get("model", ModelOptions.preset),
+          "env": given.get("env", EnvOptions.name), "smoke": given.get("smoke", "")}
+
+
+def _sections(estimator: str, protocol: dict) -> ml_collections.ConfigDict:
+  """Every section from its options' defaults, those of `protocol` with its values."""
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  for name, options in SECTIONS.items():
+    if name == "advantage":
+      c.advantage = ml_collections.ConfigDict(dict(name=estimator, options=config_from_dataclass(
+          advantages.get(estimator).make_options(protocol.get("advantage", {})))))
+      continue
+    if name in protocol:
+      options = dataclass_from_config(options, protocol[name], name)
+    c[name] = config_from_dataclass(options, omit=DERIVED.get(name, ()))
+  for name, options in env_sections().items():
+    c.env[name] = config_from_dataclass(options)
+  for key, value in BASE.items():
+    c[key.split(".")[0]][key.split(".")[1]] = value
+  # The shapes that may be sized from the data (`shape_needs.SIZED`): "auto" unless the
+  # protocol gives them; each takes a number or "auto" (`--config.rollout.shapes.max_tokens=
+  # 8192` too), so their field accepts either.
+  given = protocol.get("rollout", {}).get("shapes", {})
+  for key in shape_needs.SIZED:
+    del c.rollout.shapes[key]
+    c.rollout.shapes[key] = ml_collections.FieldReference(given.get(key, shape_needs.AUTO),
+                                                          field_type=object)
+  return c
+
+
+def _apply_argument(c: ml_collections.ConfigDict, given: dict[str, str]) -> tuple[str, ...]:
+  """Sets the keys the preset argument names; returns them (no named preset overrides them)."""
+  values = {}
+  if "model" in given:
+    values["model.preset"] = given["model"]
+  if "env" in given:
+    values.update({"env.name": given["env"],
+                   "env.data_path": environments.get(given["env"]).data_path})
+  if "sampler" in given:
+    values["sampler.kind"] = given["sampler"]
+  if "steps" in given:
+    values["train.steps"] = _parse_steps(given["steps"])
+  if "rollout" in given:
+    values["rollout.mode"] = given["rollout"]
+  if "mesh" in given:
+    values["sharding.mesh"] = _parse_mesh(given["mesh"])
+  apply_preset(c, Preset("preset argument", "", values))
+  return tuple(values)
+
+
+def _parse_steps(text: str) -> int:
+  try:
+    return int(text)
+  except ValueError:
+    raise ValueError(f"steps={text}: the preset 'steps' must be an integer (RL steps, e.g. "
+                     "steps=40)") from None
+
+
+def _parse_mesh(text: str) -> tuple:
+  sizes = text.split("x")
+  if len(sizes) != 3:
+    raise ValueError(f"mesh={text}: expected DATAxFSDPxTENSOR, e.g. mesh=-1x2x1")
+  try:
+    return tuple(zip(("data", "fsdp", "tensor"), (int(s) for s in sizes)))
+  except ValueError:
+    raise ValueError(f"mesh={text}: sizes must be integers (-1 = the remaining devices)") from None
+
+
+# -- Provenance and descriptions --------------------------------------------------------------
+
+
+def _flat(c: ml_collections.ConfigDict) -> dict[str, Any]:
+  return rundir.flatten(c.to_dict())
+
+
+def provenance(get_config: Callable, config_file: str, arg: str | None,
+               final: ml_collections.ConfigDict) -> list[tuple[str, Any, str]]:
+  """Each key of `final` (`get_config(arg)` of `config_file`, then the command line) as
+  (key, value, source), sorted by key. The source is the last layer that changed the value:
+  `make`'s layers (`layer_names`; "protocol" named by the estimator's config file), then
+  `config_file` (what `get_config` changed after `make`: dapo's live references, an ablation
+  cell's recipe) and "command line"."""
+  built = get_config(arg)
+  recipe = made(built)
+  layers = []
+  if recipe is not None:
+    for i, name in enumerate(layer_names(recipe)):
+      label = (recipe.config_file or config_file) if name == "protocol" else name
+      layers.append((label, _flat(build(recipe, i + 1))))
+  layers += [(config_file, _flat(built)), ("command line", _flat(final))]
+  missing = object()
+  out = []
+  for key, value in sorted(layers[-1][1].items()):
+    source, before = layers[0][0], missing
+    for name, values in layers:
+      now = values.get(key, missing)
+      if now is not missing and (before is missing or now != before):
+        source = name
+      before = now
+    out.append((key, value, source))
+  return out
+
+
+def describe(key: str, config: ml_collections.ConfigDict) -> str:
+  """The one-line description of the config `key` (its options field's comment), with the
+  values it may take where its field is typed `Literal[...]`; "" where there is none."""
+  if key == "seed":
+    return SEED_DOC
+  head, *rest = key.split(".")
+  if head not in SECTIONS:  # not an experiment's key (an ablation grid's)
+    return ""
+  cls = SECTIONS[head]
+  if head == "env" and rest and rest[0] in env_sections():
+    cls, rest = env_sections()[rest[0]], rest[1:]
+  elif head == "advantage" and rest[:1] == ["options"]:
+    cls, rest = advantages.get(config.advantage.name).options, rest[1:]
+  for i, part in enumerate(rest):
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if part not in fields:
+      return ""
+    default = getattr(cls(), part) if i + 1 < len(rest) else None
+    if i + 1 < len(rest) and dataclasses.is_dataclass(default):
+      cls = type(default)
+      continue
+    doc = field_docs(cls).get(part, "")
+    if i + 1 < len(rest):  # inside a mapping field (model.tiny.<key>)
+      return f"{doc} ({'.'.join(rest[i + 1:])})"
+    allowed = option_checks.choices_of(cls).get(part)
+    return f"{doc} (one of {' | '.join(map(repr, allowed))})" if allowed else doc
+  return ""
+
+
+@functools.cache
+def config_module(path: str):
+  """The config file at `path` as a module (its `get_config`), loaded once."""
+  spec = importlib.util.spec_from_file_location(
+      "tirjax_config_file_" + re.sub(r"\W", "_", path), path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def provenance_text(config_spec: str, final: ml_collections.ConfigDict) -> str:
+  """`provenance` of `config_spec` ("<config file>[:<arg>]", as `--config` takes it) whose
+  final config is `final`: one `key = value  # source: description` line per key
+  (`--print_config`). Works for every config file, an ablation cell's included."""
+  config_file, _, arg = config_spec.partition(":")
+  get_config = config_module(config_file).get_config
+  lines = []
+  for key, value, source in provenance(get_config, config_file, arg or None, final):
+    doc = describe(key, final)
+    lines.append(f"{key} = {value!r}  # {source}" + (f": {doc}" if doc else ""))
+  return "\n".join(lines)

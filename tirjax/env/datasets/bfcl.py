@@ -48,6 +48,7 @@ from typing import Any, Collection, Mapping, Optional, Sequence
 
 import numpy as np
 
+from tirjax.config import Preset, Ref
 from tirjax.env.datasets.pycalls import function_params, parse_call
 from tirjax.env.registry import Environment, register
 from tirjax.env.sandbox import Sandbox
@@ -316,6 +317,16 @@ def bfcl_accuracy(episodes, by_id, answer_in_tool_message: bool = False) -> dict
   return out
 
 
+PRESET = Preset("bfcl", doc="""\
+BFCL multi-turn (spec §6.1): all of an entry's user turns in one episode. Its longest ground
+truth takes 37 steps one call at a time (35 calls over up to 8 turns, plus each turn's closing
+message), so T_max = 48; C = 40 ground-truth calls, P = 8 arguments (6 at most in the data);
+L = 16,384 tokens (the system prompt's function docs alone take 4-7k tokens with the toolworld
+tokenizer).""", values={
+    "rollout.max_steps": 48, "rollout.shapes.max_steps": Ref("rollout.max_steps"),
+    "rollout.shapes.max_gt_calls": 40, "rollout.shapes.max_params": 8,
+    "rollout.shapes.max_tokens": 16384})
+
 ENVIRONMENT = register(Environment(
     "bfcl", load=lambda path, sandbox, only: load_bfcl(sandbox, data_dir=path or None, only=only),
-    episode_metrics=bfcl_accuracy))
+    episode_metrics=bfcl_accuracy, presets=(PRESET,)))
