@@ -297,3 +297,19 @@ def test_prefix_values_are_one_per_prefix():
   v = prefix_value_array(tokens, valid, seed=1)
   np.testing.assert_array_equal(v[0, :3], v[1, :3])  # the prefixes before tokens 0, 1, 2 agree
   assert v[0, 3] == 0 and v[1, 3] != v[0, 2]
+
+
+def test_the_trainer_refuses_them_until_it_has_a_value_model():
+  """No value model in the trainer yet: a run of ppo / turn_ppo is refused before compute,
+  and neither joins a grid, the credit bench or the fidelity run (configs/ablate.CRITICS)."""
+  import importlib  # noqa: PLC0415
+  from configs import ablate  # noqa: PLC0415
+  from tirjax.credit import cells  # noqa: PLC0415
+  from tirjax.trainer import resolve  # noqa: PLC0415
+  c = importlib.import_module("configs.grpo").get_config("model=tiny")
+  for name in NAMES:
+    c.advantage.name = name
+    with pytest.raises(resolve.ConfigError, match=f"advantage {name} reads a critic's values"):
+      resolve.resolve(c)
+    assert name in ablate.CRITICS and name not in ablate.ESTIMATORS
+    assert not any(label.split("/")[0] == name for label in cells.default_labels())

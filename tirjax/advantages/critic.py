@@ -75,6 +75,19 @@ from tirjax.rollouts import Rollouts, step_to_tokens
 _SHARED_PREFIX = ("mean", "own")
 
 
+def needs_critic(name: str) -> bool:
+  """The registered estimator `name` reads a critic's values (`Rollouts.values`). The trainer
+  has no value model yet (issue 53, item 1), so such estimators are kernels only: in no
+  ablation grid, credit bench or fidelity run, and without a config, until it has one."""
+  from tirjax.advantages import registry  # pylint: disable=import-outside-toplevel
+  return "values" in registry.get(name).needs
+
+
+def without_critics(names) -> list[str]:
+  """`names` less the estimators that read a critic's values (`needs_critic`)."""
+  return [n for n in names if not needs_critic(n)]
+
+
 def reverse_linear_scan(a: jax.Array, b: jax.Array, axis: int = 1) -> jax.Array:
   """x_t = a_t · x_{t+1} + b_t along `axis`, with x = 0 past the end (a reversed associative
   scan: the composition of the affine maps x ↦ a·x + b from the end backwards)."""
