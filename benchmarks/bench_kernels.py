@@ -37,6 +37,7 @@ from tirjax.matching.greedy import greedy_matching
 from tirjax.matching.hungarian import masked_weights, max_weight_matching
 from tirjax.matching.sinkhorn import ot_call_rewards
 from tirjax.reporting import benchmark
+from tirjax.testing.critic_values import with_values
 from tirjax.testing.synthetic_calls import random_call_rollouts
 from tirjax.rollouts import to_numpy
 from tirjax.testing.reference import REFERENCES
@@ -116,8 +117,16 @@ def main(argv):
   cases = {}
   for name in advantages.names():
     r, batch = (tree, tree_batch) if name in TREE_ESTIMATORS else (flat, flat_batch)
+    if "values" in advantages.get(name).needs:  # ppo, turn_ppo: a stand-in critic's values
+      r = with_values(r, _SEED.value)
+      batch = to_numpy(r)
     cases[name] = (advantages.get(name), (r,), lambda name=name, batch=batch: REFERENCES[name](batch))
   cases["grpo_on_trees"] = (advantages.get("grpo"), (tree,), lambda: REFERENCES["grpo"](tree_batch))
+  valued_tree = with_values(tree, _SEED.value)  # the critic's estimators on trees too
+  valued_tree_batch = to_numpy(valued_tree)
+  for name in ("ppo", "turn_ppo"):
+    cases[f"{name}_on_trees"] = (advantages.get(name), (valued_tree,),
+                                 lambda name=name: REFERENCES[name](valued_tree_batch))
   cases.update(matcher_cases(flat, flat_batch))
   if _ONLY.value:
     unknown = sorted(set(_ONLY.value) - set(cases))

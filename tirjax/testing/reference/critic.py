@@ -22,11 +22,22 @@ def _loss_positions(batch: dict, b: int) -> list[int]:
   return [i for i in range(batch["loss_mask"].shape[1]) if batch["loss_mask"][b, i]]
 
 
+def _node_rows(batch: dict) -> dict[int, list[int]]:
+  """Each tree node's rows, in row order (one pass over the steps)."""
+  out: dict[int, list[int]] = {}
+  B, T = batch["node_id"].shape
+  for b in range(B):
+    for t in range(T):
+      if batch["step_valid"][b, t]:
+        out.setdefault(int(batch["node_id"][b, t]), []).append(b)
+  return out
+
+
 def _sharing_rows(batch: dict, b: int, step: int) -> list[int]:
   """The rows through the node of row b's step `step` (b among them), in row order."""
-  node = batch["node_id"][b, step]
-  return [c for c in range(batch["node_id"].shape[0])
-          if batch["step_valid"][c, step] and batch["node_id"][c, step] == node]
+  if "_node_rows" not in batch:
+    batch["_node_rows"] = _node_rows(batch)
+  return batch["_node_rows"][int(batch["node_id"][b, step])]
 
 
 def _value(batch: dict, b: int, i: int) -> float:
@@ -90,6 +101,7 @@ def _shared_mean(batch: dict, per_row: dict, keys) -> dict:
 def ppo(batch: dict, gamma: float = 1.0, lam: float = 1.0, whiten: bool = True, zscore=None,
         shared_prefix: str = "mean") -> dict:
   """Token-level GAE over each row's loss tokens; R_out on the last; values past the end 0."""
+  batch = dict(batch)  # its node table is cached on this copy
   adv, ret = {}, {}
   for b in range(batch["row_valid"].shape[0]):
     mine = _loss_positions(batch, b)
@@ -116,6 +128,7 @@ def turn_ppo(batch: dict, gamma: float = 0.99, lam: float = 0.9, whiten: bool = 
              zscore=None, shared_prefix: str = "mean") -> dict:
   """Turn-level GAE: V(s_k) at turn k's first loss token, R_out on the last turn; A_k on
   every token of the turn; the critic's target G_k on the turn's first token."""
+  batch = dict(batch)  # its node table is cached on this copy
   step_adv, step_ret = {}, {}
   for b in range(batch["row_valid"].shape[0]):
     turns = ppo_turns(batch, b)
