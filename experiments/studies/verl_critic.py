@@ -1,10 +1,9 @@
 """verl's GAE and value loss on random multi-turn batches, for tirjax's `ppo` and value loss to
 be checked against (issue 53; the comparison is tests/test_verl_critic.py).
 
-    /work/main/.venv-vllm/bin/python -m experiments.studies.verl_critic \
-        --out=benchmarks/results/verl_critic.json
+    python -m experiments.studies.verl_critic --json=benchmarks/results/verl_critic.json
 
-Runs with torch alone (no jax, no tirjax import, no verl install): the functions
+Needs torch (CPU is enough) and no verl install: the functions
 `compute_gae_advantage_return`, `agg_loss` and `compute_value_loss` of
 `verl/trainer/ppo/core_algos.py`, and `clip_by_value`, `masked_sum`, `masked_mean`,
 `masked_var`, `masked_whiten` of `verl/utils/torch_functional.py`, are read from a verl git
@@ -19,18 +18,19 @@ outputs are written as float32 values, with the verl commit and the CPU.
 
 from __future__ import annotations
 
-import argparse
 import ast
-import json
-import os
-import platform
 import subprocess
 import time
 import types
 from typing import Optional
 
+from absl import flags
 import numpy as np
-import torch
+
+from tirjax import cli
+from tirjax.reporting import benchmark
+
+FLAGS = flags.FLAGS
 
 VERL_COMMIT = "b178a3cd56f58b2d502255daba591e92833930a7"
 CORE = "verl/trainer/ppo/core_algos.py"
@@ -52,6 +52,8 @@ def _functions(source: str, names) -> ast.Module:
 
 def load_verl(repo: str, commit: str) -> types.SimpleNamespace:
   """verl's functions from `git show commit:path` of the snapshot at `repo`."""
+  import torch  # pylint: disable=import-outside-toplevel  (only this study needs it)
+
   def show(path):
     return subprocess.run(["git", "-C", repo, "show", f"{commit}:{path}"], check=True,
                           capture_output=True, text=True).stdout
@@ -85,6 +87,7 @@ def random_mask(rng: np.random.Generator, B: int, L: int) -> np.ndarray:
 
 
 def batch(rng: np.random.Generator, verl) -> dict:
+  import torch  # pylint: disable=import-outside-toplevel
   B, L = int(rng.integers(1, 7)), int(rng.integers(2, 15))
   mask = random_mask(rng, B, L)
   values = rng.normal(size=(B, L)).astype(np.float32)
@@ -111,45 +114,38 @@ def batch(rng: np.random.Generator, verl) -> dict:
           "cliprange_value": clip, "value_loss": losses}
 
 
-def cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown"
-
-
-def main() -> None:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--out", default="benchmarks/results/verl_critic.json")
-  p.add_argument("--verl_repo", default="/work/.mirror/volcengine+verl/repo")
-  p.add_argument("--commit", default=VERL_COMMIT)
-  p.add_argument("--batches", type=int, default=120)
-  p.add_argument("--seed", type=int, default=0)
-  args = p.parse_args()
-  torch.manual_seed(args.seed)
+def main(argv):
+  del argv
+  import torch  # pylint: disable=import-outside-toplevel
+  torch.manual_seed(FLAGS.seed)
+  info = benchmark.machine(jax_info=False)
+  info["torch"] = torch.__version__
   start = time.perf_counter()
-  verl = load_verl(args.verl_repo, args.commit)
-  rng = np.random.default_rng(args.seed)
-  batches = [batch(rng, verl) for _ in range(args.batches)]
+  verl = load_verl(FLAGS.verl_repo, FLAGS.commit)
+  rng = np.random.default_rng(FLAGS.seed)
+  batches = [batch(rng, verl) for _ in range(FLAGS.batches)]
   result = {
-      "command": f"python -m experiments.studies.verl_critic --batches={args.batches} "
-                 f"--seed={args.seed}",
-      "verl_commit": args.commit, "verl_files": [CORE, TORCH_F],
+      "command": f"python -m experiments.studies.verl_critic --batches={FLAGS.batches} "
+                 f"--seed={FLAGS.seed}",
+      "verl_commit": FLAGS.commit, "verl_files": [CORE, TORCH_F],
       "verl_functions": ["compute_gae_advantage_return", "compute_value_loss", "agg_loss",
                          "masked_whiten"],
-      "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "platform": platform.platform(),
-                  "python": platform.python_version(), "torch": torch.__version__},
-      "seconds": round(time.perf_counter() - start, 2), "batches": batches}
-  os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump(result, f, separators=(",", ":"))
-  print(f"{len(batches)} batches of verl's GAE and value loss -> {args.out} "
-        f"({result['seconds']} s on {result['machine']['cpu']})")
+      "machine": info, "seconds": round(time.perf_counter() - start, 2), "batches": batches}
+  benchmark.write_result(FLAGS.json, result, indent=None)
+  print(f"{len(batches)} batches of verl's GAE and value loss -> {FLAGS.json} "
+        f"({result['seconds']} s on {info['cpu']})")
+
+
+def define_flags() -> None:
+  """The command's flags, defined only when it runs (as the other studies)."""
+  flags.DEFINE_string("json", "benchmarks/results/verl_critic.json", "Results file.")
+  flags.DEFINE_string("verl_repo", "/work/.mirror/volcengine+verl/repo",
+                      "A git snapshot of github.com/volcengine/verl holding --commit.")
+  flags.DEFINE_string("commit", VERL_COMMIT, "The verl commit whose functions run.")
+  flags.DEFINE_integer("batches", 120, "Random batches.")
+  flags.DEFINE_integer("seed", 0, "Seed of the batches.")
 
 
 if __name__ == "__main__":
-  main()
+  define_flags()
+  cli.run(main)
