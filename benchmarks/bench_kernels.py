@@ -37,6 +37,7 @@ from tirjax.matching.greedy import greedy_matching
 from tirjax.matching.hungarian import masked_weights, max_weight_matching
 from tirjax.matching.sinkhorn import ot_call_rewards
 from tirjax.reporting import benchmark
+from tirjax.testing.critic_values import with_values
 from tirjax.testing.synthetic_calls import random_call_rollouts
 from tirjax.rollouts import to_numpy
 from tirjax.testing.reference import REFERENCES
@@ -63,13 +64,17 @@ def tree_estimators() -> tuple[str, ...]:
   return tuple(n for n in advantages.names() if advantages.get(n).rollout_mode == "tree")
 
 
-def estimator_cases(tree, tree_batch, flat, flat_batch) -> dict:
+def estimator_cases(tree, tree_batch, flat, flat_batch, seed: int = 0) -> dict:
   """{name: (kernel, args, reference call)} of every registered estimator, on the rollout trees
   or the flat rows (`tree_estimators`; `*_batch` their numpy arrays), each against the
-  reference its registration names."""
+  reference its registration names. An estimator that reads a critic's values (ppo, turn_ppo)
+  gets a stand-in critic's (`with_values`, drawn from `seed`)."""
   cases = {}
   for name in advantages.names():
     r, batch = (tree, tree_batch) if name in tree_estimators() else (flat, flat_batch)
+    if "values" in advantages.get(name).needs:
+      r = with_values(r, seed)
+      batch = to_numpy(r)
     cases[name] = (advantages.get(name), (r,),
                    lambda name=name, batch=batch: REFERENCES[name](batch))
   return cases
@@ -130,8 +135,13 @@ def main(argv):
                                  branching=2, max_depth=6)
   tree_batch = to_numpy(tree)
 
-  cases = estimator_cases(tree, tree_batch, flat, flat_batch)
+  cases = estimator_cases(tree, tree_batch, flat, flat_batch, seed=_SEED.value)
   cases["grpo_on_trees"] = (advantages.get("grpo"), (tree,), lambda: REFERENCES["grpo"](tree_batch))
+  valued_tree = with_values(tree, _SEED.value)  # the critic's estimators on trees too
+  valued_tree_batch = to_numpy(valued_tree)
+  for name in ("ppo", "turn_ppo"):
+    cases[f"{name}_on_trees"] = (advantages.get(name), (valued_tree,),
+                                 lambda name=name: REFERENCES[name](valued_tree_batch))
   cases.update(matcher_cases(flat, flat_batch))
   if _ONLY.value:
     unknown = sorted(set(_ONLY.value) - set(cases))

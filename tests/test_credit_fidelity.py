@@ -188,6 +188,7 @@ def test_the_entry_point_measures_every_estimator_on_both_rollout_kinds(tmp_path
   from configs import hidifftir
   from tirjax.credit import rollout_fidelity
   from tirjax import advantages
+  from tirjax.advantages.critic import without_critics
   from tirjax.env.toolworld import build_tokenizer
   from tirjax.models import config as model_config
   from tirjax.models.decoder import init
@@ -208,7 +209,7 @@ def test_the_entry_point_measures_every_estimator_on_both_rollout_kinds(tmp_path
     assert os.path.exists(out + ext)
   assert result["queries"] == 4 and set(result["rollouts"]) == {"independent", "tree"}
   for kind in ("independent", "tree"):
-    assert set(result["estimators"][kind]) == set(advantages.names())
+    assert set(result["estimators"][kind]) == set(without_critics(advantages.names()))
     assert result["rollouts"][kind]["turns"] > 0
     for e in result["estimators"][kind].values():
       for k, v in e["measures"].items():

@@ -37,6 +37,10 @@ Conventions that the spec leaves to the implementation, fixed here:
   on padding steps and on the steps of a row without labels. Rows that share a node share its
   label (one step, one decision). The `oracle` estimator (spec §4.4) reads it; nothing else
   does.
+* `values[b, l]` is a critic's V(s) of the state before token l (the prefix tokens[b, :l]),
+  as the value model reads it off the hidden state at l − 1 (verl's convention); written on
+  every token, read at loss tokens only (`ppo`, `turn_ppo`; `tirjax/advantages/critic.py`).
+  Rows that share a tree node share its prefix, so they share its values.
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ class Rollouts:
   greedy_outcome: Optional[jax.Array] = None  # [B] f32 in {+1, 0, -1} (ReMax's baseline)
   state_id: Optional[jax.Array] = None  # [B, T] int32 anchor state of each step (GiGPO)
   turn_label: Optional[jax.Array] = None  # [B, T] int32 +1 right / -1 wrong / 0 none (oracle)
+  values: Optional[jax.Array] = None  # [B, L] f32 critic's V(prefix before the token) (ppo)
 
   # Static sizes, read from shapes (never pytree leaves).
   @property
@@ -161,11 +166,12 @@ _SPEC = {
     "greedy_outcome": ("B", "f", 0.0),
     "state_id": ("BT", "i", -1),
     "turn_label": ("BT", "i", 0),
+    "values": ("BL", "f", 0.0),
 }
 _DTYPES = {"i": np.int32, "b": np.bool_, "f": np.float32}
 CALL_PAD = -1  # every `CallEncoding` field's padding value
 OPTIONAL = ("ref_logprobs", "call_solves", "num_expected", "greedy_outcome", "state_id",
-            "turn_label")
+            "turn_label", "values")
 
 
 _CALL_SPEC = {"pred_name": "BTK", "pred_keys": "BTKP", "pred_values": "BTKP", "gt_name": "BC",

@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any
 
 from tirjax import advantages
+from tirjax.advantages.critic import without_critics
 from tirjax.advantages.labels import split_label
 from tirjax.advantages.registry import thawed
 from tirjax.credit.chain_rollouts import ChainRolloutOptions
@@ -76,7 +77,7 @@ def default_labels() -> list[str]:
   with, so that its effect is not read as the estimator's); GiGPO on the independent rollouts
   it was made for and with prefix anchors; GRPO with CISPO's loss (the bench takes two
   updates per batch, so the second sees ρ ≠ 1)."""
-  labels = list(advantages.names())
+  labels = without_critics(advantages.names())  # no value model in the bench yet
   for name, variants in [
       ("portool", ["omega1=0", "shared_step_trj=own", "fork_scale=none", "rollouts=independent",
                    "loss.aggregation=token_mean"]),

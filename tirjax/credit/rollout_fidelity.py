@@ -17,6 +17,7 @@ import numpy as np
 from flax import nnx
 
 from tirjax import advantages
+from tirjax.advantages.critic import without_critics
 from tirjax.env import environments
 from tirjax.env.toolworld.failures import RIGHT, TURN_KINDS
 from tirjax.episodes import judging, rollout
@@ -111,7 +112,7 @@ def measure(config, policy: str, queries: int, out: str, resamples: int = 1000,
   tokenizer = load_tokenizer(checkpoint)
   source = TaskSource(exp.env, seed=exp.seed)
   sampler = None
-  names = advantages.names()
+  names = without_critics(advantages.names())  # no value model to give them values yet
   results = {kind: {} for kind in KINDS}
   stats = {}
   try:

@@ -8,6 +8,7 @@ import numpy as np
 
 from tirjax import advantages
 from tirjax.rollouts import Rollouts, to_numpy
+from tirjax.testing.critic_values import with_values
 from tirjax.testing.padding import pad, permute_rows
 from tirjax.testing.reference import REFERENCES
 
@@ -84,6 +85,9 @@ def with_needed_fields(est, r: Rollouts) -> Rollouts:
       first.setdefault(int(group[b]), float(outcome[b]))
     filled = np.array([first.get(int(g), 0.0) for g in group], np.float32)
     r = r.replace(greedy_outcome=jnp.asarray(filled))
+  if "values" in est.needs and r.values is None:  # ppo, turn_ppo: a stand-in critic's
+    _refused(est, r, "values")
+    r = with_values(r)
   if "turn_label" in est.needs and r.turn_label is None:
     _refused(est, r, "turn_label")
     right = np.asarray(r.format_reward) >= 0.25 - 1e-6  # every format check passed

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tirjax.matching.encoding import CallEncoder
+from tirjax.testing.critic_values import prefix_value_array
 from tirjax.matching.similarity import call_similarity
 from tirjax.rollouts import (Rollouts, call_encoding, empty_arrays, from_numpy, state_ids,
                              write_tokens)
@@ -79,6 +80,7 @@ def build_rollouts(
     with_ref: bool = False,
     with_greedy: bool = False,
     with_labels: bool = False,
+    with_values: bool = False,
     terminal_tool: str = TERMINAL_TOOL,
 ) -> Rollouts:
   """Pads the records into a validated `Rollouts` with encodings and `call_sim` filled in.
@@ -88,7 +90,8 @@ def build_rollouts(
   `with_greedy` adds each group's `greedy_outcome`; `with_ref` and `with_ftrl` add
   `ref_logprobs` and `call_solves` / `num_expected`; `with_labels` adds `turn_label`, each
   step's `right` (+1 / -1), a step without one right when its format_reward is positive (so
-  that the steps of one tree node agree, as they must).
+  that the steps of one tree node agree, as they must). `with_values` adds a stand-in critic's
+  `values`, one per token prefix (`tirjax.testing.critic_values`).
   """
   rows = [(g, row) for g, grp in enumerate(groups) for row in grp.rows]
   steps = [s for _, row in rows for s in row.steps]
@@ -181,6 +184,8 @@ def build_rollouts(
                      ("turn_label", with_labels)):
     if not keep:
       del a[name]
+  if with_values:
+    a["values"] = prefix_value_array(a["tokens"], a["token_valid"])
   return from_numpy(a)
 
 

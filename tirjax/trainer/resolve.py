@@ -218,6 +218,9 @@ def resolve(c) -> Experiment:
         f"(Rollouts.turn_label), which env.name={env.name!r} does not give (its registry entry "
         "has no turn_labels); environments that label turns: "
         f"{', '.join(environments.names('turn_labels'))}")
+  _need("values" not in estimator.needs, "advantage.name",
+        f"advantage {estimator.name} reads a critic's values (Rollouts.values), and the trainer "
+        "has no value model yet (issue 53): its kernel is registered, its training is not")
   return Experiment(seed=seed, model=model, env=env, judge=judge, sampler=sampler, train=train,
                     step=step, sft=sft, estimator=estimator, advantage=advantage,
                     rollout=rollout, loss=loss, optim=optim, sharding=shard, distributed=dist,
