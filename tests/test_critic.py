@@ -20,7 +20,7 @@ from tirjax.testing.critic_values import prefix_value_array, with_values
 from tirjax.testing.estimator_checks import (check_padding, check_reference, option_fields,
                                              check_row_permutation)
 from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
-from tirjax.testing.reference import critic as ref
+from tirjax.testing.reference import REFERENCES, critic as ref
 from tirjax.testing.strategies import tree_batches
 
 VARIANTS = (
@@ -43,7 +43,7 @@ def run(name, r, opts):
 
 def matches_reference(r, name, opts, fn=run) -> bool:
   out = fn(name, r, opts)
-  want = ref.REFERENCES[name](to_numpy(r), **option_fields(opts))
+  want = REFERENCES[name](to_numpy(r), **option_fields(opts))
   return all(np.allclose(np.asarray(x), y, atol=2e-5, rtol=1e-5) for x, y in (
       (out.tokens, want["tokens"]), (out.extras["returns"], want["returns"]),
       (out.extras["value_mask"], want["value_mask"])))
