@@ -1,6 +1,7 @@
 """EMPG and HGPO (issue 54, spec §4.4) against their loop references, on ragged batches, on
 batches whose observations repeat across histories, and on degenerate ones."""
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -159,3 +160,22 @@ def test_no_loss_tokens_single_member_groups_and_equal_rewards_stay_finite(name)
 def test_invalid_options_name_the_option(make, field):
   with pytest.raises(ValueError, match=field):
     make()
+
+
+@settings(max_examples=30)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([1, 64, 257]), st.sampled_from([1, 3]),
+       st.sampled_from([0, 1, 6]))
+def test_hgpo_key_ids_partition_like_numpy_unique(seed, n, width, rounds):
+  """`key_ids` (hashed buckets, then its sorted fallback when a round budget runs out) gives
+  equal keys equal ids and different keys different ids, ids in [0, N), 0 when masked."""
+  from tirjax.advantages.hgpo import key_ids  # noqa: PLC0415
+  rng = np.random.default_rng(seed)
+  cols = [rng.integers(0, 4, n).astype(np.int32) for _ in range(width)]
+  mask = rng.random(n) < 0.8
+  ids = np.asarray(key_ids([jnp.asarray(c) for c in cols], jnp.asarray(mask), rounds))
+  assert np.all((ids >= 0) & (ids < n)) and not np.any(ids[~mask])
+  keys = np.stack(cols, 1)[mask]
+  _, want = np.unique(keys, axis=0, return_inverse=True)
+  got = ids[mask]
+  pairs = set(zip(want.ravel().tolist(), got.tolist()))
+  assert len(pairs) == len(set(want.ravel().tolist())) == len(set(got.tolist()))

@@ -47,6 +47,7 @@ from tirjax.advantages.registry import Advantages, register
 from tirjax.rollouts import Rollouts
 
 _SEEDS = (0x9E3779B9, 0x85EBCA77)  # two independent 32-bit hashes make a 64-bit key
+_ROUNDS = 6  # most hashing rounds of `key_ids` before its sorted fallback
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,9 +119,10 @@ def observation_keys(r: Rollouts):
   return jnp.stack(keys + [length], axis=-1).reshape(B, T, 3)
 
 
-def dense_ids(columns, mask):
-  """Ids in [0, N) of the distinct rows of the key `columns` (each [N]) among `mask`'s entries:
-  equal keys, equal ids. Sorted, then numbered by where the key changes."""
+def sorted_ids(columns, mask):
+  """Ids in [0, N) of the distinct keys `columns` (each [N]) among `mask`'s entries, by a
+  lexicographic sort: equal keys, equal ids. Exact, and slow on CPU (a multi-key sort of N
+  entries); `key_ids` calls it only when hashing left a key unplaced."""
   chex.assert_equal_shape([*columns, mask])
   n = mask.shape[0]
   order = jnp.lexsort(tuple(reversed(columns)) + (~mask,))  # masked entries sort last
@@ -131,15 +133,51 @@ def dense_ids(columns, mask):
   return jnp.zeros(n, jnp.int32).at[order].set(ids)
 
 
+def key_ids(columns, mask, rounds: int = _ROUNDS):
+  """Ids in [0, N) of the distinct keys `columns` (each [N] integers) among `mask`'s entries:
+  equal keys, equal ids; 0 on masked entries.
+
+  A key's id is the index of one entry holding it (its representative). Each round hashes the
+  keys still unplaced into 8N buckets, takes the lowest-index entry of each bucket as its
+  representative and places every entry whose key equals its representative's (compared
+  exactly, column by column): a bucket shared by two keys places one of them and leaves the
+  other to the next round's hash. If any key is still unplaced after `rounds` (at load 1/8,
+  about N · 8^-rounds keys), every key is renumbered by `sorted_ids` instead: exact either way.
+  """
+  chex.assert_equal_shape([*columns, mask])
+  n = mask.shape[0]
+  cols = [c.astype(jnp.uint32) for c in columns]
+  index = jnp.arange(n, dtype=jnp.int32)
+  buckets = 8 * n
+
+  def place(state):
+    r, ids, todo = state
+    salt = r.astype(jnp.uint32) * jnp.uint32(0x9E3779B9)
+    h = jnp.full(n, 0x811C9DC5, jnp.uint32) ^ salt
+    for c in cols:
+      h = _mix(h ^ _mix(c ^ salt))
+    bucket = jnp.where(todo, (h % jnp.uint32(buckets)).astype(jnp.int32), buckets)
+    rep = jax.ops.segment_min(jnp.where(todo, index, n), bucket, buckets + 1)
+    rep = jnp.clip(rep[bucket], 0, n - 1)
+    same = todo & jnp.all(jnp.stack([c[rep] == c for c in cols]), axis=0)
+    return r + 1, jnp.where(same, rep, ids), todo & ~same
+
+  # rounds run while some key is unplaced, at most `rounds` (usually 2 or 3)
+  _, ids, todo = jax.lax.while_loop(lambda s: (s[0] < rounds) & jnp.any(s[2]), place,
+                                    (jnp.int32(0), jnp.zeros(n, jnp.int32), mask))
+  return jax.lax.cond(jnp.any(todo), lambda: jnp.where(mask, sorted_ids(columns, mask), 0),
+                      lambda: ids)
+
+
 def level_ids(r: Rollouts, history: int):
   """[history + 1] pairs ([B, T] id of G_k, [B, T] steps in level k): level k keys a step by
   its query, its observation and its k previous observations (steps with t >= k only)."""
   B, T = r.num_rows, r.max_steps
   valid = (r.step_valid & r.row_valid[:, None]).ravel()
   keys = observation_keys(r).reshape(B * T, 3)
-  obs = dense_ids([keys[:, 0], keys[:, 1], keys[:, 2]], valid).reshape(B, T)
+  obs = key_ids([keys[:, 0], keys[:, 1], keys[:, 2]], valid).reshape(B, T)
   group = jnp.broadcast_to(r.group_id[:, None], (B, T)).ravel()
-  ids = dense_ids([group, obs.ravel()], valid)
+  ids = key_ids([group, obs.ravel()], valid)
   depth = jnp.broadcast_to(jnp.arange(T)[None, :], (B, T))
   out = [(ids.reshape(B, T), valid.reshape(B, T))]
   for k in range(1, history + 1):
@@ -147,7 +185,7 @@ def level_ids(r: Rollouts, history: int):
       break  # no step has k previous steps
     earlier = jnp.concatenate([jnp.zeros((B, k), jnp.int32), obs[:, :-k]], axis=1)
     in_level = valid.reshape(B, T) & (depth >= k)
-    ids = dense_ids([ids, earlier.ravel()], in_level.ravel())
+    ids = key_ids([ids, earlier.ravel()], in_level.ravel())
     out.append((ids.reshape(B, T), in_level))
   return out
 
