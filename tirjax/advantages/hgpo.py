@@ -106,17 +106,16 @@ def observation_keys(r: Rollouts):
   obs_step, obs = observation_step(r)
   obs = obs & (obs_step < T)
   ids = jnp.arange(B)[:, None] * T + jnp.clip(obs_step, 0, T - 1)
-  seen = jnp.cumsum(obs, axis=1).astype(jnp.float32)  # 1-based rank in the row
-  first = segments.gather(segments.segment_min(seen, ids, obs, B * T), ids)
-  rank = (seen - first).astype(jnp.uint32)  # 0-based position in the observation
+  # an observation is contiguous and starts after the last generated token before it
+  pos = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32)[None, :], (B, L))
+  start = jax.lax.cummax(jnp.where(r.loss_mask, pos + 1, 0), axis=1)
+  rank = (pos - start).astype(jnp.uint32)
   tok = r.tokens.astype(jnp.uint32)
-  keys = []
-  for seed in _SEEDS:
-    h = _mix(_mix(tok * jnp.uint32(0x27D4EB2F) + jnp.uint32(seed)) ^ (rank * jnp.uint32(seed)))
-    h = jnp.where(obs, h, jnp.uint32(0))
-    keys.append(jax.ops.segment_sum(h.ravel(), ids.ravel(), B * T))  # wraps mod 2^32
-  length = jax.ops.segment_sum(obs.astype(jnp.uint32).ravel(), ids.ravel(), B * T)
-  return jnp.stack(keys + [length], axis=-1).reshape(B, T, 3)
+  parts = [_mix(_mix(tok * jnp.uint32(0x27D4EB2F) + jnp.uint32(seed)) ^ (rank * jnp.uint32(seed)))
+           for seed in _SEEDS] + [jnp.ones_like(tok)]
+  parts = jnp.where(obs[..., None], jnp.stack(parts, axis=-1), jnp.uint32(0))
+  sums = jax.ops.segment_sum(parts.reshape(B * L, 3), ids.ravel(), B * T)  # wraps mod 2^32
+  return sums.reshape(B, T, 3)
 
 
 def sorted_ids(columns, mask):
