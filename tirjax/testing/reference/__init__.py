@@ -9,6 +9,8 @@ the kernels. `REFERENCES` merges the per-module dicts.
 """
 
 from tirjax.testing.reference import agentic, group, matching, oracle, portool, verl_baselines
+from tirjax.testing.reference import otb_gdpo
 
 REFERENCES = {**group.REFERENCES, **portool.REFERENCES, **matching.REFERENCES,
-              **verl_baselines.REFERENCES, **agentic.REFERENCES, **oracle.REFERENCES}
+              **verl_baselines.REFERENCES, **agentic.REFERENCES, **oracle.REFERENCES,
+              **otb_gdpo.REFERENCES}
