@@ -15,7 +15,8 @@ SHAPE = dict(num_rows=8, max_steps=3, max_calls=2, max_gt_calls=2, max_tokens=12
 # Estimators whose advantage is a group z-score (or deviation) of a per-row reward.
 GROUP_NORMALISED = ("grpo", "grpo_fm", "dr_grpo", "rloo", "dapo", "portool",
                     "reinforce_plus_plus_baseline", "opo", "gpg", "grpo_passk", "gigpo",
-                    "tree_grpo", "optimal_token_baseline", "tir_optimal_token_baseline")
+                    "tree_grpo", "optimal_token_baseline", "tir_optimal_token_baseline",
+                    "mt_grpo")
 
 
 def step(*calls, node=None, fm=0.25):

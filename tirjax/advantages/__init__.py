@@ -17,5 +17,6 @@ from tirjax.advantages import verl_baselines  # noqa: F401
 from tirjax.advantages import gigpo, tree_grpo  # noqa: F401  (gigpo, tree_grpo)
 from tirjax.advantages import oracle  # noqa: F401  (oracle: a positive control, spec §4.4)
 from tirjax.advantages import otb, gdpo  # noqa: F401  (optimal_token_baseline, tir_..., gdpo)
+from tirjax.advantages import mt_grpo  # noqa: F401  (mt_grpo)
 
 __all__ = ["Advantages", "Estimator", "get", "names", "register"]

@@ -9,8 +9,8 @@ the kernels. `REFERENCES` merges the per-module dicts.
 """
 
 from tirjax.testing.reference import agentic, group, matching, oracle, portool, verl_baselines
-from tirjax.testing.reference import otb_gdpo
+from tirjax.testing.reference import mt_grpo, otb_gdpo
 
 REFERENCES = {**group.REFERENCES, **portool.REFERENCES, **matching.REFERENCES,
               **verl_baselines.REFERENCES, **agentic.REFERENCES, **oracle.REFERENCES,
-              **otb_gdpo.REFERENCES}
+              **otb_gdpo.REFERENCES, **mt_grpo.REFERENCES}
