@@ -29,9 +29,11 @@ from tirjax.testing.estimator_checks import check_padding, check_reference, chec
 from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
 from tirjax.testing.strategies import tree_batches
 
-VARIANTS = tuple(("mt_grpo", MTGRPOOptions(credit=c, turn_reward=t, coef=k, zscore=z))
-                 for c, t, k, z in [
+VARIANTS = tuple(("mt_grpo", MTGRPOOptions(credit=c, turn_reward=t, coef=k, zscore=z,
+                                           matching=m[0] if m else "greedy"))
+                 for c, t, k, z, *m in [
                      ("return_loo", "match", 1.0, segments.ZScore()),
+                     ("return_loo", "match", 1.0, segments.ZScore(), "hungarian"),
                      ("immediate", "match", 1.0, segments.ZScore()),
                      ("return_per_index", "match", 0.5, segments.ZScore(ddof=0)),
                      ("return_loo", "format", 2.0, segments.ZScore(singleton="raw")),

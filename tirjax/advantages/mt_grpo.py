@@ -60,20 +60,25 @@ class MTGRPOOptions:
       "immediate" (the paper's two-turn form), "return_per_index" (the biased T-turn port).
     turn_reward: the verifiable intermediate reward r_{j,t}. "match" (the default): the mean
       similarity of the turn's calls matched one-to-one to the query's ground-truth calls
-      (HiDiffTIR's raw turn reward; 0 for a turn without calls, such as the answer), the
+      (HiDiffTIR's raw turn reward, §4.2; 0 for a turn without calls, such as the answer), the
       analogue of the paper's tool-execution reward; "format": the turn's PORTool format
       reward R_fm.
     coef: λ, the weight of the turn term (the code's `turn_advantage_coef`, default 1).
     zscore: conventions of Â^O's group z-score and of "immediate" / "return_per_index"'s
       turn-index z-scores (spec §3; the code: eps 1e-4, ddof 1, groups of fixed size).
-    matching: the matcher of `turn_reward="match"` ("hungarian" or "greedy").
+    matching: the matcher of `turn_reward="match"`: "greedy" (the default; MatchTIR's: the
+      largest remaining positive pair first) or "hungarian" (the exact maximum weight, as
+      HiDiffTIR's). Either is one-to-one, so repeating a right call earns nothing; the turn
+      reward needs no optimal assignment, and the greedy one costs half the exact one (the
+      kernel is 29x its loop with it, ~9-15x with the exact one, whose cost it shares with
+      hidifftir: benchmarks/results/bench_kernels_issue54_cpu.md).
   """
 
   credit: str = "return_loo"
   turn_reward: str = "match"
   coef: float = 1.0
   zscore: segments.ZScore = segments.ZScore()
-  matching: str = "hungarian"
+  matching: str = "greedy"
 
   def __post_init__(self):
     option_checks.one_of("credit", self.credit, CREDITS)
@@ -84,7 +89,7 @@ class MTGRPOOptions:
     option_checks.one_of("matching", self.matching, turns.MATCHERS)
 
 
-def turn_rewards(r: Rollouts, turn_reward: str, matching: str = "hungarian") -> jax.Array:
+def turn_rewards(r: Rollouts, turn_reward: str, matching: str = "greedy") -> jax.Array:
   """[B, T] r_{j,t} on valid steps, 0 elsewhere."""
   if turn_reward == "format":
     raw = r.format_reward

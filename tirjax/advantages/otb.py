@@ -138,16 +138,18 @@ def optimal_baseline(r: Rollouts, opts: OTBOptions, align: str) -> Advantages:
   members = r.row_valid & (has_tokens if align == "generated" else True)
   size = segments.gather(segments.segment_count(ids, members, B), ids)
 
-  seg = ids[:, None] * L + pos
-  num = segments.segment_sum(ret * energy, seg, live, B * L)
-  den = segments.segment_sum(energy, seg, live, B * L)
-  mean = segments.segment_mean(ret, seg, live, B * L)
-  hi = segments.segment_max(ret, seg, live, B * L)
-  lo = segments.segment_min(ret, seg, live, B * L)
+  # One scatter of the sums and one of the extremes per (query, position) segment (the rows
+  # there: Σ G·W, Σ W, count, Σ G; max G and max −G), masked tokens in a trash segment.
+  seg = jnp.where(live, ids[:, None] * L + pos, B * L).ravel()
+  sums = jax.ops.segment_sum(
+      jnp.stack([ret * energy, energy, live.astype(jnp.float32), ret], -1).reshape(-1, 4),
+      seg, B * L + 1)[seg]
+  num, den, count, total_ret = (sums[:, k].reshape(B, L) for k in range(4))
+  top = jax.ops.segment_max(jnp.stack([ret, -ret], -1).reshape(-1, 2), seg, B * L + 1)[seg]
+  equal = (top[:, 0] == -top[:, 1]).reshape(B, L)
   total = den + opts.eps
-  baseline = jnp.where(total > 0, num / jnp.where(total > 0, total, 1.0), mean)
-  baseline = segments.gather(baseline, seg)
-  equal = segments.gather(hi == lo, seg)
+  baseline = jnp.where(total > 0, num / jnp.where(total > 0, total, 1.0),
+                       total_ret / jnp.maximum(count, 1.0))
 
   adv = jnp.where(equal, 0.0, ret - baseline)  # spec §3: equal returns give exactly 0
   if opts.zero_tail:

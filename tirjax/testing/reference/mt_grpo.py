@@ -25,7 +25,7 @@ def _turn_reward(batch: dict, b: int, t: int, turn_reward: str, pairs: dict) -> 
 
 
 def mt_grpo(batch: dict, credit: str = "return_loo", turn_reward: str = "match",
-            coef: float = 1.0, zscore=None, matching: str = "hungarian") -> dict:
+            coef: float = 1.0, zscore=None, matching: str = "greedy") -> dict:
   conv = zscore_conventions(zscore)
   B, T = batch["step_valid"].shape
   steps, rows = np.zeros((B, T)), np.zeros(B)
