@@ -23,10 +23,11 @@ training reward and unlearning rates as mean ± 95% CI over seeds, paired by see
 learning curves). `grid=all` is 34 cells × 3 seeds + 6 warm starts: about half a CPU-day on 2
 cores (each run's seconds are in its summary; `grid=default`'s in
 benchmarks/results/ablation_default/). `grid=estimators` is every registered estimator but the
-controls (`CONTROLS`: the oracle; 20);
-`grid=beyond` (14 cells) puts spec §4.4's estimators next to grpo, portool and hidifftir, with
-GiGPO on trees and with prefix anchors and CISPO's loss on grpo; `grid=beyond_smoke` runs those
-8 estimators as `grid=smoke` runs its two. `grid=snapshot` (results:
+controls (`CONTROLS`: the oracle);
+`grid=beyond` puts every estimator beyond the seeds' (`BEYOND_ESTIMATORS`: spec §4.4's and any
+registered without a section) next to grpo, portool and hidifftir, with GiGPO on trees and with
+prefix anchors and CISPO's loss on grpo; `grid=beyond_smoke` runs those estimators as
+`grid=smoke` runs its two. `grid=snapshot` (results:
 benchmarks/results/ablation_toolworld/; the 12 estimators × 3 seeds from one shared warm start
 per answer protocol, `SNAPSHOT_STEPS` RL steps, one final evaluation).
 `grid=default` (results: benchmarks/results/ablation_default/): grpo, hidifftir and portool on

@@ -36,12 +36,14 @@ def default_loss(estimator: str, max_tokens: int) -> LossOptions:
 
   DAPO: clip-higher ε_high = 0.28 with the token-mean loss; Dr. GRPO: the sum over tokens
   divided by a fixed constant (the longest possible row, `max_tokens`); REINFORCE++ and its
-  baseline variant: the token mean (their token-level objective, as their configs); all
-  others: GRPO's and PORTool's sequence-mean of token-means with ε = 0.2.
+  baseline variant, and verl's optimal token baselines: the token mean (their token-level
+  objectives, as their configs); all others: GRPO's and PORTool's sequence-mean of
+  token-means with ε = 0.2.
   """
   if estimator == "dapo":
     return LossOptions(clip_high=0.28, aggregation="token_mean")
-  if estimator in ("reinforce_plus_plus", "reinforce_plus_plus_baseline"):
+  if estimator in ("reinforce_plus_plus", "reinforce_plus_plus_baseline",
+                   "optimal_token_baseline", "tir_optimal_token_baseline"):
     return LossOptions(aggregation="token_mean")
   if estimator == "dr_grpo":
     return LossOptions(aggregation="seq_mean_token_sum_norm", norm_constant=float(max_tokens))
