@@ -41,6 +41,11 @@ Conventions that the spec leaves to the implementation, fixed here:
   as the value model reads it off the hidden state at l − 1 (verl's convention); written on
   every token, read at loss tokens only (`ppo`, `turn_ppo`; `tirjax/advantages/critic.py`).
   Rows that share a tree node share its prefix, so they share its values.
+* `sum_pi_squared[b, i]` is Σ_v π(v | prefix)² of the behaviour policy's next-token
+  distribution at generated token i (0 elsewhere), in [0, 1]: the Logit-Gradient Proxy that
+  verl's optimal token baselines read (`optimal_token_baseline`, `tir_optimal_token_baseline`
+  with `energy="sum_pi_squared"`, spec §4.4). Optional: the credit bench's chain rollouts fill
+  it exactly from their policy table; the trainer's samplers do not compute it yet.
 """
 
 from __future__ import annotations
@@ -100,6 +105,7 @@ class Rollouts:
   state_id: Optional[jax.Array] = None  # [B, T] int32 anchor state of each step (GiGPO)
   turn_label: Optional[jax.Array] = None  # [B, T] int32 +1 right / -1 wrong / 0 none (oracle)
   values: Optional[jax.Array] = None  # [B, L] f32 critic's V(prefix before the token) (ppo)
+  sum_pi_squared: Optional[jax.Array] = None  # [B, L] f32 Σ_v π(v)² per generated token (OTB)
 
   # Static sizes, read from shapes (never pytree leaves).
   @property
@@ -167,11 +173,12 @@ _SPEC = {
     "state_id": ("BT", "i", -1),
     "turn_label": ("BT", "i", 0),
     "values": ("BL", "f", 0.0),
+    "sum_pi_squared": ("BL", "f", 0.0),
 }
 _DTYPES = {"i": np.int32, "b": np.bool_, "f": np.float32}
 CALL_PAD = -1  # every `CallEncoding` field's padding value
 OPTIONAL = ("ref_logprobs", "call_solves", "num_expected", "greedy_outcome", "state_id",
-            "turn_label", "values")
+            "turn_label", "values", "sum_pi_squared")
 
 
 _CALL_SPEC = {"pred_name": "BTK", "pred_keys": "BTKP", "pred_values": "BTKP", "gt_name": "BC",
@@ -318,6 +325,9 @@ def validate(r: Rollouts) -> Rollouts:
     _check_states(a, B, T)
   if a["turn_label"] is not None:
     check_turn_labels(a)
+  if a["sum_pi_squared"] is not None:
+    _check(np.all((a["sum_pi_squared"] >= 0) & (a["sum_pi_squared"] <= 1 + 1e-6)),
+           "sum_pi_squared", "values must lie in [0, 1] (a sum of squared probabilities)")
   _check_tokens(a)
   if r.calls is not None:
     _check_calls(r.calls, B, T, K, C)

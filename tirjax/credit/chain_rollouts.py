@@ -10,7 +10,9 @@ A step's tool response follows from its call, so GiGPO's anchor state (`state_id
 row's actions so far; ReMax's `greedy_outcome` is the outcome of the behaviour policy's
 greedy episode (the task is deterministic, so it is exact). The oracle's `turn_label` is +1 on
 the optimal policy's action (the next chain tool, or the answer once the chain is done) and −1
-on any other (a detour, a fatal call, an early answer).
+on any other (a detour, a fatal call, an early answer). `sum_pi_squared` is Σ_a π(a | s)² of
+the behaviour policy at each step's state, exact from the policy table (the optimal token
+baselines' energy, `energy="sum_pi_squared"`).
 
 Sampling is numpy-vectorised over queries (one loop over depths) from the policy table.
 """
@@ -67,6 +69,7 @@ class Episodes(NamedTuple):
   right: np.ndarray  # [N] bool, the optimal action (advance, or the answer at progress D)
   num_samples: int  # sampled steps, dropped candidates included
   greedy_outcome: float = -1.0  # R_out of the behaviour policy's greedy episode (ReMax)
+  sum_pi_squared: np.ndarray | None = None  # [N] Σ_a π(a | state)² (the optimal token baselines)
 
 
 class Batch(NamedTuple):
@@ -99,11 +102,14 @@ def grow(rng: np.random.Generator, task: ChainTask, log_probs: np.ndarray,
   capacity = Q * W * (1 + (T - 1) * f)
   table = {name: np.zeros(capacity, dtype) for name, dtype in [
       ("action", np.int64), ("state", np.int64), ("logprob", np.float64),
-      ("format_reward", np.float64), ("solves", bool), ("right", bool)]}
+      ("format_reward", np.float64), ("solves", bool), ("right", bool),
+      ("sum_pi_squared", np.float64)]}
+  energy = np.sum(probs ** 2, axis=-1)  # [S] Σ_a π(a | s)²
 
   def record(ids, state, action, tr, keep):
     for name, value in [("action", action), ("state", state),
                         ("logprob", log_probs[state, action]),
+                        ("sum_pi_squared", energy[state]),
                         ("format_reward", tr["format_reward"]), ("solves", tr["solves"]),
                         ("right", tr["solves"] | (tr["outcome"] == 1.0))]:
       table[name][ids[keep]] = value[keep]
@@ -187,7 +193,9 @@ def to_batch(task: ChainTask, ep: Episodes, policy_version: int = 0,
       call_solves=(call & ep.solves[nid])[:, :, None], num_expected=np.full(B, D, i32),
       greedy_outcome=np.full(B, ep.greedy_outcome, f32),
       state_id=state_ids(ep.group_id, action, sv),
-      turn_label=np.where(sv, np.where(ep.right[nid], 1, -1), 0).astype(i32))
+      turn_label=np.where(sv, np.where(ep.right[nid], 1, -1), 0).astype(i32),
+      sum_pi_squared=(None if ep.sum_pi_squared is None else
+                      np.where(sv, np.minimum(ep.sum_pi_squared[nid], 1.0), 0.0).astype(f32)))
   # numpy → device without a dtype conversion (which would compile once per new shape).
   r = jax.device_put(jax.tree.map(np.ascontiguousarray, r))
   if check:
