@@ -32,6 +32,8 @@ import types
 import numpy as np
 from absl import app, flags
 
+from tirjax.reporting import benchmark
+
 METHODS = {"verifiers/trainers/grpo_env_trainer.py": ("GRPOEnvTrainer",
                                                       "_compute_normalized_advantages"),
            "verifiers/trainers/mt_grpo_env_trainer.py": ("MTGRPOEnvTrainer",
@@ -135,8 +137,11 @@ def main(argv):
                   "outcome": case["outcome"].tolist(),
                   "advantages": [[float(f"{x:.8g}") for x in row[m == 1]]
                                  for row, m in zip(adv, mask)]})
+  # The peer's location is this machine's, so the command names the repository instead.
   result = {"command": "python -m experiments.studies.mt_grpo_crosscheck "
-                       f"--peer={fv.peer} --json={fv.json} --cases={fv.cases} --seed={fv.seed}",
+                       f"--peer=<a git clone of SiliangZeng/Multi-Turn-RL-Agent> --json={fv.json} "
+                       f"--cases={fv.cases} --seed={fv.seed}",
+            "machine": benchmark.machine(),
             "peer": {"repo": "SiliangZeng/Multi-Turn-RL-Agent", "commit": commit,
                      "methods": {p: ".".join(m) for p, m in METHODS.items()}},
             "torch": torch.__version__, "group_size": GROUP, "cases": cases,

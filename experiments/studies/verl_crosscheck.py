@@ -38,6 +38,8 @@ from typing import Any, Optional
 import numpy as np
 from absl import app, flags
 
+from tirjax.reporting import benchmark
+
 CORE = "verl/trainer/ppo/core_algos.py"
 TORCH_F = "verl/utils/torch_functional.py"
 FUNCTIONS = {
@@ -229,8 +231,11 @@ def main(argv):
     case = random_case(fv.seed + k, multi=k % 2 == 1)
     cases.append(record(case, run_verl(ns, case)))
   cases.append(record(cancelling_case(), run_verl(ns, cancelling_case())))
+  # The peer's location is this machine's, so the command names the repository instead.
   result = {"command": "python -m experiments.studies.verl_crosscheck "
-                       f"--verl={fv.verl} --json={fv.json} --cases={fv.cases} --seed={fv.seed}",
+                       f"--verl=<a git clone of volcengine/verl> --json={fv.json} "
+                       f"--cases={fv.cases} --seed={fv.seed}",
+            "machine": benchmark.machine(),
             "verl": {"commit": commit, "functions": {p: list(n) for p, n in FUNCTIONS.items()}},
             "torch": torch.__version__, "gdpo_reward_keys": list(GDPO_KEYS),
             "gdpo_reward_weights": {"gdpo": None, "gdpo_weighted": [1.0, 0.5]},
