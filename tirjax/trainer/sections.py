@@ -130,6 +130,9 @@ class SamplerOptions:
   vllm_sleep_level: int = 0
   vllm_python: str = ""  # interpreter of the vLLM environment ("" = .venv-vllm or $TIRJAX_VLLM_PYTHON)
   vllm_kv_cache_mib: int = 64
+  # the launched servers' compute dtype ("" = the model's): "bfloat16" under a float32 trainer
+  # is the sampler-trainer mismatch that `loss.rollout_correction` (TIS / MIS) corrects
+  vllm_dtype: str = ""
   # JAX sampler: continue each row's KV cache across turns (False: re-prefill every turn)
   reuse_cache: bool = True
 
@@ -142,6 +145,7 @@ class SamplerOptions:
       checks.int_at_least("vllm_kv_cache_mib", self.vllm_kv_cache_mib, 1)
       checks.int_at_least("vllm_servers", self.vllm_servers, 1)
       checks.one_of("vllm_sleep_level", self.vllm_sleep_level, (0, 1, 2))
+      checks.one_of("vllm_dtype", self.vllm_dtype, ("", "float32", "bfloat16"))
       if not 0 <= self.vllm_gpu_memory_utilization <= 1:
         raise ValueError(f"vllm_gpu_memory_utilization: must lie in [0, 1], got "
                          f"{self.vllm_gpu_memory_utilization!r}")
