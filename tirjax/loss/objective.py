@@ -11,13 +11,15 @@ Per token (`mask = loss_mask ∧ row_mask`):
     pg    = −min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)A);  for A < 0 with dual clip: min(pg, −cA)
           = −sg(clip(ρ, 1 − ε_low, 1 + ε_high)) · A · logp   with surrogate="cispo"
     total = pg + β·KL_k(π_θ ‖ π_ref) − c_H·H
-each aggregated with the configured mode into `Mean(sum, den)` (see `aggregation`).
+each aggregated with the configured mode into `Mean(sum, den)` (see `aggregation`). With a
+rollout correction (`rollout_correction`, TIS / MIS, off by default) pg is weighted per token
+and rows are dropped from the mask (see `tirjax.loss.rollout_correction`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Literal, Optional, get_args
 
 import chex
 import flax.struct
@@ -27,14 +29,19 @@ import jax.numpy as jnp
 from tirjax import option_checks
 from tirjax.loss import kl as kl_lib
 from tirjax.loss import ratio as ratio_lib
+from tirjax.loss import rollout_correction as rollout_correction_lib
 from tirjax.loss import surrogate
 from tirjax.loss import aggregation as aggregation_modes
 from tirjax.loss.diagnostics import loss_diagnostics
 from tirjax.loss.stats import Mean, Stat
 from tirjax.rollouts import Advantages, Rollouts
 
-RATIO_LEVELS = ("token", "sequence")
-SURROGATES = ("clip", "cispo")
+# The choices of the fields below, typed so that `--print_config` lists them.
+RatioLevel = Literal["token", "sequence"]
+Surrogate = Literal["clip", "cispo"]
+KLEstimator = Literal[kl_lib.ESTIMATORS]
+RATIO_LEVELS = get_args(RatioLevel)
+SURROGATES = get_args(Surrogate)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,19 +70,24 @@ class LossOptions:
       and what it needs).
     norm_constant: the fixed divisor of a mode that needs one (`seq_mean_token_sum_norm`; e.g.
       the configured max generation length); required by it, unused by the others.
+    rollout_correction: TIS / MIS against the sampler–trainer mismatch
+      (`tirjax.loss.rollout_correction`); off by default. On, the trainer recomputes π_old and
+      the loss needs the sampler's log-probs (`sampler_logprobs`).
   """
 
   clip_low: float = 0.2
   clip_high: float = 0.2
   dual_clip: Optional[float] = None
-  ratio_level: str = "token"
-  surrogate: str = "clip"
+  ratio_level: RatioLevel = "token"
+  surrogate: Surrogate = "clip"
   kl_coef: float = 0.0
-  kl_estimator: str = "k3"
+  kl_estimator: KLEstimator = "k3"
   kl_clamp: float = kl_lib.K3_CLAMP
   entropy_coef: float = 0.0
   aggregation: str = "seq_mean_token_mean"
   norm_constant: Optional[float] = None
+  rollout_correction: rollout_correction_lib.RolloutCorrectionOptions = (
+      rollout_correction_lib.RolloutCorrectionOptions())
 
   def __post_init__(self):
     option_checks.one_of("surrogate", self.surrogate, SURROGATES)
@@ -121,7 +133,8 @@ class LossOutput:
 def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array,
                 loss_mask: jax.Array, row_mask: jax.Array, opts: LossOptions = LossOptions(),
                 *, ref_logprobs: Optional[jax.Array] = None,
-                entropy: Optional[jax.Array] = None) -> LossOutput:
+                entropy: Optional[jax.Array] = None,
+                sampler_logprobs: Optional[jax.Array] = None) -> LossOutput:
   """The policy loss of a batch as accumulable `(sum, den)` pairs.
 
   Args:
@@ -134,6 +147,8 @@ def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Ar
     ref_logprobs: [B, L] under the reference policy; required when `opts.kl_coef > 0`.
     entropy: [B, L] per-token entropy of the current policy; required when
       `opts.entropy_coef > 0`.
+    sampler_logprobs: [B, L] the sampler's own log-probs, `old_logprobs` then being the
+      trainer's recomputed π_old; required when `opts.rollout_correction` is on.
 
   Values outside the mask are ignored (NaN or Inf there cannot reach the loss or gradient).
   """
@@ -148,6 +163,13 @@ def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Ar
   mask = loss_mask.astype(bool) & row_mask.astype(bool)[:, None]
   clean = lambda x: jnp.where(mask, jnp.asarray(x, jnp.float32), 0.0)
   logp, old, adv = clean(logprobs), clean(old_logprobs), clean(advantages)
+  is_weights = None
+  if opts.rollout_correction.enabled:  # TIS weights and MIS rows (rollout_correction)
+    if sampler_logprobs is None:
+      raise ValueError("sampler_logprobs: required when rollout_correction is on")
+    chex.assert_equal_shape([logprobs, sampler_logprobs])
+    corr = rollout_correction_lib.correction(old, sampler_logprobs, mask, opts.rollout_correction)
+    mask, is_weights = mask & corr.keep[:, None], corr.weights  # MIS: out of every term
 
   if opts.ratio_level == "token":
     ratio = ratio_lib.token_ratio(logp, old)
@@ -159,6 +181,8 @@ def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Ar
     pg = surrogate.clipped_surrogate(ratio, adv, opts.clip_low, opts.clip_high)
   if opts.dual_clip is not None:
     pg = surrogate.dual_clip(pg, adv, opts.dual_clip)
+  if is_weights is not None:
+    pg = pg * is_weights
   agg = lambda x: aggregation_modes.aggregate(x, mask, opts.aggregation, opts.norm_constant)
 
   total = pg
@@ -185,8 +209,9 @@ def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Ar
 
 def rollouts_loss(logprobs: jax.Array, rollouts: Rollouts, advantages: Advantages,
                   opts: LossOptions = LossOptions(), *,
-                  entropy: Optional[jax.Array] = None) -> LossOutput:
+                  entropy: Optional[jax.Array] = None,
+                  sampler_logprobs: Optional[jax.Array] = None) -> LossOutput:
   """`policy_loss` with its inputs read from a `Rollouts` batch and an estimator's output."""
   return policy_loss(logprobs, rollouts.old_logprobs, advantages.tokens, rollouts.loss_mask,
                      advantages.row_mask, opts, ref_logprobs=rollouts.ref_logprobs,
-                     entropy=entropy)
+                     entropy=entropy, sampler_logprobs=sampler_logprobs)

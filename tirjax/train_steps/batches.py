@@ -29,6 +29,9 @@ class PolicyBatch:
   advantages: jax.Array  # f32, `Advantages.tokens`
   row_mask: jax.Array  # [B] bool, `Advantages.row_mask`
   ref_logprobs: Optional[jax.Array] = None  # f32, required when the KL weight β > 0
+  # f32, the sampler's own log-probs when `old_logprobs` are the trainer's recomputed π_old:
+  # required by a rollout correction (`LossOptions.rollout_correction`, TIS / MIS)
+  sampler_logprobs: Optional[jax.Array] = None
 
 
 TOKEN_FIELDS = ("tokens", "token_valid", "loss_mask", "token_step", "old_logprobs",
@@ -59,12 +62,14 @@ def trim_tokens(rollouts: Rollouts, multiple: int = 128, longest: Optional[int] 
                              if getattr(rollouts, f) is not None})
 
 
-def policy_batch(rollouts: Rollouts, advantages: Advantages) -> PolicyBatch:
-  """The policy step's batch from a rollout batch and its estimator output."""
+def policy_batch(rollouts: Rollouts, advantages: Advantages,
+                 sampler_logprobs: Optional[jax.Array] = None) -> PolicyBatch:
+  """The policy step's batch from a rollout batch and its estimator output (and, for a
+  rollout correction, the sampler's log-probs of the same tokens)."""
   return PolicyBatch(tokens=rollouts.tokens, token_valid=rollouts.token_valid,
                      loss_mask=rollouts.loss_mask, old_logprobs=rollouts.old_logprobs,
                      advantages=advantages.tokens, row_mask=advantages.row_mask,
-                     ref_logprobs=rollouts.ref_logprobs)
+                     ref_logprobs=rollouts.ref_logprobs, sampler_logprobs=sampler_logprobs)
 
 
 @flax.struct.dataclass(frozen=True)

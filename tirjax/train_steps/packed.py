@@ -88,6 +88,7 @@ class LossRows:
   advantages: jax.Array
   row_mask: jax.Array
   ref_logprobs: Optional[jax.Array] = None
+  sampler_logprobs: Optional[jax.Array] = None  # a rollout correction's (TIS / MIS)
 
 
 @flax.struct.dataclass(frozen=True)
@@ -278,7 +279,8 @@ class PackedPolicyStep(TrainStep):
     groups = np.asarray(group_id)[share.start:share.stop]
     lengths = last_token(loss_mask & row_mask.astype(bool)[:, None])
     fields = jax.device_put(LossRows(batch.loss_mask, batch.old_logprobs, batch.advantages,
-                                     batch.row_mask, batch.ref_logprobs),
+                                     batch.row_mask, batch.ref_logprobs,
+                                     batch.sampler_logprobs),
                             self.placement.batch)
 
     def select(rows: Optional[np.ndarray]) -> PackedBatch:

@@ -297,9 +297,9 @@ def policy_terms(logp: jax.Array, entropy: Optional[jax.Array], rows: Any,
   `rows` (a `PolicyBatch`'s fields, `[B, L]` / `[B]`), and the count `tokens/loss`."""
   out = objective.policy_loss(logp, rows.old_logprobs, rows.advantages, rows.loss_mask,
                                rows.row_mask, loss_opts, ref_logprobs=rows.ref_logprobs,
-                               entropy=entropy)
-  mask = rows.loss_mask.astype(bool) & rows.row_mask.astype(bool)[:, None]
-  return out, {"tokens/loss": jnp.sum(mask, dtype=jnp.float32)}
+                               entropy=entropy, sampler_logprobs=rows.sampler_logprobs)
+  # the loss's own mask: rows that a rollout correction's MIS drops are not counted
+  return out, {"tokens/loss": out.metrics["ratio"].count}
 
 
 def sft_loss_fn(sft_opts: sft_lib.SFTLossOptions, opts: StepOptions) -> LossFn:

@@ -25,6 +25,7 @@ MAX_TASKS = 200_000  # tasks or demonstrations a run may ask for
 Sampler = Literal["jax", "vllm"]
 Judge = Literal["rule", "llm"]
 Abstention = Literal["earned", "claimed"]
+VllmDtype = Literal["", "float32", "bfloat16"]
 SAMPLERS = get_args(Sampler)
 JUDGES = get_args(Judge)
 assert get_args(Abstention) == ABSTENTION_RULES
@@ -129,6 +130,9 @@ class SamplerOptions:
   vllm_sleep_level: int = 0
   vllm_python: str = ""  # interpreter of the vLLM environment ("" = .venv-vllm or $TIRJAX_VLLM_PYTHON)
   vllm_kv_cache_mib: int = 64  # vLLM on CPU: the KV cache of each launched server, in MiB
+  # the launched servers' compute dtype ("" = the model's): "bfloat16" under a float32 trainer
+  # is the sampler-trainer mismatch that `loss.rollout_correction` (TIS / MIS) corrects
+  vllm_dtype: VllmDtype = ""
   # JAX sampler: continue each row's KV cache across turns (False: re-prefill every turn)
   reuse_cache: bool = True
 

@@ -148,6 +148,11 @@ def resolve(c) -> Experiment:
   if train.tempered_policy:
     _need(rollout.temperature > 0, "train.tempered_policy",
           "needs a sampling temperature > 0 (rollout.temperature = 0 is greedy)")
+  if loss.rollout_correction.enabled and train.tempered_policy:
+    _need(rollout.temperature == 1.0, "loss.rollout_correction",
+          f"with train.tempered_policy needs rollout.temperature = 1, got "
+          f"{rollout.temperature}: the samplers report the raw model's log-probs, the tempered "
+          "π_old is another distribution's, and their ratio is not the sampler-trainer gap")
   step = _own_section("step", {
       **d["step"], "temperature": rollout.temperature if train.tempered_policy else 1.0})
   sft = _own_section("sft", {

@@ -9,6 +9,7 @@ import math
 import time
 from typing import Mapping, Optional, Sequence
 
+import jax
 import numpy as np
 
 from tirjax import distributed
@@ -16,6 +17,7 @@ from tirjax.advantages.registry import Advantages
 from tirjax.advantages.unlearning import unlearning_rate
 from tirjax.metrics import credit
 from tirjax.env import metrics as env_metrics
+from tirjax.loss import rollout_correction
 from tirjax.rollouts import Rollouts
 
 
@@ -61,6 +63,24 @@ def rl_metrics(r: Rollouts, adv: Advantages, step_metrics: Mapping[str, float],
     if isinstance(v, (int, float)):
       out[f"rollout/{k}"] = float(v)
   return out
+
+
+_correction_metrics = jax.jit(rollout_correction.metrics, static_argnums=3)
+
+
+def rollout_correction_metrics(rollouts: Rollouts, sampler_logprobs, row_mask,
+                               opts: rollout_correction.RolloutCorrectionOptions) -> dict:
+  """`rollout_corr/<figure>` of a step (`tirjax.loss.rollout_correction.metrics`): the gap
+  |log π_old − log π_sampler| (mean, quantiles, max), the TIS weights and the share of tokens
+  they truncate, the share of rows (and tokens) MIS masks, over the loss tokens of the rows
+  in the loss. `rollouts.old_logprobs` is the trainer's π_old, `sampler_logprobs` the
+  sampler's; every process reads the whole batch (`distributed.host_rows`), so each gets the
+  batch's figures (no process combination needed)."""
+  old, sampler, loss_mask, rows = (distributed.host_rows(x) for x in (
+      rollouts.old_logprobs, sampler_logprobs, rollouts.loss_mask, row_mask))
+  mask = loss_mask.astype(bool) & rows.astype(bool)[:, None]
+  out = jax.device_get(_correction_metrics(old, sampler, mask, opts))
+  return {f"rollout_corr/{k}": float(v) for k, v in out.items()}
 
 
 def signal_shares(r: Rollouts, adv: Advantages) -> dict[str, float]:

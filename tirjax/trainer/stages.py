@@ -24,7 +24,8 @@ from tirjax.rollouts import Rollouts
 from tirjax.trainer import layouts, processes, refill, resolve, weights
 from tirjax.trainer.parts import Trainer
 from tirjax.trainer.progress import summary_table
-from tirjax.trainer.rl_metrics import PhaseClock, credit_metrics, rl_metrics
+from tirjax.trainer.rl_metrics import (PhaseClock, credit_metrics, rl_metrics,
+                                       rollout_correction_metrics)
 from tirjax.trainer.sft_data import SFTData
 from tirjax.train_steps.batches import SFTBatch, longest_row, policy_batch, trim_tokens
 from tirjax.train_steps.minibatches import combine_updates, update_passes
@@ -90,7 +91,11 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
   if exp.loss.kl_coef > 0:  # the KL reference: the policy as RL starts (kept across restarts)
     params = weights.reference_params(state, trainer.workdir, trainer.ckpt.run_id)
     reference = ReferencePolicy(graphdef, params, rl.place, exp.step)
-  own_logprobs = TokenLogprobs(graphdef, rl.place, exp.step) if exp.train.tempered_policy else None
+  # π_old the trainer's own: on the tempered policy, or for a rollout correction (TIS / MIS),
+  # which weighs the loss by π_old / π_sampler
+  correcting = exp.loss.rollout_correction.enabled
+  own_logprobs = (TokenLogprobs(graphdef, rl.place, exp.step)
+                  if exp.train.tempered_policy or correcting else None)
   packers = {"rl": rl.step, "reference": reference, "old_logprobs": own_logprobs}
   layouts.resume(state, packers)
   trainer.progress.start("rl", exp.train.steps, state.data_position["rl_step"])
@@ -109,14 +114,19 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
     with clock("reference"):
       rollouts = _with_reference_and_old_logprobs(batch.rollouts, reference, own_logprobs,
                                                   state, exp.loss)
+      sampler_logprobs = batch.rollouts.old_logprobs if correcting else None  # as sampled
+      correction = (rollout_correction_metrics(rollouts, sampler_logprobs, adv.row_mask,
+                                               exp.loss.rollout_correction)
+                    if correcting else {})
     with clock("update"):  # ppo_epochs passes over the batch's mini-batches (spec §5.1)
       state, updates = update_passes(
-          state, rl.step, policy_batch(rollouts, adv),
+          state, rl.step, policy_batch(rollouts, adv, sampler_logprobs),
           distributed.host_rows(rollouts.group_id), distributed.host_rows(rollouts.row_valid),
           exp.train.num_minibatches, exp.train.ppo_epochs, seed=exp.seed, step=i)
     state = dataclasses.replace(state, policy_version=state.policy_version + 1,
                                 data_position={**state.data_position, "rl_step": i + 1})
     stats = _step_metrics(exp, batch, adv, updates, clock, old_recomputed=own_logprobs is not None)
+    stats.update(correction)  # already the whole batch's (every process's rows)
     done, last = i + 1, i + 1 == exp.train.steps
     if every(done, exp.train.eval_every) or last:
       subset = exp.train.eval_subset > 0 and not last  # the last is the run's result

@@ -21,7 +21,8 @@ def full_batch_policy_objective(graphdef, params, batch, loss_opts, temperature=
                                  temperature)
   out = policy_loss(logp, batch.old_logprobs, batch.advantages, batch.loss_mask, batch.row_mask,
                     loss_opts, ref_logprobs=batch.ref_logprobs,
-                    entropy=entropy if loss_opts.entropy_coef > 0 else None)
+                    entropy=entropy if loss_opts.entropy_coef > 0 else None,
+                    sampler_logprobs=getattr(batch, "sampler_logprobs", None))
   return out.loss.value
 
 
