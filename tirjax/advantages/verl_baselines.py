@@ -10,6 +10,7 @@ the spec's are the default and verl's an option, and the docstring says so.
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal, get_args
 
 import chex
 import jax
@@ -179,7 +180,8 @@ def opo(r: Rollouts, opts: OPOOptions) -> Advantages:
       baseline, ids), 0.0))
 
 
-_GPG_VALID_ROWS = ("varied_groups", "nonzero_reward")
+GPGValidRows = Literal["varied_groups", "nonzero_reward"]
+_GPG_VALID_ROWS = get_args(GPGValidRows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +194,7 @@ class GPGOptions:
   """
 
   singleton: str = "zero"
-  valid_rows: str = "varied_groups"
+  valid_rows: GPGValidRows = "varied_groups"
 
   def __post_init__(self):
     _singleton_option(self.singleton)
