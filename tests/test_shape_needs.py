@@ -18,6 +18,7 @@ from tirjax.env.sandbox import Sandbox
 from tirjax.env.tools import Dialogue, Task
 from tirjax.episodes.options import RolloutOptions, Shapes
 from tirjax.testing.dataset_rows import TOOLHOP_ROW, write_ftrl_table
+from tirjax.testing import short_runs
 from tirjax.testing.short_runs import CONFIGS
 from tirjax.trainer import prepare, resolve, shape_needs
 from tirjax.trainer.samplers import attention_budget, prefill_rows
@@ -178,8 +179,8 @@ TOOLWORLD_TINY = dict(max_steps=6, max_calls=4, max_gt_calls=8, max_tokens=512, 
 
 
 def test_the_tiny_toolworld_configs_resolve_to_the_shapes_they_had():
-  for name in CONFIGS:
-    c = importlib.import_module(f"configs.{name}").get_config("model=tiny")
+  for name in CONFIGS:  # each estimator's config, from its own file or the generic path
+    c = short_runs.config(name, "model=tiny")
     before = resolve.resolve(c)
     exp = prepare.experiment(c)  # the data checked: it fits the pinned shapes
     assert exp.rollout.shapes == before.rollout.shapes, name
