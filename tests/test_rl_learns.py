@@ -104,7 +104,7 @@ def fault(request, monkeypatch):
     raise pytest.UsageError(f"--inject-fault: one of {FAULTS}, got {name!r}")
   if name in BATCH_FAULTS:
     corrupt, build = BATCH_FAULTS[name], stages.policy_batch
-    monkeypatch.setattr(stages, "policy_batch", lambda r, a: corrupt(build(r, a)))
+    monkeypatch.setattr(stages, "policy_batch", lambda *args: corrupt(build(*args)))
   elif name == "fresh_old_logprobs":
     make_step = parts.policy_step
     monkeypatch.setattr(parts, "policy_step", lambda graphdef, tx, place, loss, opts: (
