@@ -191,12 +191,26 @@ def test_the_kl_reference_is_a_verified_checkpoint_of_its_run(tmp_path):
   later = ck.TrainState(step=7, params=jax.tree.map(lambda x: x + 1, later.params),
                         opt_state=later.opt_state, rng=later.rng, data_position={},
                         policy_version=later.policy_version)
-  weights.reference_params(first, str(tmp_path), "run-a")
-  restored = weights.reference_params(later, str(tmp_path), "run-a")
+  runs = {}
+
+  def run(run_id):  # the run's own checkpointer, each run in a directory of its own
+    if run_id not in runs:
+      runs[run_id] = ck.Checkpointer(str(tmp_path / f"checkpoints-{run_id}"), run_id,
+                                     ck.CheckpointOptions(async_save=True))
+    return runs[run_id]
+
+  run("run-a").save(first)  # the state as RL starts, saved in the background
+  weights.reference_params(first, str(tmp_path), run("run-a"))
+  # ...and committed before the reference's own save (two Orbax managers finalising at once
+  # abort a multi-process run: "Barrier ... is already ongoing")
+  assert run("run-a")._in_flight is None and run("run-a").latest_step() == 2
+  restored = weights.reference_params(later, str(tmp_path), run("run-a"))
   for got, saved in zip(jax.tree.leaves(restored), jax.tree.leaves(first.params), strict=True):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(saved))
   with pytest.raises(ck.RunMismatch):
-    weights.reference_params(later, str(tmp_path), "run-b")
+    weights.reference_params(later, str(tmp_path), run("run-b"))
   flip_bytes(os.path.join(str(tmp_path), "reference", "0"))
   with pytest.raises(ck.CheckpointCorrupt, match=re.escape(os.path.join("reference", "0"))):
-    weights.reference_params(later, str(tmp_path), "run-a")
+    weights.reference_params(later, str(tmp_path), run("run-a"))
+  for c in runs.values():
+    c.close()

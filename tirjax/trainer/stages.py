@@ -89,7 +89,7 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
   exp, rl, sampler, graphdef = trainer.exp, trainer.phases["rl"], trainer.sampler, trainer.graphdef
   reference = None
   if exp.loss.kl_coef > 0:  # the KL reference: the policy as RL starts (kept across restarts)
-    params = weights.reference_params(state, trainer.workdir, trainer.ckpt.run_id)
+    params = weights.reference_params(state, trainer.workdir, trainer.ckpt)
     reference = ReferencePolicy(graphdef, params, rl.place, exp.step)
   # π_old the trainer's own: on the tempered policy, or for a rollout correction (TIS / MIS),
   # which weighs the loss by π_old / π_sampler

@@ -23,20 +23,26 @@ def build_model(model_cfg, vocab_size: int, rules, seed: int):
   return init(cfg, seed=seed, rules=rules)
 
 
-def reference_params(state: TrainState, workdir: str, run_id: str):
+def reference_params(state: TrainState, workdir: str, run: Checkpointer):
   """The KL reference: the policy at the start of RL, saved once in `workdir/reference` so
   that a resumed run keeps the same reference. It is a checkpoint of the run like the others
   (`Checkpointer`: atomic, SHA-256 sums verified on restore), so a corrupt reference stops the
   run by name instead of anchoring its KL term elsewhere.
 
+  `run` is the run's own checkpointer: its save in the background (the state as RL starts)
+  is waited for first. Orbax names its multi-process barriers by operation, not by manager, so
+  two managers finalising at once collide ("Barrier ... is already ongoing") and abort both
+  processes.
+
   Raises:
     CheckpointCorrupt: the saved reference fails its sums or cannot be read.
   """
   path = os.path.join(workdir, rundir.REFERENCE)
+  run.wait()
   distributed.barrier("reference")  # every process looks before any has saved
   reference = TrainState(step=0, params=state.params, opt_state={}, rng=state.rng,
                          data_position={}, policy_version=state.policy_version)
-  with Checkpointer(path, run_id, CheckpointOptions(max_to_keep=1, async_save=False)) as ckpt:
+  with Checkpointer(path, run.run_id, CheckpointOptions(max_to_keep=1, async_save=False)) as ckpt:
     if ckpt.latest_step() is None:
       ckpt.save(reference)
       return state.params
