@@ -16,10 +16,7 @@ from tirjax.testing.reference import stats
 from tirjax.testing.reference.stats import zscore_conventions
 
 
-def _loss_positions(batch: dict, b: int) -> list[int]:
-  if not batch["row_valid"][b]:
-    return []
-  return [i for i in range(batch["loss_mask"].shape[1]) if batch["loss_mask"][b, i]]
+_loss_positions = stats.generated
 
 
 def _node_rows(batch: dict) -> dict[int, list[int]]:
@@ -66,26 +63,17 @@ def _finish(batch: dict, adv: dict, ret: dict, value_keys, whiten: bool, zscore)
   """Whitened (or raw) token advantages, steps and rows as their tokens' means, returns on the
   value positions."""
   B, L = batch["loss_mask"].shape
-  T = batch["step_valid"].shape[1]
   positions = [(b, i) for b in range(B) for i in _loss_positions(batch, b)]
   raw = [adv[p] for p in positions]
   values = stats.zscore(raw, **zscore_conventions(zscore)) if whiten else raw
   tokens = np.zeros((B, L))
   for p, v in zip(positions, values):
     tokens[p] = v
-  steps, rows = np.zeros((B, T)), np.zeros(B)
-  for b in range(B):
-    mine = _loss_positions(batch, b)
-    if mine:
-      rows[b] = sum(tokens[b, i] for i in mine) / len(mine)
-    for t in range(T):
-      at = [i for i in mine if batch["token_step"][b, i] == t]
-      if at:
-        steps[b, t] = sum(tokens[b, i] for i in at) / len(at)
+  out = stats.token_means(batch, tokens)
   returns, value_mask = np.zeros((B, L)), np.zeros((B, L), bool)
   for p in value_keys:
     returns[p], value_mask[p] = ret[p], True
-  return dict(steps=steps, rows=rows, tokens=tokens, returns=returns, value_mask=value_mask)
+  return dict(out, returns=returns, value_mask=value_mask)
 
 
 def _shared_mean(batch: dict, per_row: dict, keys) -> dict:

@@ -18,10 +18,7 @@ from tirjax.testing.reference.group import _result
 from tirjax.testing.reference.stats import groups, valid_steps, zscore_conventions
 
 
-def _generated(batch: dict, b: int) -> list[int]:
-  if not batch["row_valid"][b]:
-    return []
-  return [i for i in range(batch["loss_mask"].shape[1]) if batch["loss_mask"][b, i]]
+_generated = stats.generated
 
 
 def _energy(batch: dict, b: int, i: int, energy: str) -> float:
@@ -31,21 +28,6 @@ def _energy(batch: dict, b: int, i: int, energy: str) -> float:
   else:
     w = 1.0 - pi
   return max(w, 0.0)
-
-
-def _token_means(batch: dict, tokens: np.ndarray) -> dict:
-  """Steps and rows as the means of their tokens' advantages."""
-  B, T = batch["step_valid"].shape
-  steps, rows = np.zeros((B, T)), np.zeros(B)
-  for b in range(B):
-    mine = _generated(batch, b)
-    if mine:
-      rows[b] = sum(tokens[b, i] for i in mine) / len(mine)
-    for t in range(T):
-      at = [i for i in mine if batch["token_step"][b, i] == t]
-      if at:
-        steps[b, t] = sum(tokens[b, i] for i in at) / len(at)
-  return dict(steps=steps, rows=rows, tokens=tokens)
 
 
 def _otb(batch: dict, align: str, energy: str, singleton: str, zero_tail: bool,
@@ -93,7 +75,7 @@ def _otb(batch: dict, align: str, energy: str, singleton: str, zero_tail: bool,
           tokens[b, i] = 0.0
         else:
           tokens[b, i] = g - base
-  return _token_means(batch, tokens)
+  return stats.token_means(batch, tokens)
 
 
 def optimal_token_baseline(batch: dict, energy: str = "sampled", singleton: str = "zero",
@@ -144,7 +126,7 @@ def gdpo(batch: dict, rewards=("outcome", "format"), weights=None, zscore=None,
   tokens = np.zeros((B, L))
   for (b, i), v in zip(positions, z):
     tokens[b, i] = v
-  return _token_means(batch, tokens)
+  return stats.token_means(batch, tokens)
 
 
 def _batch_zscore(values: list[float], conv: dict) -> list[float]:

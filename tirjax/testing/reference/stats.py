@@ -1,10 +1,12 @@
-"""Reference group statistics (spec §3), plain Python over lists; independent of tirjax."""
+"""Reference group statistics (spec §3) and token-to-step means: plain loops, apart from tirjax."""
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
 from typing import Any, Optional, Sequence
+
+import numpy as np
 
 # spec §3 defaults: ddof 1, scale "std", singleton "zero", eps 1e-6.
 DEFAULTS = dict(ddof=1, scale="std", singleton="zero", eps=1e-6)
@@ -46,3 +48,25 @@ def groups(batch: dict) -> dict[int, list[int]]:
 
 def valid_steps(batch: dict, b: int) -> list[int]:
   return [t for t in range(batch["step_valid"].shape[1]) if batch["step_valid"][b, t]]
+
+
+def generated(batch: dict, b: int) -> list[int]:
+  """Positions of row b's own (loss) tokens; a padding row has none."""
+  if not batch["row_valid"][b]:
+    return []
+  return [i for i in range(batch["loss_mask"].shape[1]) if batch["loss_mask"][b, i]]
+
+
+def token_means(batch: dict, tokens) -> dict:
+  """Token advantages [B, L] with each step's and each row's as the mean of its own tokens'."""
+  B, T = batch["step_valid"].shape
+  steps, rows = np.zeros((B, T)), np.zeros(B)
+  for b in range(B):
+    mine = generated(batch, b)
+    if mine:
+      rows[b] = sum(tokens[b, i] for i in mine) / len(mine)
+    for t in range(T):
+      at = [i for i in mine if batch["token_step"][b, i] == t]
+      if at:
+        steps[b, t] = sum(tokens[b, i] for i in at) / len(at)
+  return dict(steps=steps, rows=rows, tokens=tokens)

@@ -17,33 +17,19 @@ from tirjax.testing.reference.group import _result
 from tirjax.testing.reference.stats import groups, zscore_conventions
 
 
-def _generated(batch: dict, b: int) -> list[int]:
-  """Positions of row b's own tokens (padding rows have none)."""
-  if not batch["row_valid"][b]:
-    return []
-  return [i for i in range(batch["loss_mask"].shape[1]) if batch["loss_mask"][b, i]]
+_generated = stats.generated
 
 
 def _whitened_tokens(batch: dict, value_at, conv: dict) -> dict:
   """The z-score of value_at(b, position) over every generated token of the batch as one
   group; steps and rows as the means of their tokens."""
   B, L = batch["loss_mask"].shape
-  T = batch["step_valid"].shape[1]
   positions = [(b, i) for b in range(B) for i in _generated(batch, b)]
   z = stats.zscore([value_at(b, i) for b, i in positions], **conv)
   tokens = np.zeros((B, L))
   for (b, i), v in zip(positions, z):
     tokens[b, i] = v
-  steps, rows = np.zeros((B, T)), np.zeros(B)
-  for b in range(B):
-    mine = _generated(batch, b)
-    if mine:
-      rows[b] = sum(tokens[b, i] for i in mine) / len(mine)
-    for t in range(T):
-      at = [i for i in mine if batch["token_step"][b, i] == t]
-      if at:
-        steps[b, t] = sum(tokens[b, i] for i in at) / len(at)
-  return dict(steps=steps, rows=rows, tokens=tokens)
+  return stats.token_means(batch, tokens)
 
 
 def reinforce_plus_plus(batch: dict, gamma: float = 1.0, zscore=None) -> dict:
