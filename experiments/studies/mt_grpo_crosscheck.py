@@ -22,16 +22,13 @@ and the code's token advantages to `--json`; tests/test_mt_grpo.py rebuilds each
 
 from __future__ import annotations
 
-import ast
-import json
-import os
-import subprocess
 import time
 import types
 
 import numpy as np
 from absl import app, flags
 
+from experiments.studies import peer_code
 from tirjax.reporting import benchmark
 
 METHODS = {"verifiers/trainers/grpo_env_trainer.py": ("GRPOEnvTrainer",
@@ -50,28 +47,12 @@ def define_flags():
   flags.DEFINE_integer("seed", 0, "seed of the first batch (batch k uses seed + k)")
 
 
-def _git_dir(path: str) -> str:
-  return os.path.join(path, ".git") if os.path.isdir(os.path.join(path, ".git")) else path
-
-
-def read_source(peer: str, commit: str, path: str) -> str:
-  return subprocess.run(["git", f"--git-dir={_git_dir(peer)}", "show", f"{commit}:{path}"],
-                        check=True, capture_output=True, text=True).stdout
-
-
 def load_methods(sources: dict[str, str]) -> dict:
-  """The two methods as plain functions of (self, ...), compiled from their syntax trees."""
+  """The two methods as plain functions of (self, ...), in one namespace."""
   import torch  # pylint: disable=import-outside-toplevel
   ns = {"torch": torch}
   for path, (cls, name) in METHODS.items():
-    tree = ast.parse(sources[path])
-    classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls]
-    found = [n for c in classes for n in c.body
-             if isinstance(n, ast.FunctionDef) and n.name == name]
-    if len(found) != 1:
-      raise ValueError(f"{path}: no method {cls}.{name} at this commit")
-    found[0].decorator_list = []
-    exec(compile(ast.Module(body=found, type_ignores=[]), f"peer:{path}", "exec"), ns)  # pylint: disable=exec-used
+    peer_code.load(sources[path], (name,), ns, cls=cls, origin=f"peer:{path}")
   return ns
 
 
@@ -124,9 +105,8 @@ def main(argv):
   import torch  # pylint: disable=import-outside-toplevel
   fv = flags.FLAGS
   start = time.perf_counter()
-  commit = subprocess.run(["git", f"--git-dir={_git_dir(fv.peer)}", "rev-parse", fv.commit],
-                          check=True, capture_output=True, text=True).stdout.strip()
-  ns = load_methods({p: read_source(fv.peer, commit, p) for p in METHODS})
+  commit = peer_code.resolve(fv.peer, fv.commit)
+  ns = load_methods({p: peer_code.source(fv.peer, commit, p) for p in METHODS})
   cases = []
   for k in range(fv.cases):
     case = random_case(fv.seed + k)
@@ -146,10 +126,7 @@ def main(argv):
                      "methods": {p: ".".join(m) for p, m in METHODS.items()}},
             "torch": torch.__version__, "group_size": GROUP, "cases": cases,
             "seconds": round(time.perf_counter() - start, 1)}
-  os.makedirs(os.path.dirname(fv.json) or ".", exist_ok=True)
-  with open(fv.json, "w") as f:
-    json.dump(result, f, separators=(",", ":"))
-    f.write("\n")
+  benchmark.write_result(fv.json, result, indent=None)
   print(f"{len(cases)} batches, MT-GRPO {commit[:12]}: {fv.json}")
 
 

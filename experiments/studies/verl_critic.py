@@ -18,8 +18,6 @@ outputs are written as float32 values, with the verl commit and the CPU.
 
 from __future__ import annotations
 
-import ast
-import subprocess
 import time
 import types
 from typing import Optional
@@ -27,6 +25,7 @@ from typing import Optional
 from absl import flags
 import numpy as np
 
+from experiments.studies import peer_code
 from tirjax import cli
 from tirjax.reporting import benchmark
 
@@ -38,31 +37,18 @@ TORCH_F = "verl/utils/torch_functional.py"
 VERL_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
 
-def _functions(source: str, names) -> ast.Module:
-  """The module-level functions `names` of `source`, decorators dropped."""
-  tree = ast.parse(source)
-  found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
-  missing = set(names) - {n.name for n in found}
-  if missing:
-    raise ValueError(f"not found in the verl source: {sorted(missing)}")
-  for n in found:
-    n.decorator_list = []
-  return ast.Module(body=found, type_ignores=[])
-
-
 def load_verl(repo: str, commit: str) -> types.SimpleNamespace:
   """verl's functions from `git show commit:path` of the snapshot at `repo`."""
   import torch  # pylint: disable=import-outside-toplevel  (only this study needs it)
 
   def show(path):
-    return subprocess.run(["git", "-C", repo, "show", f"{commit}:{path}"], check=True,
-                          capture_output=True, text=True).stdout
-  f_ns = {"torch": torch, "Optional": Optional}
-  exec(compile(_functions(show(TORCH_F), ("clip_by_value", "masked_sum", "masked_mean",
-                                          "masked_var", "masked_whiten")), TORCH_F, "exec"), f_ns)
+    return peer_code.source(repo, commit, path)
+  f_ns = peer_code.load(show(TORCH_F), ("clip_by_value", "masked_sum", "masked_mean",
+                                        "masked_var", "masked_whiten"),
+                        {"torch": torch, "Optional": Optional}, origin=TORCH_F)
   ns = {"torch": torch, "Optional": Optional, "verl_F": types.SimpleNamespace(**f_ns)}
-  exec(compile(_functions(show(CORE), ("compute_gae_advantage_return", "agg_loss",
-                                       "compute_value_loss")), CORE, "exec"), ns)
+  peer_code.load(show(CORE), ("compute_gae_advantage_return", "agg_loss", "compute_value_loss"),
+                 ns, origin=CORE)
   return types.SimpleNamespace(**{k: ns[k] for k in ("compute_gae_advantage_return",
                                                        "agg_loss", "compute_value_loss")})
 

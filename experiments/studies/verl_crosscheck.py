@@ -26,10 +26,7 @@ Needs torch (requirements-test.txt); about 10 s on 2 cores.
 
 from __future__ import annotations
 
-import ast
-import json
 import os
-import subprocess
 import time
 import types
 from collections import defaultdict
@@ -38,6 +35,7 @@ from typing import Any, Optional
 import numpy as np
 from absl import app, flags
 
+from experiments.studies import peer_code
 from tirjax.reporting import benchmark
 
 CORE = "verl/trainer/ppo/core_algos.py"
@@ -62,22 +60,12 @@ def define_flags():
 
 
 def read_source(verl: str, commit: str, path: str) -> str:
-  """The file `path` of verl at `commit` (from git when `verl` is a git directory)."""
+  """The file `path` of verl at `commit` (the checkout's own file for HEAD)."""
   plain = os.path.join(verl, path)
   if commit == "HEAD" and os.path.exists(plain):
     with open(plain) as f:
       return f.read()
-  return subprocess.run(["git", f"--git-dir={_git_dir(verl)}", "show", f"{commit}:{path}"],
-                        check=True, capture_output=True, text=True).stdout
-
-
-def _git_dir(verl: str) -> str:
-  return os.path.join(verl, ".git") if os.path.isdir(os.path.join(verl, ".git")) else verl
-
-
-def resolved_commit(verl: str, commit: str) -> str:
-  return subprocess.run(["git", f"--git-dir={_git_dir(verl)}", "rev-parse", commit], check=True,
-                        capture_output=True, text=True).stdout.strip()
+  return peer_code.source(verl, commit, path)
 
 
 def load_functions(sources: dict[str, str]) -> dict[str, Any]:
@@ -87,16 +75,7 @@ def load_functions(sources: dict[str, str]) -> dict[str, Any]:
   ns: dict[str, Any] = {"torch": torch, "np": np, "defaultdict": defaultdict,
                         "Optional": Optional, "Any": Any, "AlgoConfig": dict}
   for path, names in FUNCTIONS.items():
-    tree = ast.parse(sources[path])
-    found = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
-    missing = sorted(set(names) - set(found))
-    if missing:
-      raise ValueError(f"{path}: no function {missing} at this commit")
-    for name in names:
-      node = found[name]
-      node.decorator_list = []
-      module = ast.Module(body=[node], type_ignores=[])
-      exec(compile(module, f"verl:{path}", "exec"), ns)  # pylint: disable=exec-used
+    peer_code.load(sources[path], names, ns, origin=f"verl:{path}")
   ns["verl_F"] = types.SimpleNamespace(**{n: ns[n] for n in FUNCTIONS[TORCH_F]})
   return ns
 
@@ -223,7 +202,7 @@ def main(argv):
   import torch  # pylint: disable=import-outside-toplevel
   fv = flags.FLAGS
   start = time.perf_counter()
-  commit = resolved_commit(fv.verl, fv.commit)
+  commit = peer_code.resolve(fv.verl, fv.commit)
   sources = {path: read_source(fv.verl, commit, path) for path in FUNCTIONS}
   ns = load_functions(sources)
   cases = []
@@ -240,10 +219,7 @@ def main(argv):
             "torch": torch.__version__, "gdpo_reward_keys": list(GDPO_KEYS),
             "gdpo_reward_weights": {"gdpo": None, "gdpo_weighted": [1.0, 0.5]},
             "cases": cases, "seconds": round(time.perf_counter() - start, 1)}
-  os.makedirs(os.path.dirname(fv.json) or ".", exist_ok=True)
-  with open(fv.json, "w") as f:
-    json.dump(result, f, separators=(",", ":"))
-    f.write("\n")
+  benchmark.write_result(fv.json, result, indent=None)
   print(f"{len(cases)} batches, verl {commit[:12]}: {fv.json}")
 
 
