@@ -1,11 +1,11 @@
-"""The cross-check studies' reader of a peer's code (experiments/studies/peer_code.py): the
+"""The cross-check studies' reader of a peer's code (tirjax/testing/peer_code.py): the
 chosen functions alone, decorators dropped, methods as plain functions, a missing one named."""
 
 import subprocess
 
 import pytest
 
-from experiments.studies import peer_code
+from tirjax.testing import peer_code
 
 PEER = '''
 import not_installed_anywhere

@@ -28,8 +28,8 @@ import types
 import numpy as np
 from absl import app, flags
 
-from experiments.studies import peer_code
 from tirjax.reporting import benchmark
+from tirjax.testing import peer_code
 
 METHODS = {"verifiers/trainers/grpo_env_trainer.py": ("GRPOEnvTrainer",
                                                       "_compute_normalized_advantages"),

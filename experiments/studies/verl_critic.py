@@ -25,9 +25,9 @@ from typing import Optional
 from absl import flags
 import numpy as np
 
-from experiments.studies import peer_code
 from tirjax import cli
 from tirjax.reporting import benchmark
+from tirjax.testing import peer_code
 
 FLAGS = flags.FLAGS
 

@@ -35,8 +35,8 @@ from typing import Any, Optional
 import numpy as np
 from absl import app, flags
 
-from experiments.studies import peer_code
 from tirjax.reporting import benchmark
+from tirjax.testing import peer_code
 
 CORE = "verl/trainer/ppo/core_algos.py"
 TORCH_F = "verl/utils/torch_functional.py"
