@@ -107,3 +107,22 @@ def test_validation_names_a_bad_probe():
 def test_a_bad_option_fails_naming_it(field, value):
   with pytest.raises(ValueError, match=field):
     IGPOOptions(**{field: value})
+
+
+def test_a_config_on_an_environment_without_gold_answers_fails_before_compute(monkeypatch):
+  """configs/estimator.py:igpo resolves on toolworld; on an environment whose tasks carry no
+  gold answer (toolworld's entry with `gold_answers` off: bfcl and ftrl, the real ones, need
+  a checkpoint or a data file before this check) the trainer refuses it before anything runs,
+  naming the key and the environments that have them."""
+  import dataclasses  # noqa: PLC0415
+  from configs import estimator  # noqa: PLC0415
+  from tirjax.env import registry  # noqa: PLC0415
+  from tirjax.trainer import resolve  # noqa: PLC0415
+  assert resolve.resolve(estimator.get_config("igpo,model=tiny")).estimator.name == "igpo"
+  entry = registry.get("toolworld")
+  monkeypatch.setitem(registry._REGISTRY, "toolworld",
+                      dataclasses.replace(entry, gold_answers=False))
+  with pytest.raises(resolve.ConfigError,
+                     match=r"advantage\.name: advantage igpo scores .*env\.name='toolworld' has "
+                           r"no gold answers.* environments with gold answers: doors, toolhop$"):
+    resolve.resolve(estimator.get_config("igpo,model=tiny"))
