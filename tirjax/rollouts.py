@@ -23,7 +23,8 @@ Conventions that the spec leaves to the implementation, fixed here:
   outputs, needed by `ftrl`), `greedy_outcome` (R_out of one greedy rollout of the row's
   query, ReMax's baseline, needed by `remax`; the greedy rows themselves are never in the
   batch, so never in the loss), `state_id` (anchor states, needed by `gigpo`) and
-  `turn_label` (each step's ground-truth label, needed by `oracle`).
+  `turn_label` (each step's ground-truth label, needed by `oracle`) and `answer_logprob`
+  (the policy's log-probability of the gold answer before each step, needed by `igpo`).
   `ref_logprobs` is optional (needed when the KL weight > 0).
 * `state_id[b, t]` names what step t of row b saw before it acted: the query and the tool
   calls and tool responses (or user turns) of the row's earlier steps, the policy's own text

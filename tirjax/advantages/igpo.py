@@ -38,6 +38,8 @@ Choices the paper leaves open (or that this contract forces), decided here:
   with several turns is normalised over its own turns' rewards ("group"), since the pool is the
   set of rewards, not of rows.
 * `rows` is A_{i,0}, the row's first turn's return (logged); `row_reward` is the final reward.
+
+The kernel against its loop: benchmarks/results/bench_kernels_igpo_cpu.md.
 """
 
 from __future__ import annotations

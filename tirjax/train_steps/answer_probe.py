@@ -21,7 +21,8 @@ answer prefix with an empty `<think></think>` (the policy's own answer step with
 thought); the template and the answer are tokenised separately and concatenated, so the
 answer's tokens are the same in every probe whatever the template's last token; the
 `response_gen` answer is JSON-escaped, as the policy writes it inside the call; parameters are
-the ones the batch was sampled with (the probes are taken before the update). A step without a
+the ones the batch was sampled with (the probes are taken before the update), at the policy
+step's temperature (`step.temperature`, 1 by default), as the update's own log-probs. A step without a
 generated token starts where the next token after its predecessors' would: its probe is the
 history up to the step's end (its tool response included).
 """
