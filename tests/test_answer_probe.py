@@ -114,3 +114,16 @@ def test_probe_starts_of_a_token_less_step():
   starts = answer_probe.probe_starts(token_step, mask, np.ones_like(mask), np.array([3]))
   np.testing.assert_array_equal(starts, [[1, 4, 4]])
   jax.clear_caches()
+
+
+@pytest.mark.parametrize("protocol", chat.ANSWER_PROTOCOLS)
+def test_toolworld_tokens_of_template_and_answer_decode_to_the_answer_step(tmp_path, protocol):
+  """With toolworld's tokenizer, a row's template and gold-answer ids decode to the start of
+  the answer step the policy would write; a row without a gold answer gets none."""
+  from tirjax.env.toolworld import build_tokenizer  # noqa: PLC0415
+  from tirjax.trainer.tasks import load_tokenizer  # noqa: PLC0415
+  tok = load_tokenizer(str(build_tokenizer(str(tmp_path / "tok"), seed=0)))
+  prefix, gold = answer_probe.answer_ids(tok, ["42", None], protocol)
+  assert prefix[1] is None and gold[1] is None and gold[0]
+  text = tok.decode(prefix[0] + gold[0])
+  assert chat.format_answer_step("", "42", protocol).startswith(text) and text.endswith("42")
