@@ -11,8 +11,8 @@ exp((1/|a|) Σ_j log π_θ(a_j | q, o_{≤t}, a_{<j})), each turn of row i gets
 and A_{i,t} goes to every generated token of turn t. The probabilities come from
 `Rollouts.answer_logprob` [B, T]: entry t is log P before step t (0-based: the prompt and steps
 0..t-1), so step t < n−1 has r = exp(lp[t+1]) − exp(lp[t]) and the last step's reward is the
-outcome; the trainer computes them in one packed pass per row
-(`tirjax/train_steps/answer_probe.py`).
+outcome; the trainer computes them in one packed forward per batch, each row's probes
+branches off its history (`tirjax/train_steps/answer_probe.py`).
 
 Choices the paper leaves open (or that this contract forces), decided here:
 
@@ -36,7 +36,8 @@ Choices the paper leaves open (or that this contract forces), decided here:
 * **Degenerate pools** follow spec §3 (`zscore`): a pool of one reward gets 0, a pool of equal
   rewards exactly 0. A row with a single turn has only the outcome reward; a group of one row
   with several turns is normalised over its own turns' rewards ("group"), since the pool is the
-  set of rewards, not of rows.
+  set of rewards, not of rows. On a tree, a shared step enters the pool once per row through
+  it (its rows share its probe, so its reward), as in every per-row estimator here.
 * `rows` is A_{i,0}, the row's first turn's return (logged); `row_reward` is the final reward.
 
 The kernel against its loop: benchmarks/results/bench_kernels_igpo_cpu.md.
