@@ -38,6 +38,7 @@ from tirjax.matching.hungarian import masked_weights, max_weight_matching
 from tirjax.matching.sinkhorn import ot_call_rewards
 from tirjax.reporting import benchmark
 from tirjax.testing.critic_values import with_values
+from tirjax.testing.estimator_checks import stand_in_answer_logprob
 from tirjax.testing.synthetic_calls import random_call_rollouts
 from tirjax.rollouts import to_numpy
 from tirjax.testing.reference import REFERENCES
@@ -68,12 +69,16 @@ def estimator_cases(tree, tree_batch, flat, flat_batch, seed: int = 0) -> dict:
   """{name: (kernel, args, reference call)} of every registered estimator, on the rollout trees
   or the flat rows (`tree_estimators`; `*_batch` their numpy arrays), each against the
   reference its registration names. An estimator that reads a critic's values (ppo, turn_ppo)
-  gets a stand-in critic's (`with_values`, drawn from `seed`)."""
+  gets a stand-in critic's (`with_values`, drawn from `seed`); igpo, which reads the answer
+  probes, gets `estimator_checks.stand_in_answer_logprob`'s."""
   cases = {}
   for name in advantages.names():
     r, batch = (tree, tree_batch) if name in tree_estimators() else (flat, flat_batch)
     if "values" in advantages.get(name).needs:
       r = with_values(r, seed)
+      batch = to_numpy(r)
+    if "answer_logprob" in advantages.get(name).needs:
+      r = r.replace(answer_logprob=stand_in_answer_logprob(r))
       batch = to_numpy(r)
     cases[name] = (advantages.get(name), (r,),
                    lambda name=name, batch=batch: REFERENCES[name](batch))

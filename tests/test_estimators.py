@@ -56,7 +56,7 @@ CASES = {
 def case(request):
   return request.param, build_rollouts(CASES[request.param], with_ftrl=True, with_ref=True,
                                        with_greedy=True, with_labels=True, with_values=True,
-                                       **SHAPE)
+                                       with_answer_logprob=True, **SHAPE)
 
 
 @pytest.mark.parametrize("name", advantages.names())

@@ -23,7 +23,8 @@ Conventions that the spec leaves to the implementation, fixed here:
   outputs, needed by `ftrl`), `greedy_outcome` (R_out of one greedy rollout of the row's
   query, ReMax's baseline, needed by `remax`; the greedy rows themselves are never in the
   batch, so never in the loss), `state_id` (anchor states, needed by `gigpo`) and
-  `turn_label` (each step's ground-truth label, needed by `oracle`).
+  `turn_label` (each step's ground-truth label, needed by `oracle`) and `answer_logprob`
+  (the policy's log-probability of the gold answer before each step, needed by `igpo`).
   `ref_logprobs` is optional (needed when the KL weight > 0).
 * `state_id[b, t]` names what step t of row b saw before it acted: the query and the tool
   calls and tool responses (or user turns) of the row's earlier steps, the policy's own text
@@ -46,6 +47,14 @@ Conventions that the spec leaves to the implementation, fixed here:
   verl's optimal token baselines read (`optimal_token_baseline`, `tir_optimal_token_baseline`
   with `energy="sum_pi_squared"`, spec §4.4). Optional: the credit bench's chain rollouts fill
   it exactly from their policy table; the trainer's samplers do not compute it yet.
+* `answer_logprob[b, t]` is the current policy's length-normalised log-probability of the
+  task's gold answer, teacher-forced after the history *before* step t of row b (the prompt and
+  steps 0..t-1 with their tool responses, then the answer template): (1/|a|) Σ_j log π(a_j |
+  history, a_<j), so exp of it is IGPO's P(a | history) (spec §4.4). It is ≤ 0 on valid steps,
+  0 on padding steps; rows that share a tree node share it (one history). Step t's information
+  gain is exp(answer_logprob[b, t+1]) − exp(answer_logprob[b, t]); the last step's reward is
+  the outcome, so the probe after the last step is never needed and [B, T] holds all of them.
+  The trainer fills it for `igpo` only (`tirjax/train_steps/answer_probe.py`).
 """
 
 from __future__ import annotations
@@ -106,6 +115,7 @@ class Rollouts:
   turn_label: Optional[jax.Array] = None  # [B, T] int32 +1 right / -1 wrong / 0 none (oracle)
   values: Optional[jax.Array] = None  # [B, L] f32 critic's V(prefix before the token) (ppo)
   sum_pi_squared: Optional[jax.Array] = None  # [B, L] f32 Σ_v π(v)² per generated token (OTB)
+  answer_logprob: Optional[jax.Array] = None  # [B, T] f32 log P(gold | history before t) (IGPO)
 
   # Static sizes, read from shapes (never pytree leaves).
   @property
@@ -174,11 +184,12 @@ _SPEC = {
     "turn_label": ("BT", "i", 0),
     "values": ("BL", "f", 0.0),
     "sum_pi_squared": ("BL", "f", 0.0),
+    "answer_logprob": ("BT", "f", 0.0),
 }
 _DTYPES = {"i": np.int32, "b": np.bool_, "f": np.float32}
 CALL_PAD = -1  # every `CallEncoding` field's padding value
 OPTIONAL = ("ref_logprobs", "call_solves", "num_expected", "greedy_outcome", "state_id",
-            "turn_label", "values", "sum_pi_squared")
+            "turn_label", "values", "sum_pi_squared", "answer_logprob")
 
 
 _CALL_SPEC = {"pred_name": "BTK", "pred_keys": "BTKP", "pred_values": "BTKP", "gt_name": "BC",
@@ -328,6 +339,8 @@ def validate(r: Rollouts) -> Rollouts:
   if a["sum_pi_squared"] is not None:
     _check(np.all((a["sum_pi_squared"] >= 0) & (a["sum_pi_squared"] <= 1 + 1e-6)),
            "sum_pi_squared", "values must lie in [0, 1] (a sum of squared probabilities)")
+  if a["answer_logprob"] is not None:
+    _check_answer_logprob(a)
   _check_tokens(a)
   if r.calls is not None:
     _check_calls(r.calls, B, T, K, C)
@@ -401,6 +414,16 @@ def _check_states(a, B: int, T: int) -> None:
   before it), and one state per tree node (a shared node is one step)."""
   _check_prefix_ids(a, "state_id", B, T, "a state is one history")
   _check_one_per_node(a, "state_id", "rows that share a node share its state")
+
+
+def _check_answer_logprob(a) -> None:
+  """answer_logprob: a finite log-probability (≤ 0) on valid steps, 0 on padding steps, one
+  value per tree node (rows that share a node share the history before it)."""
+  lp, sv = a["answer_logprob"], a["step_valid"]
+  _check(np.all(np.isfinite(lp)), "answer_logprob", "values must be finite")
+  _check(np.all(lp[sv] <= 1e-6), "answer_logprob", "values must be ≤ 0 (log-probabilities)")
+  _check(not np.any(lp[~sv]), "answer_logprob", "must be 0 on padding steps")
+  _check_one_per_node(a, "answer_logprob", "rows that share a node share its history")
 
 
 def check_turn_labels(a) -> None:

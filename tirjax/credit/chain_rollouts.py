@@ -12,7 +12,11 @@ greedy episode (the task is deterministic, so it is exact). The oracle's `turn_l
 the optimal policy's action (the next chain tool, or the answer once the chain is done) and −1
 on any other (a detour, a fatal call, an early answer). `sum_pi_squared` is Σ_a π(a | s)² of
 the behaviour policy at each step's state, exact from the policy table (the optimal token
-baselines' energy, `energy="sum_pi_squared"`).
+baselines' energy, `energy="sum_pi_squared"`). IGPO's `answer_logprob` (the probability of the
+gold answer if the agent answered before the step) is the task's own: the answer is right at
+progress D and never before, so P = 1 once the chain is done and `ANSWER_FLOOR` before (a
+floor, so that its log is finite): the information gain is 1 − floor on the step that
+completes the chain and 0 on every other (the tabular policy has no belief to probe).
 
 Sampling is numpy-vectorised over queries (one loop over depths) from the policy table.
 """
@@ -31,6 +35,7 @@ from tirjax.credit.task import ANSWER, ChainTask, state_index, transition
 from tirjax.rollouts import CallEncoding, Rollouts, state_ids, validate
 
 KINDS = ("tree", "independent")
+ANSWER_FLOOR = 1e-3  # IGPO's P(gold answer) before the chain is done (module docstring)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +72,7 @@ class Episodes(NamedTuple):
   format_reward: np.ndarray  # [N]
   solves: np.ndarray  # [N] bool, the step advanced the chain
   right: np.ndarray  # [N] bool, the optimal action (advance, or the answer at progress D)
+  informed: np.ndarray  # [N] bool, the chain was done before the step (IGPO's probe)
   num_samples: int  # sampled steps, dropped candidates included
   greedy_outcome: float = -1.0  # R_out of the behaviour policy's greedy episode (ReMax)
   sum_pi_squared: np.ndarray | None = None  # [N] Σ_a π(a | state)² (the optimal token baselines)
@@ -95,7 +101,7 @@ def grow(rng: np.random.Generator, task: ChainTask, log_probs: np.ndarray,
   without a kept child are dropped. Independent rollouts are the case f = 1: every active
   row keeps its one candidate.
   """
-  Q, W, T = opts.num_queries, opts.group_size, task.max_steps
+  Q, W, T, D = opts.num_queries, opts.group_size, task.max_steps, task.num_stages
   f = opts.branching if opts.kind == "tree" else 1
   log_probs = np.asarray(log_probs, np.float64)
   probs = np.exp(log_probs)
@@ -103,11 +109,11 @@ def grow(rng: np.random.Generator, task: ChainTask, log_probs: np.ndarray,
   table = {name: np.zeros(capacity, dtype) for name, dtype in [
       ("action", np.int64), ("state", np.int64), ("logprob", np.float64),
       ("format_reward", np.float64), ("solves", bool), ("right", bool),
-      ("sum_pi_squared", np.float64)]}
+      ("sum_pi_squared", np.float64), ("informed", bool)]}
   energy = np.sum(probs ** 2, axis=-1)  # [S] Σ_a π(a | s)²
 
-  def record(ids, state, action, tr, keep):
-    for name, value in [("action", action), ("state", state),
+  def record(ids, state, action, tr, keep, before):
+    for name, value in [("action", action), ("state", state), ("informed", before >= D),
                         ("logprob", log_probs[state, action]),
                         ("sum_pi_squared", energy[state]),
                         ("format_reward", tr["format_reward"]), ("solves", tr["solves"]),
@@ -119,7 +125,7 @@ def grow(rng: np.random.Generator, task: ChainTask, log_probs: np.ndarray,
   action = _sample(rng, probs[state])
   tr = transition(task, np.zeros((Q, W), np.int64), action)
   paths[:, :, 0] = np.arange(Q * W).reshape(Q, W)
-  record(paths[:, :, 0], state, action, tr, np.ones((Q, W), bool))
+  record(paths[:, :, 0], state, action, tr, np.ones((Q, W), bool), np.zeros((Q, W), np.int64))
   progress, done, answered, outcome = tr["progress"], tr["done"], tr["answered"], tr["outcome"]
   num_steps = np.ones((Q, W), np.int64)
   num_samples, next_id = Q * W, Q * W
@@ -137,10 +143,11 @@ def grow(rng: np.random.Generator, task: ChainTask, log_probs: np.ndarray,
     parent = chosen // f
     new_state = np.take_along_axis(state, parent, axis=1)
     new_action = np.take_along_axis(candidates, chosen, axis=1)
-    tr = transition(task, np.take_along_axis(progress, parent, axis=1), new_action)
+    before = np.take_along_axis(progress, parent, axis=1)
+    tr = transition(task, before, new_action)
     grown = np.take_along_axis(paths, parent[:, :, None], axis=1)
     grown[:, :, d] = next_id + np.arange(Q)[:, None] * (W * f) + chosen
-    record(grown[:, :, d], new_state, new_action, tr, active)
+    record(grown[:, :, d], new_state, new_action, tr, active, before)
     next_id += Q * W * f
     paths = np.where(active[:, :, None], grown, paths)
     progress = np.where(active, tr["progress"], progress)
@@ -194,6 +201,8 @@ def to_batch(task: ChainTask, ep: Episodes, policy_version: int = 0,
       greedy_outcome=np.full(B, ep.greedy_outcome, f32),
       state_id=state_ids(ep.group_id, action, sv),
       turn_label=np.where(sv, np.where(ep.right[nid], 1, -1), 0).astype(i32),
+      answer_logprob=np.where(sv, np.where(ep.informed[nid], 0.0, np.log(ANSWER_FLOOR)),
+                              0.0).astype(f32),
       sum_pi_squared=(None if ep.sum_pi_squared is None else
                       np.where(sv, np.minimum(ep.sum_pi_squared[nid], 1.0), 0.0).astype(f32)))
   # numpy → device without a dtype conversion (which would compile once per new shape).

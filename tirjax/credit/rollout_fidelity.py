@@ -14,9 +14,10 @@ import time
 import types
 
 import numpy as np
+import optax
 from flax import nnx
 
-from tirjax import advantages
+from tirjax import advantages, sharding
 from tirjax.advantages.critic import without_critics
 from tirjax.env import environments
 from tirjax.env.toolworld.failures import RIGHT, TURN_KINDS
@@ -27,6 +28,8 @@ from tirjax.reporting import benchmark
 from tirjax.trainer import prepare, resolve, samplers
 from tirjax.trainer.policy_eval import policy_directory
 from tirjax.trainer.tasks import TaskSource, load_tokenizer
+from tirjax.train_steps import answer_probe
+from tirjax.train_steps.step import placement
 
 
 DEFAULT_CONFIG = "configs/hidifftir.py:model=tiny"
@@ -39,8 +42,10 @@ def own_kind(name: str) -> str:
   return "tree" if advantages.get(name).rollout_mode == "tree" else "independent"
 
 
-def sample_batches(exp, sampler, tokenizer, tasks, judge, kind: str, seed: int):
-  """(rollouts, labels) per batch of `train.queries_per_step` tasks, in `kind` mode."""
+def sample_batches(exp, sampler, tokenizer, tasks, judge, kind: str, seed: int, probe=None,
+                   params=None):
+  """(rollouts, labels) per batch of `train.queries_per_step` tasks, in `kind` mode; with
+  `probe` (an `AnswerProbe`) and the policy's `params`, IGPO's `answer_logprob` filled."""
   opts = dataclasses.replace(exp.rollout, mode=kind, greedy_baseline=True)  # remax's baseline
   per = exp.train.queries_per_step
   for i, start in enumerate(range(0, len(tasks), per)):
@@ -49,7 +54,14 @@ def sample_batches(exp, sampler, tokenizer, tasks, judge, kind: str, seed: int):
     by_id = {t.task_id: t for t in chunk}
     labels = fid.episode_labels(batch.episodes, by_id.get, batch.rollouts.num_rows,
                                 exp.env.name)
-    yield fid.with_turn_labels(batch.rollouts, labels), labels  # `oracle` reads them
+    r = fid.with_turn_labels(batch.rollouts, labels)  # `oracle` reads them
+    if probe is not None:  # `igpo` reads them
+      answers = [None] * r.num_rows
+      for rec in batch.episodes:
+        answers[rec.row] = by_id[rec.task_id].answer
+      prefix, gold = answer_probe.answer_ids(tokenizer, answers, exp.rollout.answer_protocol)
+      r = r.replace(answer_logprob=probe(params, r, prefix, gold))
+    yield r, labels
 
 
 def by_label(turns: fid.TurnTable) -> dict:
@@ -122,8 +134,17 @@ def measure(config, policy: str, queries: int, out: str, resamples: int = 1000,
     state = types.SimpleNamespace(params=params, policy_version=0)
     sampler = samplers.make_sampler(exp.sampler, exp.step.logprob_chunk_size, graphdef, state,
                                     os.path.dirname(out) or ".", checkpoint, exp.rollout)
+    probe = None
+    if any("answer_logprob" in advantages.get(n).needs for n in names):
+      if not environments.get(exp.env.name).gold_answers:
+        raise resolve.ConfigError(f"env.name={exp.env.name}: has no gold answers, which igpo's "
+                                  "probes need")
+      place = placement(params, optax.identity(), sharding.make_mesh(exp.sharding),
+                        exp.sharding.rules)
+      probe = answer_probe.AnswerProbe(graphdef, place, exp.step)
     for kind in KINDS:
-      batches = list(sample_batches(exp, sampler, tokenizer, tasks, judge, kind, exp.seed))
+      batches = list(sample_batches(exp, sampler, tokenizer, tasks, judge, kind, exp.seed,
+                                    probe, params))
       stats[kind] = batch_stats(*zip(*batches))
       for name in names:
         est = advantages.get(name)

@@ -128,5 +128,5 @@ PRESET = Preset("doors", doc="The doors bandit: a small model and a short run.",
 
 ENVIRONMENT = register(Environment(
     "doors", draw=_draw, demonstrations=_demonstrations, tokenizer=_tokenizer,
-    answer_protocols=(PROTOCOL,), presets=(PRESET,),
+    answer_protocols=(PROTOCOL,), presets=(PRESET,), gold_answers=True,
     not_a_benchmark="the doors bandit is a test task, not a benchmark"))

@@ -67,6 +67,8 @@ class Environment:
       `Difficulty`, the query mix; `EnvOptions.options` holds them), or None.
     check: checks its own config values (toolworld: the query mix), or None.
     answer_protocols: the answer protocols its tasks can be answered in (empty: any).
+    gold_answers: every task has a gold answer string (`Task.answer`), so IGPO's answer probes
+      (`Rollouts.answer_logprob`, spec §4.4) can be scored on it.
     not_a_benchmark: why `experiments.evaluate` refuses it ("": a benchmark).
     presets: its config presets (`tirjax.config.Preset`), applied in order to a config of
       `env=<name>` whose preset argument matches each one's `when` (toolworld: the tiny model's
@@ -88,6 +90,7 @@ class Environment:
   options: Optional[type] = None
   check: Optional[Check] = None
   answer_protocols: tuple[str, ...] = ()
+  gold_answers: bool = False
   not_a_benchmark: str = ""
   presets: tuple[Preset, ...] = ()
 

@@ -69,7 +69,9 @@ def with_needed_fields(est, r: Rollouts) -> Rollouts:
   then is R_out of each group's first valid row (the episode runner's own greedy rollout is
   tested in test_rollout_episodes). Likewise oracle's `turn_label` (refused naming it), whose
   stand-in labels a step right when it passed every format check (R_fm = 0.25; one label per
-  tree node, as R_fm is); the trainer's own labels are tested in test_oracle."""
+  tree node, as R_fm is); the trainer's own labels are tested in test_oracle. And igpo's
+  `answer_logprob` (refused naming it), whose stand-in is log(0.5 + R_fm) of each step (one
+  per tree node; the trainer's answer-probability pass is tested in test_answer_probe)."""
   if "greedy_outcome" in est.needs and r.greedy_outcome is None:
     try:
       est(r)
@@ -93,7 +95,17 @@ def with_needed_fields(est, r: Rollouts) -> Rollouts:
     right = np.asarray(r.format_reward) >= 0.25 - 1e-6  # every format check passed
     r = r.replace(turn_label=jnp.asarray(np.where(np.asarray(r.step_valid),
                                                   np.where(right, 1, -1), 0), jnp.int32))
+  if "answer_logprob" in est.needs and r.answer_logprob is None:
+    _refused(est, r, "answer_logprob")
+    r = r.replace(answer_logprob=stand_in_answer_logprob(r))
   return r
+
+
+def stand_in_answer_logprob(r: Rollouts) -> jnp.ndarray:
+  """[B, T] log(0.5 + R_fm) on valid steps (in [log 0.25, log 0.75]; one per node), 0 on
+  padding: a valid `answer_logprob` for tests that only need one."""
+  fm = np.asarray(r.format_reward, np.float32)
+  return jnp.asarray(np.where(np.asarray(r.step_valid), np.log(0.5 + fm), 0.0), jnp.float32)
 
 
 def _refused(est, r: Rollouts, field: str) -> None:

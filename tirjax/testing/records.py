@@ -42,6 +42,9 @@ class StepRecord:
   response_tokens: Sequence[int] = ()  # tool-response tokens after the step (loss_mask = 0)
   solves: Optional[Sequence[bool]] = None  # per kept call: output verified an expected answer
   right: Optional[bool] = None  # its ground-truth label (`with_labels`); None: format_reward > 0
+  # log P(gold answer | history before the step) (`with_answer_logprob`, IGPO's probe);
+  # None: log(0.5 + format_reward), so that the steps of one tree node agree
+  answer_logprob: Optional[float] = None
 
 
 @dataclasses.dataclass
@@ -81,6 +84,7 @@ def build_rollouts(
     with_greedy: bool = False,
     with_labels: bool = False,
     with_values: bool = False,
+    with_answer_logprob: bool = False,
     terminal_tool: str = TERMINAL_TOOL,
 ) -> Rollouts:
   """Pads the records into a validated `Rollouts` with encodings and `call_sim` filled in.
@@ -91,7 +95,8 @@ def build_rollouts(
   `ref_logprobs` and `call_solves` / `num_expected`; `with_labels` adds `turn_label`, each
   step's `right` (+1 / -1), a step without one right when its format_reward is positive (so
   that the steps of one tree node agree, as they must). `with_values` adds a stand-in critic's
-  `values`, one per token prefix (`tirjax.testing.critic_values`).
+  `values`, one per token prefix (`tirjax.testing.critic_values`). `with_answer_logprob` adds
+  each step's `answer_logprob` (IGPO's probe before it; `StepRecord.answer_logprob`).
   """
   rows = [(g, row) for g, grp in enumerate(groups) for row in grp.rows]
   steps = [s for _, row in rows for s in row.steps]
@@ -117,7 +122,8 @@ def build_rollouts(
                                           "max_tokens", "max_params"))
 
   a = empty_arrays(B, T, K, C, L, P, optional=("ref_logprobs", "call_solves", "num_expected",
-                                                "greedy_outcome", "turn_label"))
+                                                "greedy_outcome", "turn_label",
+                                                "answer_logprob"))
   step_keys: dict[str, int] = {}
   step_key = np.zeros((B, T), np.int64)
   ref, solves, num_expected = a["ref_logprobs"], a["call_solves"], a["num_expected"]
@@ -150,6 +156,8 @@ def build_rollouts(
       a["format_reward"][b, t] = step.format_reward
       right = step.right if step.right is not None else step.format_reward > 0
       a["turn_label"][b, t] = 1 if right else -1
+      a["answer_logprob"][b, t] = (step.answer_logprob if step.answer_logprob is not None
+                                   else np.log(0.5 + step.format_reward))
       if step.node is None:
         node = next_node
         next_node += 1
@@ -181,7 +189,7 @@ def build_rollouts(
   a["state_id"] = state_ids(a["group_id"], step_key, a["step_valid"])
   for name, keep in (("ref_logprobs", with_ref), ("call_solves", with_ftrl),
                      ("num_expected", with_ftrl), ("greedy_outcome", with_greedy),
-                     ("turn_label", with_labels)):
+                     ("turn_label", with_labels), ("answer_logprob", with_answer_logprob)):
     if not keep:
       del a[name]
   if with_values:

@@ -223,6 +223,14 @@ def resolve(c) -> Experiment:
         f"(Rollouts.turn_label), which env.name={env.name!r} does not give (its registry entry "
         "has no turn_labels); environments that label turns: "
         f"{', '.join(environments.names('turn_labels'))}")
+  _need("answer_logprob" not in estimator.needs or environment.gold_answers, "advantage.name",
+        f"advantage {estimator.name} scores the policy's probability of each task's gold answer "
+        f"(Rollouts.answer_logprob), and env.name={env.name!r} has no gold answers (its registry "
+        "entry's gold_answers is False); environments with gold answers: "
+        f"{', '.join(environments.names('gold_answers'))}")
+  _need("answer_logprob" not in estimator.needs or processes == 1, "advantage.name",
+        f"advantage {estimator.name}: the answer-probe pass scores one process's rows and is "
+        f"not yet split over processes; this run has {processes}")
   _need("values" not in estimator.needs, "advantage.name",
         f"advantage {estimator.name} reads a critic's values (Rollouts.values), and the trainer "
         "has no value model yet (issue 53): its kernel is registered, its training is not")

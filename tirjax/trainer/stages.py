@@ -27,6 +27,7 @@ from tirjax.trainer.progress import summary_table
 from tirjax.trainer.rl_metrics import (PhaseClock, credit_metrics, rl_metrics,
                                        rollout_correction_metrics)
 from tirjax.trainer.sft_data import SFTData
+from tirjax.train_steps.answer_probe import AnswerProbe, answer_ids
 from tirjax.train_steps.batches import SFTBatch, longest_row, policy_batch, trim_tokens
 from tirjax.train_steps.minibatches import combine_updates, update_passes
 from tirjax.train_steps.reference import (ReferencePolicy, TokenLogprobs, with_policy_logprobs,
@@ -51,6 +52,7 @@ class StepBatch:
   stats: dict  # the sampler's
   extra_rounds: int  # DAPO's refill rounds
   labels: Optional[list] = None  # per local row, its turns' labels (toolworld: credit/...)
+  answers: Optional[list] = None  # per local row, its task's gold answer (IGPO's probes)
 
 
 def warm_start(trainer: Trainer, state: TrainState) -> TrainState:
@@ -96,7 +98,10 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
   correcting = exp.loss.rollout_correction.enabled
   own_logprobs = (TokenLogprobs(graphdef, rl.place, exp.step)
                   if exp.train.tempered_policy or correcting else None)
-  packers = {"rl": rl.step, "reference": reference, "old_logprobs": own_logprobs}
+  probe = (AnswerProbe(graphdef, rl.place, exp.step)  # IGPO's answer probes (spec §4.4)
+           if "answer_logprob" in exp.estimator.needs else None)
+  packers = {"rl": rl.step, "reference": reference, "old_logprobs": own_logprobs,
+             "answer_probe": probe}
   layouts.resume(state, packers)
   trainer.progress.start("rl", exp.train.steps, state.data_position["rl_step"])
   last_eval = None
@@ -110,6 +115,8 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
       batch = sample(trainer, i)
       sampler.sleep()  # the update takes the accelerators until the next hand-over
     with clock("advantages"):
+      if probe is not None:
+        batch = with_answer_probes(trainer, batch, probe, state.params)
       adv = jax.block_until_ready(exp.estimator(batch.rollouts, exp.advantage))
     with clock("reference"):
       rollouts = _with_reference_and_old_logprobs(batch.rollouts, reference, own_logprobs,
@@ -174,8 +181,23 @@ def sample(trainer: Trainer, i: int) -> StepBatch:
             if environments.get(exp.env.name).turn_labels else None)  # task's plan, if it has one
   if labels is not None and "turn_label" in exp.estimator.needs:  # `oracle` (spec §4.4);
     local = with_turn_labels(local, labels)  # other runs never depend on the field
+  answers = None
+  if "answer_logprob" in exp.estimator.needs:  # `igpo`: probed once the params are at hand
+    answers = [None] * local.num_rows
+    for rec in episodes:
+      answers[rec.row] = sampled[rec.task_id].answer
   return StepBatch(share.global_rollouts(local), local, episodes, batch.stats, extra_rounds,
-                   labels)
+                   labels, answers)
+
+
+def with_answer_probes(trainer: Trainer, batch: StepBatch, probe, params) -> StepBatch:
+  """`batch` with IGPO's `answer_logprob` of its rows under `params` (the parameters it was
+  sampled with), by one packed pass over every row's probes (`train_steps.answer_probe`)."""
+  prefix, gold = answer_ids(trainer.data.tokenizer, batch.answers,
+                            trainer.exp.rollout.answer_protocol)
+  local = batch.local.replace(answer_logprob=probe(params, batch.local, prefix, gold))
+  return dataclasses.replace(batch, local=local,
+                             rollouts=trainer.share.global_rollouts(local))
 
 
 def _with_reference_and_old_logprobs(rollouts: Rollouts, reference, own_logprobs, state,

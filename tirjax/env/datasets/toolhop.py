@@ -147,4 +147,4 @@ def _preceding_tool_message(episode) -> Optional[str]:
 ENVIRONMENT = register(Environment(
     "toolhop", load=lambda path, sandbox, only: load_toolhop(path, sandbox, only=only),
     data_path="../shared/data/toolhop/toolhop100.jsonl", needs_data_file=True,
-    episode_metrics=episode_metrics))
+    episode_metrics=episode_metrics, gold_answers=True))

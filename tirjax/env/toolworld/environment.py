@@ -81,4 +81,5 @@ differs by CPU), and where they miscopied names and values RL had nothing to tak
 ENVIRONMENT = register(Environment(
     "toolworld", draw=draw, demonstrations=demonstrations, tokenizer=tokenizer,
     eval_extras=direction_probe, turn_labels=turn_labels, failure_kind=failure_kind,
-    failure_shares=failure_shares, options=Difficulty, check=check, presets=(HEADROOM,)))
+    failure_shares=failure_shares, options=Difficulty, check=check, presets=(HEADROOM,),
+    gold_answers=True))
