@@ -240,9 +240,6 @@ def resolve(c) -> Experiment:
   except ValueError as e:
     raise ConfigError(f"critic.aggregation: {e}") from None
   critic = dataclasses.replace(critic, aggregation=critic_aggregation)
-  _need("values" not in estimator.needs, "advantage.name",
-        f"advantage {estimator.name} reads a critic's values (Rollouts.values), and the trainer "
-        "has no value model yet (issue 53): its kernel is registered, its training is not")
   return Experiment(seed=seed, model=model, env=env, judge=judge, sampler=sampler, train=train,
                     step=step, sft=sft, estimator=estimator, advantage=advantage,
                     rollout=rollout, loss=loss, optim=optim, sharding=shard, distributed=dist,
