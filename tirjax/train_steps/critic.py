@@ -13,9 +13,11 @@ den)` over micro-batches, clipping, AdamW) on the clipped value loss of `tirjax.
     g = Σ_m ∇ sum_m / max(Σ_m den_m, 1),   sum_m / den_m the aggregated ½·max((v−G)², (v_clip−G)²)
 
 on the mini-batches and epochs of the policy's update (`minibatches.update_passes`, the same
-shuffles). Both passes forward every `[B, L]` row whole (the padded path), also when the policy
-runs packed (`step.packed`): a tree's shared prefix is computed once per row through it, not
-once per tree (the packed critic is not written yet).
+shuffles). With `step.packed` (the default) the values come from a packed forward: each query group a
+forest (`tirjax.train_steps.packed`), every shared prefix (the group's prompt, a tree's shared
+steps) computed once, values filled on the loss tokens only (0 elsewhere; the estimators read
+no others), as the KL reference's log-probs are. The update forwards every `[B, L]` row whole
+(the padded path) either way: a packed critic update is not written yet.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from tirjax.loss.value import value_loss
 from tirjax.models.value import from_policy
 from tirjax.rollouts import Advantages, Rollouts
 from tirjax.train_steps.batches import merge_microbatches, split_microbatches
+from tirjax.train_steps import packed as packed_lib
 from tirjax.train_steps.minibatches import update_passes
 from tirjax.train_steps.optimizer import OptimizerOptions, make_optimizer
 from tirjax.train_steps.step import (LossFn, Placement, StepOptions, TrainStep, placed_copy,
@@ -92,6 +95,54 @@ def explained_variance(values: np.ndarray, returns: np.ndarray, mask: np.ndarray
   return float(1.0 - np.var(g - v) / (np.var(g) + eps))
 
 
+def packed_row_values(model, seqs: packed_lib.PackedSequences) -> jax.Array:
+  """Values `[S, R, L]` of each row slot's tokens from a packed forward: the value of token i
+  is the head on the hidden state of the token before it on its path (`prev`), as
+  `ValueModel.values` reads position l − 1 of a row (0 at a root and where none is computed)."""
+  hidden = model.trunk.packed_hidden(seqs.tokens, seqs.tree)
+  v = model.head(hidden)  # [S, N]: V of the prefix through each packed token
+  take = jax.vmap(lambda x, i: x[i])  # per sequence
+  targets = seqs.targets
+  before = take(seqs.prev, jnp.maximum(targets, 0))
+  has_prev = (targets >= 0) & (before >= 0)
+  at_targets = jnp.where(has_prev, take(v, jnp.maximum(before, 0)), 0.0)  # [S, Q]
+  present = seqs.row_index >= 0
+  index = jnp.maximum(seqs.row_index, 0)
+  return jnp.where(present, take(at_targets, index), 0.0)
+
+
+class PackedValues:
+  """The critic's values on packed forests: `(params, rollouts) -> [B, L]` on the loss tokens,
+  each group's shared prefixes computed once; `packer`'s sizes are resumable state (saved
+  with the checkpoint like the policy's passes', `tirjax.trainer.layouts`)."""
+
+  def __init__(self, graphdef: nnx.GraphDef, place: Placement, opts: StepOptions):
+    self.placement = place
+    self.packer = packed_lib.Packer(place, opts)
+
+    def values(params, seqs):
+      model = nnx.merge(graphdef, params)
+      mbs = split_microbatches(seqs, seqs.num_microbatches)
+      return merge_microbatches(jax.lax.map(lambda mb: packed_row_values(model, mb), mbs))
+
+    self.jitted = jax.jit(values, in_shardings=(place.params, place.batch),
+                          out_shardings=place.batch)
+    self._scatter = jax.jit(packed_lib._scatter_rows,  # pylint: disable=protected-access
+                            out_shardings=place.batch)
+
+  def __call__(self, params: nnx.State, rollouts: Rollouts) -> jax.Array:
+    local = packed_lib._local  # pylint: disable=protected-access
+    share = self.packer.share(np.shape(rollouts.token_valid)[0])
+    want = local(rollouts.loss_mask).astype(bool) & local(rollouts.token_valid).astype(bool)
+    want[:, 0] = False  # position 0 has no prefix: its value is 0
+    lengths = packed_lib.last_token(want)
+    seqs, _ = self.packer.pack(local(rollouts.tokens), lengths, local(rollouts.group_id),
+                               np.flatnonzero(lengths > 0), share.start, needed=want)
+    token_valid = jax.device_put(rollouts.token_valid, self.placement.batch)
+    with jax.set_mesh(self.placement.mesh):
+      return self._scatter(self.jitted(params, seqs), seqs.row_id, token_valid)
+
+
 class Critic:
   """The value model's graph, optimizer, placement, forward and update."""
 
@@ -107,6 +158,12 @@ class Critic:
 
     self.jitted_values = jax.jit(values, in_shardings=(place.params, place.batch, place.batch),
                                  out_shardings=place.batch)
+    self.packed = PackedValues(graphdef, place, opts) if opts.packed else None
+
+  @property
+  def packer(self):
+    """The packed values pass's `Packer` (its sizes are resumable state); None when padded."""
+    return None if self.packed is None else self.packed.packer
 
   @classmethod
   def build(cls, policy_graphdef: nnx.GraphDef, policy_params: nnx.State, mesh, rules,
@@ -133,7 +190,10 @@ class Critic:
     return params, opt_state
 
   def values(self, params: nnx.State, rollouts: Rollouts) -> jax.Array:
-    """[B, L] f32: V of the prefix before each token (`Rollouts.values`)."""
+    """[B, L] f32: V of the prefix before each token (`Rollouts.values`); packed: on the loss
+    tokens only, 0 elsewhere."""
+    if self.packed is not None:
+      return jax.block_until_ready(self.packed(params, rollouts))
     tokens, valid = jax.device_put((rollouts.tokens, rollouts.token_valid),
                                    self.placement.batch)
     with jax.set_mesh(self.placement.mesh):

@@ -99,7 +99,8 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
   correcting = exp.loss.rollout_correction.enabled
   own_logprobs = (TokenLogprobs(graphdef, rl.place, exp.step)
                   if exp.train.tempered_policy or correcting else None)
-  packers = {"rl": rl.step, "reference": reference, "old_logprobs": own_logprobs}
+  packers = {"rl": rl.step, "reference": reference, "old_logprobs": own_logprobs,
+             "values": trainer.critic}
   layouts.resume(state, packers)
   trainer.progress.start("rl", exp.train.steps, state.data_position["rl_step"])
   last_eval = None
