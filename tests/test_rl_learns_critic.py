@@ -3,7 +3,10 @@ bandit (issue 53), as tests/test_rl_learns.py does for GRPO.
 
 The door is the first sampled token, then `<|im_end|>`: token-level GAE at γ = λ = 1 gives the
 door A = R − V(state), the value of the room before the door is chosen, so the door that pays
-gets the larger advantage. The critic trains alone for its warm-up steps first.
+gets the larger advantage. The critic trains alone for its warm-up steps first (6 steps of 4
+mini-batch updates: at one update a step and the tiny model's rate it had not fitted anything,
+its explained variance stayed near 0, and a critic that fits nothing cannot be told from a
+wrong one).
 
 Fault injection: `pytest tests/test_rl_learns_critic.py --inject-fault=NAME` with a name of
 `FAULTS`; each must make the test fail:
@@ -12,7 +15,8 @@ Fault injection: `pytest tests/test_rl_learns_critic.py --inject-fault=NAME` wit
   door's advantage is then −V(door's prefix), without the reward, the same for every door.
 * `values_shifted`: the critic's values read one token late (V of the prefix that already holds
   the door): the door's advantage is then R − Q(door), 0 on average for every door once the
-  critic has fitted.
+  critic has fitted. A weak detection, as measured: one seed of three collapses (accuracy 0),
+  the other two still learn, as the critic fits Q only roughly in this budget.
 """
 
 import json
@@ -31,12 +35,12 @@ from tirjax.train_steps.critic import Critic
 from tirjax.trainer.train import run
 
 STEPS = 16
-WARMUP = 4  # critic-only steps: the critic has fitted the room's value before the policy moves
+WARMUP = 6  # critic-only steps, so that the critic has fitted something before the policy moves
 SETTINGS = {"sharding.num_devices": 1, "train.progress_bar": False, "train.export_final": False,
             "train.queries_per_step": 8, "train.eval_every": STEPS,
             "train.checkpoint_every": STEPS, "critic.critic_warmup": WARMUP,
-            "critic.optim.learning_rate": 1e-3}
-SEEDS = (0, 1)
+            "critic.optim.learning_rate": 3e-3, "train.mini_batch_queries": 2}
+SEEDS = (0, 1, 2)
 FAULTS = ("gae_reversed", "values_shifted")
 
 
@@ -84,7 +88,7 @@ def rl_records(workdir):
 
 @pytest.mark.slow
 def test_ppo_learns_the_good_door_after_sft(tmp_path, fault):
-  """Seeded runs (SFT, then 4 critic-only steps and 12 PPO steps): each raises its training
+  """Seeded runs (SFT, then 6 critic-only steps and 10 PPO steps): each raises its training
   accuracy from about chance to far above it, and greedy evaluation opens the good door in
   every room; the critic explains the returns by the end."""
   report = []
