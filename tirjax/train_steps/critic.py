@@ -39,7 +39,7 @@ from tirjax.rollouts import Advantages, Rollouts
 from tirjax.train_steps.batches import merge_microbatches, split_microbatches
 from tirjax.train_steps import packed as packed_lib
 from tirjax.train_steps.minibatches import update_passes
-from tirjax.train_steps.optimizer import OptimizerOptions, make_optimizer
+from tirjax.train_steps.optimizer import make_optimizer
 from tirjax.train_steps.step import (LossFn, Placement, StepOptions, TrainStep, placed_copy,
                                      placement, split_model)
 
