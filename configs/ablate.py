@@ -70,12 +70,9 @@ SNAPSHOT_STEPS = 10
 # turns' ground-truth labels) and run only where the environment gives it, so they join only
 # the grids that name them (`grid=credit_oracle`, `credit12_oracle`), never the lists below.
 CONTROLS = ("oracle",)
-# Estimators that read a critic's values (ppo, turn_ppo) wait for the trainer's value model
-# (issue 53): registered kernels, in no grid and without a config until then.
-CRITICS = tuple(n for n in advantages.names() if "values" in advantages.get(n).needs)
 SEED_ESTIMATORS = tuple(advantages.names(spec=("4.1", "4.2", "4.3")))
 BEYOND_ESTIMATORS = tuple(n for n in advantages.names()
-                          if n not in SEED_ESTIMATORS and n not in CONTROLS and n not in CRITICS)
+                          if n not in SEED_ESTIMATORS and n not in CONTROLS)
 METHODS = SEED_ESTIMATORS + BEYOND_ESTIMATORS
 ESTIMATORS = METHODS + tuple(n for n in CONTROLS if n in advantages.names())  # their configs
 # The step- and tree-level comparators side by side with the seeds' methods, on their own

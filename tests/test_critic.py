@@ -299,17 +299,19 @@ def test_prefix_values_are_one_per_prefix():
   assert v[0, 3] == 0 and v[1, 3] != v[0, 2]
 
 
-def test_the_trainer_refuses_them_until_it_has_a_value_model():
-  """No value model in the trainer yet: a run of ppo / turn_ppo is refused before compute,
-  and neither joins a grid, the credit bench or the fidelity run (configs/ablate.CRITICS)."""
+def test_the_trainer_trains_them_and_the_beyond_grid_holds_them():
+  """The trainer has a value model (`tirjax.train_steps.critic`): a run of ppo / turn_ppo
+  resolves, with its critic's options; both are cells of grid=beyond. The credit bench has
+  no value model, so it still leaves them out."""
   import importlib  # noqa: PLC0415
   from configs import ablate  # noqa: PLC0415
   from tirjax.credit import cells  # noqa: PLC0415
   from tirjax.trainer import resolve  # noqa: PLC0415
-  c = importlib.import_module("configs.grpo").get_config("model=tiny")
   for name in NAMES:
-    c.advantage.name = name
-    with pytest.raises(resolve.ConfigError, match=f"advantage {name} reads a critic's values"):
-      resolve.resolve(c)
-    assert name in ablate.CRITICS and name not in ablate.ESTIMATORS
+    c = importlib.import_module(f"configs.{name}").get_config("model=tiny")
+    exp = resolve.resolve(c)
+    assert exp.has_critic and exp.critic.aggregation == exp.loss.aggregation
+    assert name in ablate.GRIDS["beyond"] and name in ablate.ESTIMATORS
     assert not any(label.split("/")[0] == name for label in cells.default_labels())
+  grpo = resolve.resolve(importlib.import_module("configs.grpo").get_config("model=tiny"))
+  assert not grpo.has_critic

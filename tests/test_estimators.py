@@ -103,10 +103,9 @@ def test_each_estimator_names_its_spec_section_and_the_grids_follow_it():
   assert (by_section["4.1"], by_section["4.2"]) == (["portool"], ["hidifftir"])
   assert {"grpo", "matchtir_km", "arpo"} <= set(by_section["4.3"])
   assert {"gigpo", "tree_grpo", "remax"} <= set(by_section["4.4"])
-  assert set(ablate.BEYOND_ESTIMATORS) == (set(by_section["4.4"]) - set(ablate.CONTROLS)
-                                           - set(ablate.CRITICS))
-  assert set(ablate.ESTIMATORS) == set(advantages.names()) - set(ablate.CRITICS)
-  assert ablate.CRITICS == ("ppo", "turn_ppo")  # until the trainer has a value model
+  assert set(ablate.BEYOND_ESTIMATORS) == set(by_section["4.4"]) - set(ablate.CONTROLS)
+  assert set(ablate.ESTIMATORS) == set(advantages.names())
+  assert {"ppo", "turn_ppo"} <= set(ablate.GRIDS["beyond"])  # the trainer has their critic
   # Controls (the oracle: an upper bound, not a method) join only the grids that name them.
   assert ablate.CONTROLS == ("oracle",) and advantages.get("oracle").spec == "4.4"
   named = {g for g, cells in ablate.GRIDS.items() if "oracle" in cells}

@@ -7,7 +7,6 @@ import re
 import pytest
 
 from tirjax import advantages
-from tirjax.advantages.critic import without_critics
 from tirjax.env.toolworld.demos import DemoOptions
 from tirjax.env.toolworld.tasks import Difficulty
 from configs import estimator
@@ -26,7 +25,7 @@ def test_one_config_per_registered_estimator():
   """Every registered estimator has a config (its own file or configs/estimator.py's generic
   path), and every estimator config file is a registered estimator's, giving the same config
   by either path."""
-  assert set(CONFIGS) == set(without_critics(advantages.names()))  # ppo: no value model yet
+  assert set(CONFIGS) == set(advantages.names())  # ppo and turn_ppo with the trainer's critic
   assert set(short_runs.CONFIG_FILES) <= set(advantages.names())
   for name in short_runs.CONFIG_FILES:
     own = importlib.import_module(f"configs.{name}").get_config("model=tiny")

@@ -1,5 +1,5 @@
 """Train-state checkpoints (Orbax): params, optimizer state, step, PRNG key, data position,
-policy version.
+policy version, and a critic's parameters and optimizer state where the run has one.
 
 * A checkpoint is complete or absent: Orbax writes each step into a temporary directory and
   renames it into place after everything is written, so a crash during a save leaves the
@@ -73,7 +73,9 @@ class TrainState:
 
   `params` and `opt_state` are pytrees of arrays (e.g. `nnx.state(model, nnx.Param)` and an
   optax state); `rng` is a typed key (`jax.random.key`) or raw uint32 key data;
-  `data_position` is JSON (where the data iterator resumes).
+  `data_position` is JSON (where the data iterator resumes). `critic_params` and
+  `critic_opt_state`: the value model's (`tirjax.models.value`), None in a run without one;
+  saved, summed and restored like the policy's (under the arrays' key "critic").
   """
 
   step: int
@@ -82,6 +84,12 @@ class TrainState:
   rng: jax.Array
   data_position: Mapping[str, Any]
   policy_version: int
+  critic_params: Any = None
+  critic_opt_state: Any = None
+
+  @property
+  def has_critic(self) -> bool:
+    return self.critic_params is not None
 
 
 def _is_typed_key(x) -> bool:
@@ -182,10 +190,14 @@ class Checkpointer:
     arrays = {"params": state.params, "opt_state": state.opt_state,
               "rng": _host_if_multiprocess(jax.random.key_data(state.rng) if typed
                                            else state.rng)}
+    if state.has_critic:
+      arrays["critic"] = {"params": state.critic_params, "opt_state": state.critic_opt_state}
     meta = {"step": int(state.step), "policy_version": int(state.policy_version),
             "data_position": dict(state.data_position), "run_id": self.run_id,
             "rng_impl": str(jax.random.key_impl(state.rng)) if typed else None,
             "sums": checkpoint_sums.array_sums(arrays)}
+    if state.has_critic:  # only then: a run without a critic saves what it always saved
+      meta["critic"] = True
     meta["meta_sum"] = checkpoint_sums.meta_sum(meta)
     self.wait()  # the previous save (Orbax waits for it before a new one anyway)
     saved = self._manager.save(int(state.step), args=ocp.args.Composite(
@@ -251,8 +263,15 @@ class Checkpointer:
     tgt = target(meta) if callable(target) else target
     typed = _is_typed_key(tgt.rng)
     rng = jax.eval_shape(jax.random.key_data, tgt.rng) if typed else tgt.rng
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct,
-                            {"params": tgt.params, "opt_state": tgt.opt_state})
+    saved_critic = bool(meta.get("critic", False))
+    if tgt.has_critic != saved_critic:
+      raise ValueError(f"{os.path.join(self.directory, str(step))}: saved "
+                       f"{'with' if saved_critic else 'without'} a critic, restored into a state "
+                       f"{'with' if tgt.has_critic else 'without'} one")
+    trees = {"params": tgt.params, "opt_state": tgt.opt_state}
+    if tgt.has_critic:
+      trees["critic"] = {"params": tgt.critic_params, "opt_state": tgt.critic_opt_state}
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, trees)
     abstract["rng"] = (np.zeros(rng.shape, rng.dtype) if distributed.is_multiprocess()
                        else ocp.utils.to_shape_dtype_struct(rng))
     try:
@@ -274,7 +293,9 @@ class Checkpointer:
     return TrainState(step=meta["step"], params=arrays["params"],
                       opt_state=arrays["opt_state"], rng=rng,
                       data_position=meta["data_position"],
-                      policy_version=meta["policy_version"])
+                      policy_version=meta["policy_version"],
+                      critic_params=arrays["critic"]["params"] if tgt.has_critic else None,
+                      critic_opt_state=arrays["critic"]["opt_state"] if tgt.has_critic else None)
 
   def meta(self, step: Optional[int] = None) -> dict:
     """The JSON metadata of a saved step (step, policy_version, data_position, run_id, sums),

@@ -77,8 +77,8 @@ _SHARED_PREFIX = ("mean", "own")
 
 def needs_critic(name: str) -> bool:
   """The registered estimator `name` reads a critic's values (`Rollouts.values`). The trainer
-  has no value model yet (issue 53, item 1), so such estimators are kernels only: in no
-  ablation grid, credit bench or fidelity run, and without a config, until it has one."""
+  trains a value model for them (`tirjax.train_steps.critic`); the credit bench and the
+  fidelity runs have none yet, so they leave such estimators out."""
   from tirjax.advantages import registry  # pylint: disable=import-outside-toplevel
   return "values" in registry.get(name).needs
 
@@ -195,7 +195,16 @@ class PPOOptions:
 
 @dataclasses.dataclass(frozen=True)
 class TurnPPOOptions(PPOOptions):
-  """`PPOOptions` at the turn level, with Turn-PPO's γ = 0.99 and λ = 0.9 (its best)."""
+  """`PPOOptions` at the turn level, with Turn-PPO's γ = 0.99 and λ = 0.9 (its best).
+
+  Attributes:
+    gamma: γ of the turn-level return (Turn-PPO's 0.99).
+    lam: λ of GAE over turns (Turn-PPO's 0.9).
+    whiten: z-score the advantages over the batch's loss tokens (verl always does).
+    zscore: the whitening's conventions (spec §3).
+    shared_prefix: a tree's shared turn gets the "mean" of the rows' A and G through it,
+      or each row its "own".
+  """
 
   gamma: float = 0.99
   lam: float = 0.9

@@ -10,16 +10,15 @@ import time
 import configs
 from configs import estimator
 from tirjax import advantages
-from tirjax.advantages.critic import without_critics
 from tirjax.config import set_key
 from tirjax.reporting import launch
 from tirjax import rundir
 from tirjax.rundir import RunDir
 
 # Every registered estimator has a config: its own configs/<name>.py or the generic
-# configs/estimator.py (`config`); those that read a critic's values (ppo, turn_ppo) wait for
-# the trainer's value model (issue 53).
-CONFIGS = tuple(without_critics(advantages.names()))  # no value model in the trainer yet
+# configs/estimator.py (`config`); those that read a critic's values (ppo, turn_ppo) train one
+# beside the policy (`tirjax.train_steps.critic`).
+CONFIGS = tuple(advantages.names())
 # The config files of estimators (configs/<name>.py), resolved from the package, not the working
 # directory, so that the list does not depend on where the tests are started from.
 CONFIG_FILES = sorted(p.stem for p in pathlib.Path(configs.__file__).parent.glob("*.py")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Literal, Mapping, get_args
+from typing import Any, Literal, Mapping, Optional, get_args
 
 from tirjax import option_checks as checks, rundir
 from tirjax.env import environments
@@ -235,3 +235,26 @@ class SFTOptions:
     checks.int_at_least("num_demos", self.num_demos, 1)
     checks.int_at_least("max_tokens_per_microbatch", self.max_tokens_per_microbatch, 1)
     _within_limit("num_demos", self.num_demos)
+
+
+@dataclasses.dataclass(frozen=True)
+class CriticOptions:
+  """The value model (critic) of the estimators that read values (`needs=("values",)` on their
+  registration: `ppo`, `turn_ppo`); unused by every other estimator. A separate trunk copied
+  from the policy as RL starts, with a zero scalar head (`tirjax.models.value`), updated each
+  RL step after the estimator on the same mini-batches and epochs as the policy."""
+
+  # The critic's own optimizer (AdamW with clipping; verl's critic lr is 1e-5).
+  optim: OptimizerOptions = OptimizerOptions(learning_rate=1e-5)
+  critic_warmup: int = 0  # first RL steps in which only the critic updates (verl's critic_warmup)
+  # Clip of the new value around the rollout's (verl's cliprange_value); None: unclipped.
+  cliprange_value: Optional[float] = 0.5
+  # The value loss's aggregation mode ("" = loss.aggregation; `tirjax.loss.aggregation.MODES`).
+  aggregation: str = ""
+
+  def __post_init__(self):
+    checks.int_at_least("critic_warmup", self.critic_warmup, 0)
+    checks.finite_above("cliprange_value", self.cliprange_value, 0, none_ok=True)
+    if not isinstance(self.aggregation, str):
+      raise ValueError(f"aggregation: must be a mode's name or '' (the loss's), got "
+                       f"{self.aggregation!r}")

@@ -23,6 +23,7 @@ from tirjax.trainer.evaluation import evaluate_run
 from tirjax.trainer.progress import Progress
 from tirjax.trainer.rl_metrics import PhaseClock
 from tirjax.trainer.tasks import TaskSource, load_tokenizer
+from tirjax.train_steps.critic import Critic
 from tirjax.train_steps.optimizer import make_optimizer
 from tirjax.train_steps.steps import policy_step, sft_step
 from tirjax.train_steps.step import Placement, init_state, placement, split_model
@@ -67,6 +68,7 @@ class Trainer:
   progress: Progress
   # this process's seconds in SFT, RL and evaluation (summary.json)
   clock: PhaseClock = dataclasses.field(default_factory=PhaseClock)
+  critic: Optional[Critic] = None  # the value model's passes, for an estimator that reads values
 
   def evaluate(self, state: TrainState, subset: bool = False) -> dict:
     """Hands `state`'s weights to the sampler and evaluates them (greedy by default), each
@@ -139,13 +141,35 @@ def model(exp: resolve.Experiment, vocab_size: int, mesh) -> tuple[nnx.GraphDef,
       "rl": Phase(rl_tx, rl_place, policy_step(graphdef, rl_tx, rl_place, exp.loss, exp.step))}
 
 
+def critic(exp: resolve.Experiment, graphdef: nnx.GraphDef, params, mesh) -> Optional[Critic]:
+  """The value model's passes when the estimator reads values (`exp.has_critic`), else None."""
+  if not exp.has_critic:
+    return None
+  return Critic.build(graphdef, params, mesh, exp.sharding.rules, exp.critic,
+                      exp.loss.norm_constant, exp.step)
+
+
+def with_critic(state: TrainState, graphdef: nnx.GraphDef, value_model: Optional[Critic]
+                ) -> TrainState:
+  """`state` with a critic initialised from its policy (`Critic.init`), as RL starts; the
+  state itself without one."""
+  if value_model is None:
+    return state
+  critic_params, critic_opt_state = value_model.init(graphdef, state.params)
+  return dataclasses.replace(state, critic_params=critic_params,
+                            critic_opt_state=critic_opt_state)
+
+
 def restore(exp: resolve.Experiment, workdir: str, ckpt: Checkpointer, params,
-             phases: dict[str, Phase], writer, resuming: bool) -> TrainState:
+             phases: dict[str, Phase], writer, resuming: bool,
+             graphdef: Optional[nnx.GraphDef] = None, value_model: Optional[Critic] = None
+             ) -> TrainState:
   """The newest intact checkpoint's state (corrupt ones are named), or a fresh one that starts
-  with SFT when there is SFT."""
+  with SFT when there is SFT. With a critic (`value_model`), an RL state carries it."""
   def fresh(phase: str, **kwargs) -> TrainState:
-    return init_state(params, phases[phase].tx, phases[phase].place, jax.random.key(exp.seed),
-                      **kwargs)
+    state = init_state(params, phases[phase].tx, phases[phase].place, jax.random.key(exp.seed),
+                       **kwargs)
+    return with_critic(state, graphdef, value_model) if phase == "rl" else state
   phase = "sft" if exp.sft.steps > 0 else "rl"
   state = fresh(phase, data_position={"phase": phase, "sft_step": 0, "rl_step": 0})
   if ckpt.latest_step() is not None:

@@ -24,6 +24,7 @@ from tirjax import advantages, distributed, sharding
 from tirjax.config import dataclass_from_config
 from tirjax.env import environments
 from tirjax.loss import LossOptions
+from tirjax.loss import aggregation as aggregation_modes
 from tirjax.models import config as model_config
 from tirjax.episodes.options import RolloutOptions
 from tirjax.sampling.vllm import TINY_HEAD_DIM
@@ -31,9 +32,9 @@ from tirjax.train_steps.optimizer import OptimizerOptions
 from tirjax.train_steps.step import StepOptions
 
 from tirjax.trainer import sections, shape_needs
-from tirjax.trainer.sections import (JUDGES, MAX_TASKS, SAMPLERS, SECTIONS, EnvOptions,
-                                     JudgeOptions, ModelOptions, SamplerOptions, SFTOptions,
-                                     TrainOptions)
+from tirjax.trainer.sections import (JUDGES, MAX_TASKS, SAMPLERS, SECTIONS, CriticOptions,
+                                     EnvOptions, JudgeOptions, ModelOptions, SamplerOptions,
+                                     SFTOptions, TrainOptions)
 
 __all__ = ["ConfigError", "Experiment", "resolve", "config_record", "fit_to_mesh", "fit_to_data",
            "SAMPLERS", "JUDGES", "MAX_TASKS"]
@@ -62,6 +63,9 @@ class Experiment:
   optim: OptimizerOptions
   sharding: sharding.ShardingOptions
   distributed: distributed.DistributedOptions
+  # the value model's options, its aggregation resolved ("" → the loss's); read only when the
+  # estimator reads values (`has_critic`)
+  critic: CriticOptions = CriticOptions()
   # rollout.shapes keys set to "auto" and not yet sized from the data (`fit_to_data`): until
   # then they hold their value for no task (`shape_needs.floors`)
   auto_shapes: tuple[str, ...] = ()
@@ -70,6 +74,12 @@ class Experiment:
   def advantage_filters_groups(self) -> bool:
     """The estimator masks whole groups (DAPO's dynamic sampling): the trainer refills them."""
     return bool(getattr(self.advantage, "dynamic_sampling", False))
+
+  @property
+  def has_critic(self) -> bool:
+    """The estimator reads a critic's values (`needs=("values",)`): the run trains a value
+    model beside the policy (`critic` section)."""
+    return "values" in self.estimator.needs
 
 
 def _section(cls, cfg, key: str):
@@ -231,13 +241,17 @@ def resolve(c) -> Experiment:
   _need("answer_logprob" not in estimator.needs or processes == 1, "advantage.name",
         f"advantage {estimator.name}: the answer-probe pass scores one process's rows and is "
         f"not yet split over processes; this run has {processes}")
-  _need("values" not in estimator.needs, "advantage.name",
-        f"advantage {estimator.name} reads a critic's values (Rollouts.values), and the trainer "
-        "has no value model yet (issue 53): its kernel is registered, its training is not")
+  critic = _own_section("critic", d["critic"])
+  critic_aggregation = critic.aggregation or loss.aggregation
+  try:
+    aggregation_modes.check_options(critic_aggregation, loss.norm_constant)
+  except ValueError as e:
+    raise ConfigError(f"critic.aggregation: {e}") from None
+  critic = dataclasses.replace(critic, aggregation=critic_aggregation)
   return Experiment(seed=seed, model=model, env=env, judge=judge, sampler=sampler, train=train,
                     step=step, sft=sft, estimator=estimator, advantage=advantage,
                     rollout=rollout, loss=loss, optim=optim, sharding=shard, distributed=dist,
-                    auto_shapes=auto)
+                    critic=critic, auto_shapes=auto)
 
 
 def _auto_shapes(rollout: dict) -> tuple[str, ...]:

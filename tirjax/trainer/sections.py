@@ -42,8 +42,8 @@ from tirjax.train_steps.optimizer import OptimizerOptions
 from tirjax.train_steps.step import StepOptions
 from tirjax.trainer import shape_needs
 # The experiment's own sections' options (re-exported: `sections.TrainOptions`, ...).
-from tirjax.trainer.options import (JUDGES, MAX_TASKS, SAMPLERS, EnvOptions,  # noqa: F401
-                                    JudgeOptions, ModelOptions, SamplerOptions, SFTOptions,
+from tirjax.trainer.options import (JUDGES, MAX_TASKS, SAMPLERS, CriticOptions,  # noqa: F401
+                                    EnvOptions, JudgeOptions, ModelOptions, SamplerOptions, SFTOptions,
                                     TrainOptions)
 
 
@@ -60,7 +60,7 @@ class AdvantageSection:
 SECTIONS = {"model": ModelOptions, "env": EnvOptions, "judge": JudgeOptions,
             "sampler": SamplerOptions, "train": TrainOptions, "step": StepOptions,
             "sft": SFTOptions, "rollout": RolloutOptions, "advantage": AdvantageSection,
-            "loss": LossOptions, "optim": OptimizerOptions,
+            "loss": LossOptions, "optim": OptimizerOptions, "critic": CriticOptions,
             "sharding": sharding.ShardingOptions, "distributed": distributed.DistributedOptions}
 # Fields that `resolve` derives from other sections (rules that span sections), so they are no
 # config keys: the step's temperature from train.tempered_policy and rollout.temperature; the
@@ -127,6 +127,9 @@ tasks.""", values={
     "sft.optim.final_lr_fraction": 0.05,
     "optim.learning_rate": 3e-4,
     "optim.weight_decay": 0.0,
+    # the critic (ppo, turn_ppo) at the policy's tiny-model rate
+    "critic.optim.learning_rate": 3e-4,
+    "critic.optim.weight_decay": 0.0,
     "train.queries_per_step": 3,
     "train.mini_batch_queries": 0,
     "train.eval_every": 0,  # evaluated after SFT and after the last RL step only

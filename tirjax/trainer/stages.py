@@ -21,7 +21,7 @@ from tirjax.env import environments
 from tirjax.episodes import rollout
 from tirjax.models.hf_io import export_hf
 from tirjax.rollouts import Rollouts
-from tirjax.trainer import layouts, processes, refill, resolve, weights
+from tirjax.trainer import layouts, parts, processes, refill, resolve, weights
 from tirjax.trainer.parts import Trainer
 from tirjax.trainer.progress import summary_table
 from tirjax.trainer.rl_metrics import (PhaseClock, credit_metrics, rl_metrics,
@@ -29,6 +29,7 @@ from tirjax.trainer.rl_metrics import (PhaseClock, credit_metrics, rl_metrics,
 from tirjax.trainer.sft_data import SFTData
 from tirjax.train_steps.answer_probe import AnswerProbe, answer_ids
 from tirjax.train_steps.batches import SFTBatch, longest_row, policy_batch, trim_tokens
+from tirjax.train_steps.critic import critic_batch, explained_variance
 from tirjax.train_steps.minibatches import combine_updates, update_passes
 from tirjax.train_steps.reference import (ReferencePolicy, TokenLogprobs, with_policy_logprobs,
                                       with_reference_logprobs)
@@ -81,6 +82,8 @@ def warm_start(trainer: Trainer, state: TrainState) -> TrainState:
   state = init_state(state.params, rl.tx, rl.place, state.rng, step=state.step,
                      data_position={**layouts.cleared(state.data_position), "phase": "rl"},
                      policy_version=state.policy_version)
+  # the critic (ppo, turn_ppo) starts from the warm-started policy with a zero head
+  state = parts.with_critic(state, trainer.graphdef, trainer.critic)
   trainer.ckpt.save(state)
   return state
 
@@ -101,7 +104,7 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
   probe = (AnswerProbe(graphdef, rl.place, exp.step)  # IGPO's answer probes (spec §4.4)
            if "answer_logprob" in exp.estimator.needs else None)
   packers = {"rl": rl.step, "reference": reference, "old_logprobs": own_logprobs,
-             "answer_probe": probe}
+             "answer_probe": probe, "values": trainer.critic}
   layouts.resume(state, packers)
   trainer.progress.start("rl", exp.train.steps, state.data_position["rl_step"])
   last_eval = None
@@ -114,10 +117,18 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
     with clock("rollout"):
       batch = sample(trainer, i)
       sampler.sleep()  # the update takes the accelerators until the next hand-over
+    if trainer.critic is not None:  # V of every prefix, before the estimator reads it
+      with clock("values"):
+        batch = dataclasses.replace(batch, rollouts=batch.rollouts.replace(
+            values=trainer.critic.values(state.critic_params, batch.rollouts)))
     with clock("advantages"):
       if probe is not None:
         batch = with_answer_probes(trainer, batch, probe, state.params)
       adv = jax.block_until_ready(exp.estimator(batch.rollouts, exp.advantage))
+    critic_stats = {}
+    if trainer.critic is not None:  # the critic's update on the estimator's targets
+      with clock("critic"):
+        state, critic_stats = _critic_update(trainer, state, batch.rollouts, adv, i)
     with clock("reference"):
       rollouts = _with_reference_and_old_logprobs(batch.rollouts, reference, own_logprobs,
                                                   state, exp.loss)
@@ -125,15 +136,21 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
       correction = (rollout_correction_metrics(rollouts, sampler_logprobs, adv.row_mask,
                                                exp.loss.rollout_correction)
                     if correcting else {})
-    with clock("update"):  # ppo_epochs passes over the batch's mini-batches (spec §5.1)
-      state, updates = update_passes(
-          state, rl.step, policy_batch(rollouts, adv, sampler_logprobs),
-          distributed.host_rows(rollouts.group_id), distributed.host_rows(rollouts.row_valid),
-          exp.train.num_minibatches, exp.train.ppo_epochs, seed=exp.seed, step=i)
-    state = dataclasses.replace(state, policy_version=state.policy_version + 1,
+    updates = []  # none in the critic's warm-up (`critic.critic_warmup`): the policy waits
+    if trainer.critic is None or i >= exp.critic.critic_warmup:
+      with clock("update"):  # ppo_epochs passes over the batch's mini-batches (spec §5.1)
+        state, updates = update_passes(
+            state, rl.step, policy_batch(rollouts, adv, sampler_logprobs),
+            distributed.host_rows(rollouts.group_id), distributed.host_rows(rollouts.row_valid),
+            exp.train.num_minibatches, exp.train.ppo_epochs, seed=exp.seed, step=i)
+    # A warm-up step changes the state (its critic) but not the policy: its step (the
+    # checkpoint's number) still grows, its policy version does not.
+    state = dataclasses.replace(state, step=state.step + (not updates),
+                                policy_version=state.policy_version + bool(updates),
                                 data_position={**state.data_position, "rl_step": i + 1})
     stats = _step_metrics(exp, batch, adv, updates, clock, old_recomputed=own_logprobs is not None)
     stats.update(correction)  # already the whole batch's (every process's rows)
+    stats.update(critic_stats)
     done, last = i + 1, i + 1 == exp.train.steps
     if every(done, exp.train.eval_every) or last:
       subset = exp.train.eval_subset > 0 and not last  # the last is the run's result
@@ -210,14 +227,36 @@ def _with_reference_and_old_logprobs(rollouts: Rollouts, reference, own_logprobs
   return rollouts
 
 
+def _critic_update(trainer: Trainer, state: TrainState, rollouts: Rollouts, adv, i: int
+                   ) -> tuple[TrainState, dict]:
+  """The critic's update passes on the estimator's targets (the policy's mini-batches and
+  epochs), and its metrics: `critic/loss`, `critic/clipfrac`, `critic/error` (mean (v − G)²)
+  over the updates, `critic/explained_variance` of the values the advantages read, and
+  `critic/grad_norm`."""
+  exp = trainer.exp
+  cbatch = critic_batch(rollouts, adv)
+  state, updates = trainer.critic.update(
+      state, cbatch, distributed.host_rows(rollouts.group_id),
+      distributed.host_rows(rollouts.row_valid), exp.train.num_minibatches,
+      exp.train.ppo_epochs, seed=exp.seed, step=i)
+  means, _ = combine_updates(updates)
+  stats = {f"critic/{k}": means[k] for k in ("loss", "clipfrac", "error", "grad_norm")}
+  stats["critic/explained_variance"] = explained_variance(
+      distributed.host_rows(cbatch.old_values), distributed.host_rows(cbatch.returns),
+      distributed.host_rows(cbatch.value_mask))
+  return state, stats
+
+
 def _step_metrics(exp: resolve.Experiment, batch: StepBatch, adv, updates: list,
                   clock: PhaseClock, old_recomputed: bool) -> dict:
   """The step's metrics: each process's of its own rows, combined over the processes. The
   first update's ratio is the sampler-vs-trainer gap unless π_old was recomputed."""
-  loss_metrics, update_stats = combine_updates(updates)
+  # no policy update in the critic's warm-up: no loss metrics, 0 updates
+  loss_metrics, update_stats = (combine_updates(updates) if updates
+                                else ({}, {"updates/count": 0.0}))
   stats = rl_metrics(batch.local, processes.StepShare.local_advantages(adv), loss_metrics,
                      batch.episodes, batch.stats, exp.rollout.max_steps, exp.loss.aggregation,
-                     first_update=None if old_recomputed else updates[0])
+                     first_update=None if old_recomputed or not updates else updates[0])
   stats.update(update_stats)
   stats.update(clock.metrics(batch.stats))
   stats["dapo/extra_rounds"] = batch.extra_rounds

@@ -64,19 +64,21 @@ def _train(exp: resolve.Experiment, workdir: str, run_id: str, writer, progress:
                                  exp.train.queries_per_step)  # this process's rows of a step
   data = parts.data(exp, cleanup)
   graphdef, params, phases = parts.model(exp, len(data.tokenizer), mesh)
+  value_model = parts.critic(exp, graphdef, params, mesh)  # None unless the estimator reads values
 
   # -- Checkpoint restore, sampler ------------------------------------------------------------
   ckpt = Checkpointer(os.path.join(workdir, rundir.CHECKPOINTS), run_id=run_id,
                       options=CheckpointOptions(max_to_keep=exp.train.keep_checkpoints),
                       on_commit=writer.checkpointed)
   cleanup.callback(ckpt.close)
-  state = parts.restore(exp, workdir, ckpt, params, phases, writer, resuming)
+  state = parts.restore(exp, workdir, ckpt, params, phases, writer, resuming, graphdef,
+                        value_model)
   del params  # the train state owns the (donated) parameter buffers from here on
   sampler = samplers.make_sampler(exp.sampler, exp.step.logprob_chunk_size, graphdef, state,
                                   workdir, data.tokenizer_dir, share.rollout)
   cleanup.callback(sampler.close)
   trainer = parts.Trainer(exp, workdir, data, graphdef, phases, share, sampler, ckpt, writer,
-                    progress)
+                          progress, critic=value_model)
 
   # -- Supervised warm-start (or the first evaluation), RL, final evaluation and export -------
   if state.data_position["phase"] == "sft":
