@@ -75,14 +75,18 @@ RUN_DIR ?= runs/default
 run: setup
 	$(PY) -m experiments.train --config=$(RUN_CONFIG) --workdir=$(RUN_DIR)
 
+# --max-worker-restart=0: a worker that crashes (a segfault) fails its test and ends the run;
+# xdist 3.8 replacing it under --dist loadgroup hangs instead (KeyError in its scheduler).
+XDIST = -n 2 --dist loadgroup --max-worker-restart=0
+
 test: setup vllm-env
-	$(PY) -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # The inner loop: everything but the vLLM tests and those marked slow, with fewer hypothesis
 # examples (under 3 minutes on 2 cores, no vLLM environment). `make test` stays the CI command
 # and runs everything.
 test-fast: setup
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow and not vllm" --hypothesis-profile=fast \
+	$(PY) -m pytest -q $(XDIST) -m "not slow and not vllm" --hypothesis-profile=fast \
 	  $(PYTEST_ARGS)
 
 # The GPU machine's image, checked here: .venv-compat with its recorded versions

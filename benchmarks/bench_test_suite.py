@@ -2,8 +2,8 @@
 
     python -m benchmarks.bench_test_suite --json=benchmarks/results/test_suite_zen5.json
 
-Runs `make test`'s pytest command (2 xdist workers, `--dist loadgroup`; the environments must
-exist: `make setup vllm-env`) in a subprocess with `--durations=N`, from an empty JAX
+Runs `make test`'s pytest command (2 xdist workers, `--dist loadgroup
+--max-worker-restart=0`; the environments must exist: `make setup vllm-env`) in a subprocess with `--durations=N`, from an empty JAX
 compilation cache as a fresh clone has (`--fresh_cache`), and records the machine (CPU family
 and model: the suite's time differs by CPU), the commit, the wall time, the counts pytest
 reports, the load before and after (a shared machine shows here), the host's mean CPU use and
@@ -49,7 +49,7 @@ def main(argv):
     shutil.rmtree(os.path.join(ROOT, ".jax_cache"), ignore_errors=True)
   python = os.path.join(ROOT, ".venv", "bin", "python")
   command = [python, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup",
-             f"--durations={FLAGS.durations}", "-p", "no:cacheprovider"]
+             "--max-worker-restart=0", f"--durations={FLAGS.durations}", "-p", "no:cacheprovider"]
   info = benchmark.machine(jax_info=False)
   commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                           text=True).stdout.strip()
