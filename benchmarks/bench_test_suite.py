@@ -2,11 +2,11 @@
 
     python -m benchmarks.bench_test_suite --json=benchmarks/results/test_suite_zen5.json
 
-Runs `make test`'s pytest command (2 xdist workers, `--dist loadgroup
---max-worker-restart=0`; the environments must exist: `make setup vllm-env`) in a subprocess
-with `--durations=N`, from an empty JAX compilation cache as a fresh clone has (`--fresh_cache`), and records the machine (CPU family
-and model: the suite's time differs by CPU), the commit, the wall time, the counts pytest
-reports, the load before and after (a shared machine shows here), the host's mean CPU use and
+Runs `make test`'s pytest command (2 xdist workers, `--dist loadgroup --max-worker-restart=0`; the
+environments must exist: `make setup vllm-env`) in a subprocess with `--durations=N`, from an empty
+JAX compilation cache as a fresh clone has (`--fresh_cache`), and records the machine (CPU family
+and model: the suite's time differs by CPU), the commit, the wall time, the counts pytest reports,
+the load before and after (a shared machine shows here), the host's mean CPU use and
 the slowest tests. The README's table of suite times per CPU cites these files.
 """
 
