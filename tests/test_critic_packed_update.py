@@ -11,7 +11,6 @@ has several micro-batches.
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
