@@ -5,7 +5,7 @@ trainer on the tiny model (issue 53).
 
 Each estimator runs `--steps` RL steps of `tirjax.testing.short_runs.short_config` (no SFT,
 `--queries` queries of 2 rows per step, episodes of at most 2 steps of 16 tokens, the packed
-default for the policy), in its own process-local run directory. Per step after the first
+default for the policy and the critic), in its own process-local run directory. Per step after the first
 (which compiles), the trainer's own phase clocks (`time/<phase>_s`): the step is the sum of
 the rollout, values, advantages, critic, reference and update phases (evaluation excluded);
 reported as the median over those steps, with the critic's two phases (its forward, `values`,

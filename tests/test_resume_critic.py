@@ -52,6 +52,8 @@ def test_a_run_with_a_critic_resumes_bit_exact(tmp_path):
   assert meta["critic"] is True and meta["policy_version"] == 1
   critic_sums = {k: v for k, v in meta["sums"].items() if k.startswith("['critic']")}
   assert critic_sums
+  # the critic's packed passes (values, update) record their layouts like the policy's
+  assert {"rl", "values", "critic_update"} <= set(meta["data_position"]["packed_shapes"])
   # killed once each checkpoint from the hand-over to RL on is committed, then finished
   kill_at_every_checkpoint(lambda w: [command(w)], killed, saved[1:], env)
   subprocess.run(command(killed), check=True, env=env, capture_output=True)

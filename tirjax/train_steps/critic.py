@@ -13,11 +13,13 @@ den)` over micro-batches, clipping, AdamW) on the clipped value loss of `tirjax.
     g = Σ_m ∇ sum_m / max(Σ_m den_m, 1),   sum_m / den_m the aggregated ½·max((v−G)², (v_clip−G)²)
 
 on the mini-batches and epochs of the policy's update (`minibatches.update_passes`, the same
-shuffles). With `step.packed` (the default) the values come from a packed forward: each query group a
-forest (`tirjax.train_steps.packed`), every shared prefix (the group's prompt, a tree's shared
-steps) computed once, values filled on the loss tokens only (0 elsewhere; the estimators read
-no others), as the KL reference's log-probs are. The update forwards every `[B, L]` row whole
-(the padded path) either way: a packed critic update is not written yet.
+shuffles). With `step.packed` (the default) both passes run on packed forests
+(`tirjax.train_steps.critic_packed`): each query group a forest, every shared prefix (the
+group's prompt, a tree's shared steps) computed once. The values pass fills the loss tokens
+only (0 elsewhere; the estimators read no others), as the KL reference's log-probs are; the
+update (`PackedValueStep`) computes the value-mask tokens' values and accumulates the same
+(sum, den) over micro-batches by token budget, so its gradient is the padded one's. Without
+`step.packed` both forward every `[B, L]` row whole.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from tirjax.loss.value import value_loss
 from tirjax.models.value import from_policy
 from tirjax.rollouts import Advantages, Rollouts
 from tirjax.train_steps.batches import merge_microbatches, split_microbatches
-from tirjax.train_steps import packed as packed_lib
+from tirjax.train_steps.critic_packed import PackedValues, PackedValueStep
 from tirjax.train_steps.minibatches import update_passes
 from tirjax.train_steps.optimizer import make_optimizer
 from tirjax.train_steps.step import (LossFn, Placement, StepOptions, TrainStep, placed_copy,
@@ -77,7 +79,8 @@ def value_loss_fn(cliprange_value: Optional[float], aggregation: str,
     out = value_loss(vpreds, mb.old_values, mb.returns, mb.value_mask, cliprange_value,
                      aggregation, norm_constant)
     counts = {"tokens/valid": jnp.sum(mb.token_valid, dtype=jnp.float32),
-              "tokens/value": out.clipfrac.den}
+              "tokens/value": out.clipfrac.den,
+              "tokens/forwarded": jnp.float32(mb.tokens.size)}
     return out.loss, {"loss": out.loss, "clipfrac": out.clipfrac, "error": out.error}, counts
 
   return loss_fn
@@ -95,61 +98,16 @@ def explained_variance(values: np.ndarray, returns: np.ndarray, mask: np.ndarray
   return float(1.0 - np.var(g - v) / (np.var(g) + eps))
 
 
-def packed_row_values(model, seqs: packed_lib.PackedSequences) -> jax.Array:
-  """Values `[S, R, L]` of each row slot's tokens from a packed forward: the value of token i
-  is the head on the hidden state of the token before it on its path (`prev`), as
-  `ValueModel.values` reads position l − 1 of a row (0 at a root and where none is computed)."""
-  hidden = model.trunk.packed_hidden(seqs.tokens, seqs.tree)
-  v = model.head(hidden)  # [S, N]: V of the prefix through each packed token
-  take = jax.vmap(lambda x, i: x[i])  # per sequence
-  targets = seqs.targets
-  before = take(seqs.prev, jnp.maximum(targets, 0))
-  has_prev = (targets >= 0) & (before >= 0)
-  at_targets = jnp.where(has_prev, take(v, jnp.maximum(before, 0)), 0.0)  # [S, Q]
-  present = seqs.row_index >= 0
-  index = jnp.maximum(seqs.row_index, 0)
-  return jnp.where(present, take(at_targets, index), 0.0)
-
-
-class PackedValues:
-  """The critic's values on packed forests: `(params, rollouts) -> [B, L]` on the loss tokens,
-  each group's shared prefixes computed once; `packer`'s sizes are resumable state (saved
-  with the checkpoint like the policy's passes', `tirjax.trainer.layouts`)."""
-
-  def __init__(self, graphdef: nnx.GraphDef, place: Placement, opts: StepOptions):
-    self.placement = place
-    self.packer = packed_lib.Packer(place, opts)
-
-    def values(params, seqs):
-      model = nnx.merge(graphdef, params)
-      mbs = split_microbatches(seqs, seqs.num_microbatches)
-      return merge_microbatches(jax.lax.map(lambda mb: packed_row_values(model, mb), mbs))
-
-    self.jitted = jax.jit(values, in_shardings=(place.params, place.batch),
-                          out_shardings=place.batch)
-    self._scatter = jax.jit(packed_lib._scatter_rows,  # pylint: disable=protected-access
-                            out_shardings=place.batch)
-
-  def __call__(self, params: nnx.State, rollouts: Rollouts) -> jax.Array:
-    local = packed_lib._local  # pylint: disable=protected-access
-    share = self.packer.share(np.shape(rollouts.token_valid)[0])
-    want = local(rollouts.loss_mask).astype(bool) & local(rollouts.token_valid).astype(bool)
-    want[:, 0] = False  # position 0 has no prefix: its value is 0
-    lengths = packed_lib.last_token(want)
-    seqs, _ = self.packer.pack(local(rollouts.tokens), lengths, local(rollouts.group_id),
-                               np.flatnonzero(lengths > 0), share.start, needed=want)
-    token_valid = jax.device_put(rollouts.token_valid, self.placement.batch)
-    with jax.set_mesh(self.placement.mesh):
-      return self._scatter(self.jitted(params, seqs), seqs.row_id, token_valid)
-
-
 class Critic:
   """The value model's graph, optimizer, placement, forward and update."""
 
   def __init__(self, graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
-               place: Placement, loss_fn: LossFn, opts: StepOptions):
+               place: Placement, cliprange_value: Optional[float], aggregation: str,
+               norm_constant: Optional[float], opts: StepOptions):
     self.graphdef, self.tx, self.placement = graphdef, tx, place
-    self.step = TrainStep(graphdef, tx, loss_fn, place, opts.num_microbatches)
+    loss = (cliprange_value, aggregation, norm_constant)
+    self.step = (PackedValueStep(graphdef, tx, place, *loss, opts) if opts.packed else
+                 TrainStep(graphdef, tx, value_loss_fn(*loss), place, opts.num_microbatches))
 
     def values(params, tokens, token_valid):
       model = nnx.merge(graphdef, params)
@@ -162,7 +120,8 @@ class Critic:
 
   @property
   def packer(self):
-    """The packed values pass's `Packer` (its sizes are resumable state); None when padded."""
+    """The packed values pass's `Packer` (its sizes are resumable state); None when padded.
+    The update's is `step.packer`."""
     return None if self.packed is None else self.packed.packer
 
   @classmethod
@@ -176,9 +135,8 @@ class Critic:
     tx = make_optimizer(critic.optim)
     place = placement(params, tx, mesh, rules)
     del params
-    return cls(graphdef, tx, place,
-               value_loss_fn(critic.cliprange_value, critic.aggregation, loss_norm_constant),
-               opts)
+    return cls(graphdef, tx, place, critic.cliprange_value, critic.aggregation,
+               loss_norm_constant, opts)
 
   def init(self, policy_graphdef: nnx.GraphDef, policy_params: nnx.State
            ) -> tuple[nnx.State, Any]:

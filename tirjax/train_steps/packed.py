@@ -123,7 +123,7 @@ def row_logprobs(model, seqs: PackedSequences, *, chunk_size: int, temperature: 
   return to_rows(logp), (to_rows(entropy) if with_entropy else None)
 
 
-def _local(x) -> np.ndarray:
+def local_rows(x) -> np.ndarray:
   """This process's rows of a batch field (host or global array)."""
   if isinstance(x, jax.Array) and not x.is_fully_addressable:
     return distributed.local_rows(x)
@@ -229,10 +229,16 @@ def fit_length(x: jax.Array, length: int) -> jax.Array:
   return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, length - x.shape[-1])])
 
 
+def gather_slots(fields: Any, row_id: jax.Array, length: int) -> Any:
+  """Each leaf `[B, L']` (or `[B]`) of `fields` → `[S, R, length]` (`[S, R]`) by `row_id
+  [S, R]`; an empty slot holds row 0's values, so its caller masks it out of the loss."""
+  out = jax.tree.map(lambda x: x[jnp.maximum(row_id, 0)], fields)
+  return jax.tree.map(lambda x: fit_length(x, length) if x.ndim == 3 else x, out)
+
+
 def _gather_rows(fields: LossRows, row_id: jax.Array, length: int) -> LossRows:
   """`[B, L']` fields → `[S, R, length]` by `row_id [S, R]` (empty slots out of the loss)."""
-  out = jax.tree.map(lambda x: x[jnp.maximum(row_id, 0)], fields)
-  out = jax.tree.map(lambda x: fit_length(x, length) if x.ndim == 3 else x, out)
+  out = gather_slots(fields, row_id, length)
   return out.replace(row_mask=out.row_mask.astype(bool) & (row_id >= 0))
 
 
@@ -274,8 +280,8 @@ class PackedPolicyStep(TrainStep):
     process; None: every row), each query group one forest of its rows that carry loss
     tokens, up to their last one."""
     share = self.packer.share(len(group_id))
-    tokens, token_valid = _local(batch.tokens), _local(batch.token_valid)
-    loss_mask, row_mask = _local(batch.loss_mask).astype(bool), _local(batch.row_mask)
+    tokens, token_valid = local_rows(batch.tokens), local_rows(batch.token_valid)
+    loss_mask, row_mask = local_rows(batch.loss_mask).astype(bool), local_rows(batch.row_mask)
     groups = np.asarray(group_id)[share.start:share.stop]
     lengths = last_token(loss_mask & row_mask.astype(bool)[:, None])
     fields = jax.device_put(LossRows(batch.loss_mask, batch.old_logprobs, batch.advantages,
@@ -300,7 +306,7 @@ class PackedPolicyStep(TrainStep):
     return select
 
 
-def _scatter_rows(rows: jax.Array, row_id: jax.Array, token_valid: jax.Array) -> jax.Array:
+def scatter_rows(rows: jax.Array, row_id: jax.Array, token_valid: jax.Array) -> jax.Array:
   """Row slots `[S, R, L]` back into the batch's `[B, L']` (zeros where no slot is)."""
   b, length = token_valid.shape
   ids = jnp.where(row_id >= 0, row_id, b).reshape(-1)  # b: out of range, dropped
@@ -328,18 +334,18 @@ class PackedLogprobs:
 
     self.jitted = jax.jit(logprobs, in_shardings=(place.params, place.batch),
                           out_shardings=place.batch)
-    self._scatter = jax.jit(_scatter_rows, out_shardings=place.batch)
+    self._scatter = jax.jit(scatter_rows, out_shardings=place.batch)
 
   def __call__(self, params: nnx.State, tokens: Any, token_valid: Any, group_id: Any,
                needed: Any = None) -> jax.Array:
     """`needed [B, L]` (default: every valid token): the tokens whose log-probs are computed;
     each row is packed up to its last one."""
     share = self.packer.share(np.shape(token_valid)[0])
-    want = _local(token_valid if needed is None else needed).astype(bool)
-    want &= _local(token_valid).astype(bool)
+    want = local_rows(token_valid if needed is None else needed).astype(bool)
+    want &= local_rows(token_valid).astype(bool)
     want[:, 0] = False  # a row's first token has no log-prob
     lengths = last_token(want)
-    seqs, self.last_shapes = self.packer.pack(_local(tokens), lengths, _local(group_id),
+    seqs, self.last_shapes = self.packer.pack(local_rows(tokens), lengths, local_rows(group_id),
                                               np.flatnonzero(lengths > 0), share.start,
                                               needed=want)
     token_valid = jax.device_put(token_valid, self.placement.batch)

@@ -104,7 +104,8 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
   probe = (AnswerProbe(graphdef, rl.place, exp.step)  # IGPO's answer probes (spec §4.4)
            if "answer_logprob" in exp.estimator.needs else None)
   packers = {"rl": rl.step, "reference": reference, "old_logprobs": own_logprobs,
-             "answer_probe": probe, "values": trainer.critic}
+             "answer_probe": probe, "values": trainer.critic,
+             "critic_update": None if trainer.critic is None else trainer.critic.step}
   layouts.resume(state, packers)
   trainer.progress.start("rl", exp.train.steps, state.data_position["rl_step"])
   last_eval = None
