@@ -9,9 +9,9 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
                       "--xla_backend_optimization_level=0")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# A persistent compilation cache shared by the xdist workers and the trainer subprocesses of
-# one checkout: identical programs (the same tiny model's sampler and steps, met by many
-# tests and configs) compile once.
+# A persistent compilation cache shared by the trainer subprocesses that tests start (each a
+# fresh process compiling the same tiny model's sampler and steps): they compile each program
+# once per checkout. The pytest processes themselves do not use it (below).
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
                       os.path.join(os.path.dirname(os.path.dirname(__file__)), ".jax_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
@@ -21,8 +21,16 @@ import fcntl  # noqa: E402
 import tempfile  # noqa: E402
 
 import hypothesis  # noqa: E402
+import jax  # noqa: E402
 import pytest  # noqa: E402
 from absl import flags  # noqa: E402
+
+# Not in the pytest processes: two clean-clone runs of the suite lost an xdist worker to a
+# segmentation fault inside jax's cache write (`compilation_cache.put_executable_and_time` ->
+# `executable.serialize()`, in tests/test_train_runs.py and tests/test_train_step.py), each time
+# in the long-lived worker. Their programs are compiled once per worker by jit's own cache
+# anyway; the subprocesses keep the persistent cache through the environment above.
+jax.config.update("jax_enable_compilation_cache", False)
 
 hypothesis.settings.register_profile(
     "tirjax", deadline=None, max_examples=60, derandomize=True,
