@@ -25,11 +25,12 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 from absl import flags  # noqa: E402
 
-# Not in the pytest processes: two clean-clone runs of the suite lost an xdist worker to a
-# segmentation fault inside jax's cache write (`compilation_cache.put_executable_and_time` ->
-# `executable.serialize()`, in tests/test_train_runs.py and tests/test_train_step.py), each time
-# in the long-lived worker. Their programs are compiled once per worker by jit's own cache
-# anyway; the subprocesses keep the persistent cache through the environment above.
+from tirjax.testing import mappings  # noqa: E402
+
+# Not in the pytest processes: their programs are compiled once per worker by jit's own cache
+# anyway; the subprocesses keep the persistent cache through the environment above. (Two
+# clean-clone runs lost a worker to a segmentation fault inside the cache's write; the cause was
+# the mapping budget below, the write only where it ran out.)
 jax.config.update("jax_enable_compilation_cache", False)
 
 hypothesis.settings.register_profile(
@@ -90,6 +91,9 @@ def pytest_runtest_protocol(item, nextitem):
   marker = item.get_closest_marker("cores")
   with _cores(exclusive=marker is not None and marker.args[0] > 1):
     yield
+  # A worker that keeps every program jit compiled runs out of memory mappings and dies of a
+  # segmentation fault (tirjax/testing/mappings.py); past half its budget the caches go.
+  mappings.release_when_near_limit()
 
 
 @pytest.fixture(scope="session")
