@@ -129,6 +129,8 @@ def test_start_up_time_out_leaves_no_process(model_dir):
     server.start()
   assert support.tagged_pids(server.tag) == []
   assert not server.running()
+  # its output kept for the post-mortem, in the test's folders rather than the shared /tmp
+  assert server.log_path == model_dir + "-vllm-server.log" and os.path.exists(server.log_path)
 
 
 def test_trainer_crash_leaves_no_process(model_dir):

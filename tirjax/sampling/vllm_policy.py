@@ -6,6 +6,7 @@ trainer's side of the hand-over, spec §7.)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -73,8 +74,11 @@ class VLLMPolicySampler:
           max_num_batched_tokens=min(2 * shapes.num_rows * shapes.max_tokens, 1 << 18),
           extra_args=("--enable-sleep-mode",) if sampler_options.vllm_sleep_level else (),
           **({"python": sampler_options.vllm_python} if sampler_options.vllm_python else {}))
-      members = [VLLMOptions(server=server, handover_tolerance=tolerance)
-                 for _ in range(sampler_options.vllm_servers)]
+      # Each server's output goes to the run directory, next to what it explains.
+      members = [VLLMOptions(server=dataclasses.replace(
+                     server, log_path=os.path.join(workdir, "vllm_logs", f"server{k}.log")),
+                             handover_tolerance=tolerance)
+                 for k in range(sampler_options.vllm_servers)]
     self._sampler = VLLMSampler(members[0]) if len(members) == 1 else VLLMFleet(members)
     self._sleep_level = sampler_options.vllm_sleep_level
     self.policy_version = 0

@@ -80,8 +80,9 @@ class ServerOptions:
     grace_s: how long vLLM gets to stop on SIGTERM before its processes are SIGKILLed.
     extra_args: further command-line arguments for vLLM's API server.
     env: further environment variables for the server, as (name, value) pairs.
-    log_path: file that receives the server's output; None: a fresh temporary file, kept
-      after the server stops (for post-mortems; a restart appends to it).
+    log_path: file that receives the server's output, kept after the server stops (for
+      post-mortems; a restart appends to it), its folder made if missing; None: a fresh
+      temporary file. The trainer's servers log into the run directory (`vllm_logs/`).
   """
   model: str
   python: str = DEFAULT_PYTHON
@@ -267,6 +268,8 @@ class VLLMServer:
     if self._log_path is None:
       fd, self._log_path = tempfile.mkstemp(prefix="vllm-server-", suffix=".log")
       os.close(fd)
+    else:
+      os.makedirs(os.path.dirname(os.path.abspath(self._log_path)), exist_ok=True)
     self._tmpdir = tempfile.mkdtemp(prefix="vllm-run-")
     port = o.port or free_port(o.host)
     cmd = [o.python, vllm_supervisor.__file__, "--parent", str(os.getpid()),

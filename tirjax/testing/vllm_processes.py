@@ -15,6 +15,8 @@ KV_CACHE_BYTES = 16 * 2**20  # 16384 tokens of the tiny model: 1 KiB per token
 
 
 def server_options(model_dir: str, **overrides) -> vllm_server.ServerOptions:
+  """The tiny model's server options; its log beside `model_dir`, in the test's folders."""
+  overrides.setdefault("log_path", os.path.abspath(model_dir) + "-vllm-server.log")
   return vllm_server.ServerOptions(model=model_dir, max_model_len=MAX_MODEL_LEN,
                                    kv_cache_memory_bytes=KV_CACHE_BYTES, **overrides)
 

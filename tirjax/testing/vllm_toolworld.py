@@ -74,7 +74,8 @@ def serve_toolworld(root: str) -> Iterator[Toolworld]:
   model_dir = export_hf(model, os.path.join(root, "start"), source_dir=tokenizer_dir,
                         dtype="float32")
   sampler = VLLMSampler(VLLMOptions(server=ServerOptions(
-      model=model_dir, max_model_len=MAX_MODEL_LEN, kv_cache_memory_bytes=KV_CACHE_BYTES)))
+      model=model_dir, max_model_len=MAX_MODEL_LEN, kv_cache_memory_bytes=KV_CACHE_BYTES,
+      log_path=os.path.join(root, "vllm-server.log"))))
   try:
     yield Toolworld(tokenizer=tokenizer, tokenizer_dir=tokenizer_dir, model=model,
                     root=str(root), sampler=sampler)
