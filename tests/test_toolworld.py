@@ -14,8 +14,9 @@ import pytest
 
 from tirjax.env.tools import TERMINAL_TOOL, UNABLE_TO_ANSWER, ToolError
 from tirjax.env.toolworld.demos import flip as flip_direction
+from tirjax.env.toolworld import demos as demos_lib
 from tirjax.env.toolworld import plan as plan_lib
-from tirjax.env.toolworld.queries import DIRECTION_TOOLS, TEMPLATES, Unfit
+from tirjax.env.toolworld.queries import DIRECTION_TOOLS, KNOCKOUT_DIRECTIONS, TEMPLATES, Unfit
 from tirjax.env.toolworld.tasks import Difficulty, make_tasks, split_of, task_from_metadata
 from tirjax.env.toolworld.toolbox import SPECS, TOOL_NAMES, UNAVAILABLE, make_tools
 from tirjax.env.toolworld.world import GAP, World, make_world
@@ -371,7 +372,7 @@ def test_direction_templates_are_those_whose_plan_takes_a_direction():
     built = 0
     while built < 5:
       try:
-        _, calls = t.build(rng, make_world(rng))
+        _, calls = t.build(rng, make_world(rng, t.cities))
       except Unfit:  # this world cannot host it
         continue
       built += 1
@@ -398,14 +399,14 @@ def test_chain_templates_take_each_direction_in_a_step_of_its_own():
   """`Template.directions` counts the plan's direction calls; a chain's are in different steps
   (so that a turn-level estimator can tell them apart), and `chain_directions` draws only
   chains, which no other setting draws."""
-  chains = [t for t in TEMPLATES.values() if t.directions > 1]
+  chains = [t for t in TEMPLATES.values() if t.directions > 1 and not t.family]
   assert chains
   rng = random.Random(0)
   for t in TEMPLATES.values():
     for _ in range(5):
       while True:
         try:
-          _, calls = t.build(rng, make_world(rng))
+          _, calls = t.build(rng, make_world(rng, t.cities))
           break
         except Unfit:
           continue
@@ -418,11 +419,95 @@ def test_chain_templates_take_each_direction_in_a_step_of_its_own():
              if c["name"] in DIRECTION_TOOLS]
     assert len(steps) == len(set(steps)) == 2, task.question
   others = make_tasks("train", 400, seed=0, difficulty=Difficulty(p_direction=1.0))
-  assert not {t.metadata["template"] for t in others} & {t.name for t in chains}
+  assert not {t.metadata["template"] for t in others} & {
+      t.name for t in TEMPLATES.values() if t.directions > 1}
+  # The first chains' streams are those of before the knockout family (taken at 6eccc85).
+  for split, want in (("train", "fb418651a1afe5af"), ("eval", "41b59bb75da236d9")):
+    text = "\n".join(f"{t.question}|{t.answer}" for t in make_tasks(split, 200, seed=0,
+                                                                     difficulty=difficulty))
+    assert hashlib.sha256(text.encode()).hexdigest()[:16] == want
   with pytest.raises(ValueError, match="chain_directions=2.*hops"):
     Difficulty(chain_directions=2)  # the default hop mix weighs hops no chain has
   with pytest.raises(ValueError, match="chain_directions=3"):
     Difficulty(hop_weights=(0, 0, 0, 1), chain_directions=3)
+
+
+def _knockout(k, n=40, seed=0, split="train"):
+  return make_tasks(split, n, seed=seed, difficulty=Difficulty(
+      chain_directions=k, chain_family="knockout", p_down=0.0))
+
+
+@pytest.mark.parametrize("k", KNOCKOUT_DIRECTIONS)
+def test_knockout_chains_take_k_directions_each_of_which_decides(k):
+  """The knockout family at K directions: 2K steps, each compare in a step of its own after the
+  look-up of the city that the compare before named; and each single wrong direction, carried
+  down its branch (later look-ups and items keyed by what that branch returned), leaves
+  another city than the reference."""
+  drawn = _knockout(k)
+  assert {t.metadata["template"] for t in drawn} == {f"knockout_cities_{k}"}
+  for task in drawn:
+    plan, cities = task.metadata["plan"], set(task.metadata["world"]["cities"])
+    assert len(task.gt_calls) == 2 * k and task.answer in cities
+    steps = [s for s, step in enumerate(task.gt_calls) for c in step if c["name"] == "compare"]
+    assert steps == list(range(1, 2 * k, 2)), task.question
+    schedule = plan_lib.canonical_schedule(plan)
+    for i, call in enumerate(plan):
+      if call["name"] != "compare":
+        continue
+      run = plan_lib.execute(plan[:i] + [flip_direction(call)] + plan[i + 1:], task.tools,
+                             schedule)
+      assert not run.error and run.results[len(plan) - 1] != task.answer, (task.question, i)
+      for c in (c for step in run.steps for c in step if c["name"] == "compare"):
+        assert set(c["arguments"]["items"]) <= cities  # keyed by its branch's cities
+
+
+def test_knockout_family_is_its_own_draw():
+  """`chain_family` draws only its own templates at its K, and is checked: an unknown family,
+  or a K the family lacks, is a clear error; its questions split like every other's."""
+  with pytest.raises(ValueError, match="chain_family: must be one of"):
+    Difficulty(chain_directions=2, chain_family="tournament")
+  with pytest.raises(ValueError, match="chain_family='knockout' needs chain_directions"):
+    Difficulty(chain_directions=5, chain_family="knockout")
+  with pytest.raises(ValueError, match="chain_family='knockout' needs chain_directions"):
+    Difficulty(chain_family="knockout")
+  train, evals = _knockout(4, 30), _knockout(4, 10, split="eval")
+  assert not {t.question for t in train} & {t.question for t in evals}
+  assert {t.metadata["down"] for t in train + evals} == {None}
+  assert ([(t.question, t.answer) for t in _knockout(2, 30, seed=1)]
+          == [(t.question, t.answer) for t in _knockout(2, 30, seed=1)])
+
+
+def test_key_refs_resolve_to_the_earlier_result_as_a_string():
+  """A key `"$ref:i"` of an object is result i (as a string) and a dependency on call i."""
+  calls = [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}},
+           {"name": "c", "arguments": {"items": {plan_lib.key_ref(0): plan_lib.ref(1), "x": 2}}}]
+  assert plan_lib.dependencies(calls) == [set(), set(), {0, 1}]
+  assert plan_lib.canonical_schedule(calls) == [[0, 1], [2]]
+  assert plan_lib.resolve(calls[2]["arguments"], {0: "Mira", 1: 7}) == {"items": {"Mira": 7,
+                                                                                  "x": 2}}
+  assert plan_lib.resolve({"$ref:x": 1}, {}) == {"$ref:x": 1}  # not an index: a plain key
+
+
+def test_knockout_demos_follow_the_branch_they_took():
+  """A confused demonstration (each direction random) keys each compare's items by the city
+  that its previous compare returned, so that SFT never shows a key from nowhere, and ends on
+  the city its branch left."""
+  rng, wrong = random.Random(0), 0
+  for task in _knockout(4, 20):
+    demo = demos_lib.make_demo(task, rng, demos_lib.DemoOptions(p_confuse=1.0))
+    holder = None
+    for m, reply in zip(demo.messages, demo.messages[1:]):
+      calls = re.search(r"<tool_call>(.*)</tool_call>", m["content"])
+      if m["role"] != "assistant" or not calls:
+        continue
+      for call, entry in zip(json.loads(calls.group(1)), json.loads(reply["content"])):
+        if call["name"] == "compare":
+          if holder is not None:
+            assert holder in call["arguments"]["items"], task.question
+          holder = entry["result"]
+    assert demo.answer == holder
+    wrong += demo.answer != task.answer
+  assert wrong > 0  # some branches were taken
 
 
 def test_task_rebuilds_from_json_metadata(tasks):

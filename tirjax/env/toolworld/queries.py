@@ -12,8 +12,8 @@ import datetime
 import random
 from typing import Callable
 
-from tirjax.env.toolworld.plan import ref
-from tirjax.env.toolworld.world import CITY_FIELDS, World, random_date
+from tirjax.env.toolworld.plan import key_ref, ref
+from tirjax.env.toolworld.world import CITY_FIELDS, N_CITIES, World, random_date
 
 Built = tuple[str, list[dict]]
 
@@ -37,15 +37,21 @@ class Template:
   # Calls of `DIRECTION_TOOLS` in its plan, each in a step of its own: 2 or more for the chain
   # templates of the credit testbed (`Difficulty.chain_directions`), drawn only there.
   directions: int = 0
+  # The chain family it belongs to (`Difficulty.chain_family`): "" for the first chains, or
+  # "knockout" (`knockout_cities`: one query family at every number of directions).
+  family: str = ""
+  cities: int = N_CITIES  # cities of the world it is drawn in (`world.make_world`)
 
 
 TEMPLATES: dict[str, Template] = {}
 
 
-def _template(hops: int, parallel: bool, direction: bool = False, directions: int = 0):
+def _template(hops: int, parallel: bool, direction: bool = False, directions: int = 0,
+              family: str = "", name: str = "", cities: int = N_CITIES):
   def register(fn):
-    TEMPLATES[fn.__name__] = Template(fn.__name__, hops, parallel, fn, direction or directions > 0,
-                                      directions or int(direction))
+    key = name or fn.__name__
+    TEMPLATES[key] = Template(key, hops, parallel, fn, direction or directions > 0,
+                              directions or int(direction), family, cities)
     return fn
   return register
 
@@ -426,3 +432,60 @@ def compare_cities_distance_miles(rng, world):
           [_city(x1, field), _city(x2, field),
            _call("compare", items={x1: ref(0), x2: ref(1)}, mode=mode),
            _call("distance", city_a=a, city_b=ref(2)), _convert(ref(3), "km", "mi")])
+
+
+# --- Knockout chains (`Difficulty.chain_family="knockout"`) ----------------------------------
+# One query family at any number K of directions, so that a testbed at K = 2 and at K = 4 differ
+# in K only: a city holds the title, and K times a challenger (each a city of its own, in a
+# world of `KNOCKOUT_CITIES` at every K) meets it on a field, the question
+# saying which way each meeting goes (the larger, the colder, ...). Each meeting is a step of
+# look-ups (the holder's and the challenger's value) then a `compare` of its own: 2K steps, K
+# direction calls in different steps. A wrong direction makes the loser the holder, so every
+# later look-up goes down another branch; a world is kept only when each single wrong direction
+# changes the city left at the end, so that no decision is free (two wrong ones may cancel).
+KNOCKOUT_DIRECTIONS = (2, 3, 4)
+KNOCKOUT_CITIES = 1 + max(KNOCKOUT_DIRECTIONS)  # a fresh challenger at every meeting
+
+
+def _knockout_holder(world: World, first: tuple[str, str], challengers, fields, modes) -> str:
+  """The city left after the meetings: `first` meet on fields[0], then each challenger meets
+  the holder on its field; `modes[i]` picks the winner (max or min) of meeting i."""
+  holder = None
+  for i, (field, mode) in enumerate(zip(fields, modes)):
+    values = {x: world.cities[x][field] for x in (first if i == 0 else
+                                                   (holder, challengers[i - 1]))}
+    holder = (max if mode == "max" else min)(values, key=values.get)
+  return holder
+
+
+def _knockout(k: int):
+  def build(rng, world):
+    first = tuple(_pick(rng, world.cities, 2))
+    fields = [rng.choice(CITY_FIELDS) for _ in range(k)]
+    picks = [_mode(rng, CITY_MORE[f]) for f in fields]
+    modes = [m for m, _ in picks]
+    # Each challenger meets once, so no branch meets a city with itself (`compare` refuses a
+    # single item, and a confused demonstration may take any branch).
+    challengers = _pick(rng, set(world.cities) - set(first), k - 1)
+    left = _knockout_holder(world, first, challengers, fields, modes)
+    flip = {"max": "min", "min": "max"}
+    for i in range(k - 1):  # the last flip always changes the answer (values differ)
+      wrong = modes[:i] + [flip[modes[i]]] + modes[i + 1:]
+      if _knockout_holder(world, first, challengers, fields, wrong) == left:
+        raise Unfit
+    calls = [_city(first[0], fields[0]), _city(first[1], fields[0]),
+             _call("compare", items={first[0]: ref(0), first[1]: ref(1)}, mode=modes[0])]
+    words = [f"Of {first[0]} and {first[1]}, take the {picks[0][1]} city."]
+    for i in range(1, k):
+      c = len(calls) - 1  # the compare that named the holder
+      calls += [_city(ref(c), fields[i]), _city(challengers[i - 1], fields[i])]
+      calls.append(_call("compare", items={key_ref(c): ref(c + 1),
+                                           challengers[i - 1]: ref(c + 2)}, mode=modes[i]))
+      words.append(f"Of that city and {challengers[i - 1]}, take the {picks[i][1]} one.")
+    return " ".join(words) + " Which city is left?", calls
+  return build
+
+
+for _k in KNOCKOUT_DIRECTIONS:  # one world size for every K: K alone differs
+  _template(2 * _k, True, directions=_k, family="knockout", name=f"knockout_cities_{_k}",
+            cities=KNOCKOUT_CITIES)(_knockout(_k))
