@@ -413,3 +413,50 @@ def test_the_oracle_grids_add_the_control_and_leave_the_other_runs_as_they_were(
   assert a["advantage"]["name"] == "oracle" and b["advantage"]["name"] == "grpo"
   assert {k: v for k, v in a.items() if k != "advantage"} == {
       k: v for k, v in b.items() if k != "advantage"}
+
+
+@pytest.mark.parametrize("k,cells", [(4, ["grpo", "hidifftir", "oracle", "portool"]),
+                                     (2, ["grpo", "oracle"])])
+def test_the_knockout_grids_are_the_signal_limited_testbed(tmp_path, k, cells):
+  """grid=credit_k<K> (issue 51): the knockout chains at K directions with no unanswerable
+  task, 5 seeds, curves of at least 8 greedy evaluations on a fixed subset of at least 128
+  eval tasks, groups of 12; every cell of a seed starts from the seed's one warm start, and
+  the oracle's config is grpo's but for the estimator."""
+  from tirjax.trainer import resolve
+  jobs = ablation.plan(ablate_config.get_config(f"grid=credit_k{k}"), str(tmp_path))
+  warm = [j for j in jobs if j.estimator == "sft"]
+  assert sorted(j.seed for j in warm) == list(range(5)) and len({j.label for j in warm}) == 1
+  assert sorted({j.label for j in jobs if j.estimator != "sft"}) == cells
+  for job in jobs:
+    c = _flat(ablation.build_config(job.recipe))
+    assert (c["env.toolworld.chain_family"], c["env.toolworld.chain_directions"],
+            c["env.toolworld.p_down"]) == ("knockout", k, 0.0)
+    assert c["rollout.max_steps"] >= 2 * k + 1  # the tool steps and the answer
+    if job.estimator != "sft":
+      evals = 1 + c["train.steps"] // c["train.eval_every"]
+      assert c["train.eval_subset"] >= 128 and evals >= 8 and c["rollout.n"] == 12
+  record = lambda label: resolve.config_record(ablation.build_config(
+      next(j for j in jobs if j.label == label and j.seed == 0).recipe))
+  a, b = record("oracle"), record("grpo")
+  assert {k: v for k, v in a.items() if k != "advantage"} == {
+      k: v for k, v in b.items() if k != "advantage"}
+
+
+def test_a_key_added_after_the_warm_starts_leaves_their_labels_at_its_default(monkeypatch):
+  """env.toolworld.chain_family enters a warm start's label only away from its default, so
+  that the grids from before it keep their labels (and the warm starts on disk)."""
+  from tirjax.ablation import grid as grid_lib
+  config = grpo_config.get_config("model=tiny")
+  label = grid_lib._signature(config)
+  with config.unlocked():
+    config.env.toolworld.chain_directions = 4
+    config.env.toolworld.chain_family = "knockout"
+  knockout = grid_lib._signature(config)
+  with config.unlocked():
+    config.env.toolworld.chain_family = ""
+  assert grid_lib._signature(config) != knockout
+  with config.unlocked():
+    config.env.toolworld.chain_directions = 0
+  assert grid_lib._signature(config) == label
+  monkeypatch.setattr(grid_lib, "_UNSIGNED_DEFAULTS", {})
+  assert grid_lib._signature(config) != label
