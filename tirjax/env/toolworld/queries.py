@@ -25,6 +25,10 @@ class Unfit(Exception):
 # Tools whose call takes a direction the question states: compare's max/min, sort_list's
 # order, filter_list's over/under, convert's from/to (see `demos.confuse`).
 DIRECTION_TOOLS = ("compare", "sort_list", "filter_list", "convert")
+# Their parameters that hold the direction: the strict similarity's
+# (`matching.similarity.strict_call_similarity`) mask.
+DIRECTION_PARAMS = {"compare": ("mode",), "sort_list": ("order",), "filter_list": ("op",),
+                    "convert": ("from_unit", "to_unit")}
 
 
 @dataclasses.dataclass(frozen=True)
