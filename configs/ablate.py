@@ -46,7 +46,7 @@ workdir): its prediction and verdict are in benchmarks/results/ablation_credit12
 control added (spec §4.4: +1 / −1 per turn from toolworld's ground-truth turn labels), on the
 same settings; run in the workdir of the grid they extend, only the oracle's runs are new. If
 the oracle does not beat GRPO there, the testbed cannot show a credit effect. Not run yet.
-`grid=credit_k4` (grpo, oracle, hidifftir, portool) and `grid=credit_k2` (grpo, oracle) are the
+`grid=credit_k4` (grpo, oracle, hidifftir with strict matching, portool) and `grid=credit_k2` (grpo, oracle) are the
 signal-limited testbed of issue 51 (`knockout_testbed` below): one query family with 4 and 2
 directions per task, for the dose-response. Not run yet; its prediction is to be committed
 before any cell runs.
@@ -110,8 +110,9 @@ CREDIT_ORACLE_CELLS = CREDIT_CELLS + ("oracle",)
 CREDIT12_ORACLE_CELLS = CREDIT12_CELLS + ("oracle",)
 # The signal-limited testbed (issue 51): one query family at K = 4 and K = 2 directions, the
 # seeds' methods at K = 4 and the controls at both, for the dose-response (the gap to grpo
-# should grow with K).
-CREDIT_K4_CELLS = ("grpo", "oracle", "hidifftir", "portool")
+# should grow with K). HiDiffTIR matches calls strictly there (`rollout.strict_directions`: a
+# wrong direction is unmatched, not a 0.75 near-match), so that its turn credit sees the lever.
+CREDIT_K4_CELLS = ("grpo", "oracle", "hidifftir/rollout.strict_directions=true", "portool")
 CREDIT_K2_CELLS = ("grpo", "oracle")
 GRIDS = {"all": tuple(dict.fromkeys(METHODS + PORTOOL + HIDIFFTIR + BEYOND)),
          "estimators": METHODS, "portool": PORTOOL, "hidifftir": HIDIFFTIR, "beyond": BEYOND,

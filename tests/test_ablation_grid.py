@@ -415,7 +415,8 @@ def test_the_oracle_grids_add_the_control_and_leave_the_other_runs_as_they_were(
       k: v for k, v in b.items() if k != "advantage"}
 
 
-@pytest.mark.parametrize("k,cells", [(4, ["grpo", "hidifftir", "oracle", "portool"]),
+@pytest.mark.parametrize("k,cells", [(4, ["grpo", "hidifftir/rollout.strict_directions=true",
+                                           "oracle", "portool"]),
                                      (2, ["grpo", "oracle"])])
 def test_the_knockout_grids_are_the_signal_limited_testbed(tmp_path, k, cells):
   """grid=credit_k<K> (issue 51): the knockout chains at K directions with no unanswerable
@@ -432,6 +433,7 @@ def test_the_knockout_grids_are_the_signal_limited_testbed(tmp_path, k, cells):
     assert (c["env.toolworld.chain_family"], c["env.toolworld.chain_directions"],
             c["env.toolworld.p_down"]) == ("knockout", k, 0.0)
     assert c["rollout.max_steps"] >= 2 * k + 1  # the tool steps and the answer
+    assert c["rollout.strict_directions"] == (job.estimator == "hidifftir")
     if job.estimator != "sft":
       evals = 1 + c["train.steps"] // c["train.eval_every"]
       assert c["train.eval_subset"] >= 128 and evals >= 8 and c["rollout.n"] == 12

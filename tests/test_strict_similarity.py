@@ -79,3 +79,39 @@ def test_direction_slots_follow_the_encoders_order_and_check_sizes():
       CallEncoder(), [], [], max_steps=T, max_calls=K, max_gt_calls=C, max_params=P)])
   with pytest.raises(AssertionError, match="rank"):  # a mask without its parameter slots
     strict_call_similarity(calls, call_valid, gt_valid, np.zeros((1, C), bool))
+
+
+def test_rollout_option_scores_the_episodes_calls_strictly(tokenizer):
+  """`rollout.strict_directions` on episodes: confused demonstrations of knockout chains
+  (each direction a coin flip) played through the runner; every pair's `call_sim` is the
+  strict reference's with it on and the plain one's with it off, and some flipped compare is a
+  near-match only when off. A task that names no direction parameters is refused."""
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  from tirjax.env.toolworld import DemoOptions, Difficulty, make_demos, make_tasks
+  from tirjax.episodes import RolloutOptions, Shapes, rollout
+  from tirjax.testing.scripted_samplers import ScriptedSampler
+  tasks = make_tasks("train", 8, seed=0, difficulty=Difficulty(
+      chain_directions=2, chain_family="knockout", p_down=0.0))
+  demos = make_demos(tasks, seed=0, options=DemoOptions(p_confuse=1.0))
+  shapes = Shapes(num_rows=8, max_steps=6, max_calls=4, max_gt_calls=8, max_tokens=1024,
+                  max_params=4)
+  near = 0
+  for strict in (False, True):
+    opts = RolloutOptions(n=1, max_steps=6, max_new_tokens=160, shapes=shapes,
+                          strict_directions=strict)
+    batch = rollout(ScriptedSampler(tokenizer, tasks, demos), tokenizer, tasks, opts)
+    sim = np.asarray(batch.rollouts.call_sim)
+    for rec, task in zip(batch.episodes, tasks):
+      gts = task.flat_gt_calls
+      for t, result in enumerate(rec.results):
+        for k, c in enumerate(result.calls):
+          for g, gt in enumerate(gts):
+            want = (strict_similarity(c, gt, DIRECTION_PARAMS) if strict
+                    else similarity(c, gt))
+            assert sim[rec.row, t, k, g] == pytest.approx(want, abs=1e-6)
+            near += (not strict and c["name"] == "compare" and want > 0.5
+                     and strict_similarity(c, gt, DIRECTION_PARAMS) == 0)
+  assert near > 0
+  bare = [dataclasses.replace(t, direction_params=None) for t in tasks]
+  with pytest.raises(ValueError, match="rollout.strict_directions: task"):
+    rollout(ScriptedSampler(tokenizer, bare, demos), tokenizer, bare, opts)

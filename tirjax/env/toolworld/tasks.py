@@ -20,7 +20,7 @@ from typing import Optional
 from tirjax import option_checks
 from tirjax.env.tools import UNABLE_TO_ANSWER, Task
 from tirjax.env.toolworld.plan import canonical_schedule, execute, format_answer
-from tirjax.env.toolworld.queries import TEMPLATES, Unfit
+from tirjax.env.toolworld.queries import DIRECTION_PARAMS, TEMPLATES, Unfit
 from tirjax.env.toolworld.toolbox import make_tools
 from tirjax.env.toolworld.world import World, make_world
 
@@ -150,6 +150,7 @@ def build_task(task_id: str, template_name: str, world: World, question: str, ca
   return Task(
       task_id=task_id, question=question, tools=tools,
       answer=UNABLE_TO_ANSWER if down else answer_if_up, gt_calls=run.steps,
+      direction_params=DIRECTION_PARAMS,
       metadata={"env": "toolworld", "template": template_name, "hops": template.hops,
                 "parallel": template.parallel, "down": down, "plan": calls,
                 "answer_if_up": answer_if_up, "world": world.as_dict()})
