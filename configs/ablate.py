@@ -158,7 +158,8 @@ CREDIT12_RL = dict(rollout=dict(n=12), train=dict(queries_per_step=4, mini_batch
 # knob, not yet measured on this family. Curves: greedy evaluations every 5 RL steps (9 points
 # over 40 steps) on the first 128 of 512 eval tasks, the first and the last on all 512.
 # T_max = 2K + 2: the 2K tool steps, the answer and one spare step; rows of 640 tokens at K = 4,
-# whose longest demonstrations outgrow the built-in 512 (K = 2 keeps 512).
+# whose longest demonstrations outgrow the built-in 512 (K = 2 keeps 512); up to K + 1 calls a
+# step (the first step looks up both first cities and every challenger) and 3K in all.
 KNOCKOUT_SFT_STEPS = 1200
 KNOCKOUT_MAX_TOKENS = {2: 512, 4: 640}
 
@@ -169,7 +170,8 @@ def knockout_testbed(k: int) -> dict:
               env=dict(eval_tasks=512, toolworld=dict(chain_directions=k,
                                                       chain_family="knockout", p_down=0.0)),
               rollout=dict(DEFAULT_PROTOCOL["rollout"], max_steps=2 * k + 2,
-                           shapes=dict(max_tokens=KNOCKOUT_MAX_TOKENS[k])),
+                           shapes=dict(max_tokens=KNOCKOUT_MAX_TOKENS[k],
+                                       max_calls=max(4, k + 1), max_gt_calls=max(8, 3 * k))),
               sft=dict(steps=KNOCKOUT_SFT_STEPS),
               train=dict(eval_every=5, eval_subset=128))
 # The smoke grid: every stage (SFT warm start, tree and independent rollouts, updates, eval,

@@ -437,6 +437,12 @@ def test_the_knockout_grids_are_the_signal_limited_testbed(tmp_path, k, cells):
     if job.estimator != "sft":
       evals = 1 + c["train.steps"] // c["train.eval_every"]
       assert c["train.eval_subset"] >= 128 and evals >= 8 and c["rollout.n"] == 12
+  from tirjax.env.toolworld import Difficulty, make_tasks
+  drawn = make_tasks("train", 50, difficulty=Difficulty(chain_directions=k,
+                                                        chain_family="knockout", p_down=0.0))
+  widest = max(len(step) for t in drawn for step in t.gt_calls)
+  assert c["rollout.shapes.max_calls"] >= widest  # the first step's look-ups fit
+  assert c["rollout.shapes.max_gt_calls"] >= max(len(t.flat_gt_calls) for t in drawn)
   record = lambda label: resolve.config_record(ablation.build_config(
       next(j for j in jobs if j.label == label and j.seed == 0).recipe))
   a, b = record("oracle"), record("grpo")
