@@ -49,7 +49,8 @@ the oracle does not beat GRPO there, the testbed cannot show a credit effect. No
 `grid=credit_k4` (grpo, oracle, hidifftir with strict matching, portool) and `grid=credit_k2` (grpo, oracle) are the
 signal-limited testbed of issue 51 (`knockout_testbed` below): one query family with 4 and 2
 directions per task, for the dose-response. Not run yet; its prediction is to be committed
-before any cell runs.
+before any cell runs. Do not run them yet: the knockout family has a known defect (see its
+section in `tirjax.env.toolworld.queries`: outcomes reward answering before every decision).
 
 Expected result (the papers' claims on 1.7B-7B models and spec §4.1; at the tiny scale
 `grid=default` sees no cell separate from GRPO at 3 seeds: its report.md):
