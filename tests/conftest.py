@@ -9,9 +9,9 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
                       "--xla_backend_optimization_level=0")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# A persistent compilation cache shared by the xdist workers and the trainer subprocesses of
-# one checkout: identical programs (the same tiny model's sampler and steps, met by many
-# tests and configs) compile once.
+# A persistent compilation cache shared by the trainer subprocesses that tests start (each a
+# fresh process compiling the same tiny model's sampler and steps): they compile each program
+# once per checkout. The pytest processes themselves do not use it (below).
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
                       os.path.join(os.path.dirname(os.path.dirname(__file__)), ".jax_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
@@ -21,8 +21,17 @@ import fcntl  # noqa: E402
 import tempfile  # noqa: E402
 
 import hypothesis  # noqa: E402
+import jax  # noqa: E402
 import pytest  # noqa: E402
 from absl import flags  # noqa: E402
+
+from tirjax.testing import mappings  # noqa: E402
+
+# Not in the pytest processes: their programs are compiled once per worker by jit's own cache
+# anyway; the subprocesses keep the persistent cache through the environment above. (Two
+# clean-clone runs lost a worker to a segmentation fault inside the cache's write; the cause was
+# the mapping budget below, the write only where it ran out.)
+jax.config.update("jax_enable_compilation_cache", False)
 
 hypothesis.settings.register_profile(
     "tirjax", deadline=None, max_examples=60, derandomize=True,
@@ -82,6 +91,9 @@ def pytest_runtest_protocol(item, nextitem):
   marker = item.get_closest_marker("cores")
   with _cores(exclusive=marker is not None and marker.args[0] > 1):
     yield
+  # A worker that keeps every program jit compiled runs out of memory mappings and dies of a
+  # segmentation fault (tirjax/testing/mappings.py); past half its budget the caches go.
+  mappings.release_when_near_limit()
 
 
 @pytest.fixture(scope="session")
