@@ -48,9 +48,10 @@ same settings; run in the workdir of the grid they extend, only the oracle's run
 the oracle does not beat GRPO there, the testbed cannot show a credit effect. Not run yet.
 `grid=credit_k4` (grpo, oracle, hidifftir with strict matching, portool) and `grid=credit_k2` (grpo, oracle) are the
 signal-limited testbed of issue 51 (`knockout_testbed` below): one query family with 4 and 2
-directions per task, for the dose-response. Not run yet; its prediction is to be committed
-before any cell runs. Do not run them yet: the knockout family has a known defect (see its
-section in `tirjax.env.toolworld.queries`: outcomes reward answering before every decision).
+directions per task, for the dose-response: a direction-blind policy is right on exactly
+2^-K of each task's direction patterns and no early answer is right (measured in
+benchmarks/results/knockout_patterns.md). Not run yet; its prediction is to be committed
+before any cell runs.
 
 Expected result (the papers' claims on 1.7B-7B models and spec §4.1; at the tiny scale
 `grid=default` sees no cell separate from GRPO at 3 seeds: its report.md):
@@ -150,19 +151,23 @@ CREDIT = dict(DEFAULT_PROTOCOL,
 CREDIT12_RL = dict(rollout=dict(n=12), train=dict(queries_per_step=4, mini_batch_queries=1))
 # `grid=credit_k4` and `grid=credit_k2`, the signal-limited testbed (issue 51): the knockout
 # chains (`env.toolworld.chain_family=knockout`: K compares, each in a step of its own after a
-# look-up of the city the compare before named, each single wrong one changing the answer) at
-# K = 4 and K = 2, no unanswerable task (`p_down=0`, so that no all-fail group and no
-# collateral-blame or free-credit count holds one), on grid=credit12's design (groups and trees
-# of 12 rows). The warm start is the default's (1200 SFT steps on confused demonstrations: each
-# direction a coin flip), so that its success rate is about 2^-K times the rest of the plan's:
-# ~6% at K = 4, the 5-10% the issue aims at, and ~25% at K = 2; `KNOCKOUT_SFT_STEPS` is the
-# knob, not yet measured on this family. Curves: greedy evaluations every 5 RL steps (9 points
+# look-up of the city the compare before named, the answer the sum of the compares' winning
+# values, so that the 2^K direction patterns give 2^K different answers) at K = 4 and K = 2,
+# no unanswerable task (`p_down=0`, so that no all-fail group and no collateral-blame or
+# free-credit count holds one), on grid=credit12's design (groups and trees of 12 rows). The
+# warm start is the default's (1200 SFT steps on confused demonstrations: each direction a
+# coin flip), so that its success rate is 2^-K times the rest of the plan's (no wrong pattern
+# and no early answer is right: `toolworld.patterns`): at most 1/16 at K = 4, the 5-10% the
+# issue aims at, and 1/4 at K = 2; `KNOCKOUT_SFT_STEPS` is the knob, not yet measured on this
+# family. Curves: greedy evaluations every 5 RL steps (9 points
 # over 40 steps) on the first 128 of 512 eval tasks, the first and the last on all 512.
-# T_max = 2K + 2: the 2K tool steps, the answer and one spare step; rows of 640 tokens at K = 4,
-# whose longest demonstrations outgrow the built-in 512 (K = 2 keeps 512); up to K + 1 calls a
-# step (the first step looks up both first cities and every challenger) and 3K in all.
+# T_max = 2K + 3: the 2K + 1 tool steps (K look-up steps, K compares, the last add), the answer
+# and one spare step; rows of 768 tokens at K = 4, whose longest confused demonstrations
+# outgrow 640 (benchmarks/results/knockout_patterns.md; K = 2 keeps the built-in 512); up to
+# K + 1 calls a step (the first step looks up both first cities and every challenger) and
+# 4K - 1 in all (3K look-ups and compares, K - 1 adds).
 KNOCKOUT_SFT_STEPS = 1200
-KNOCKOUT_MAX_TOKENS = {2: 512, 4: 640}
+KNOCKOUT_MAX_TOKENS = {2: 512, 4: 768}
 
 
 def knockout_testbed(k: int) -> dict:
@@ -170,9 +175,9 @@ def knockout_testbed(k: int) -> dict:
   return dict(DEFAULT_PROTOCOL,
               env=dict(eval_tasks=512, toolworld=dict(chain_directions=k,
                                                       chain_family="knockout", p_down=0.0)),
-              rollout=dict(DEFAULT_PROTOCOL["rollout"], max_steps=2 * k + 2,
+              rollout=dict(DEFAULT_PROTOCOL["rollout"], max_steps=2 * k + 3,
                            shapes=dict(max_tokens=KNOCKOUT_MAX_TOKENS[k],
-                                       max_calls=max(4, k + 1), max_gt_calls=max(8, 3 * k))),
+                                       max_calls=max(4, k + 1), max_gt_calls=max(8, 4 * k - 1))),
               sft=dict(steps=KNOCKOUT_SFT_STEPS),
               train=dict(eval_every=5, eval_subset=128))
 # The smoke grid: every stage (SFT warm start, tree and independent rollouts, updates, eval,

@@ -30,7 +30,9 @@ def tasks():
           + make_tasks("eval", 150, seed=7, difficulty=ALL_HOPS)
           + make_tasks("train", 150, seed=3)
           + make_tasks("train", 60, seed=5, difficulty=Difficulty(hop_weights=(0, 0, 0, 1),
-                                                                  chain_directions=2)))
+                                                                  chain_directions=2))
+          + [t for k in KNOCKOUT_DIRECTIONS for t in make_tasks("train", 10, seed=6, difficulty=(
+              Difficulty(chain_directions=k, chain_family="knockout")))])
 
 
 def _call_tool(task, call):
@@ -57,19 +59,31 @@ def _same_answer(a: str, b: str) -> bool:
 
 
 def _resolve(value, results):
+  """The plan's refs replaced (a plain reference of `plan.resolve`): `{"$ref": i}` by result
+  i, a key `"$ref:i"` by result i as a string, `{"$pick": i, "items"}` by the items' value
+  under result i."""
   if isinstance(value, dict) and set(value) == {"$ref"}:
     return results[value["$ref"]]
+  if isinstance(value, dict) and set(value) == {"$pick", "items"}:
+    return _resolve(value["items"], results)[str(results[value["$pick"]])]
   if isinstance(value, dict):
-    return {k: _resolve(v, results) for k, v in value.items()}
+    return {(str(results[int(k[5:])]) if k.startswith("$ref:") else k): _resolve(v, results)
+            for k, v in value.items()}
   return value
+
+
+def _deps(call):
+  """The calls whose results `call` needs (every form of ref, read off its JSON)."""
+  found = re.findall(r'"\$ref": (\d+)|"\$ref:(\d+)"|"\$pick": (\d+)',
+                     json.dumps(call["arguments"]))
+  return {int("".join(m)) for m in found}
 
 
 def _run_order(task, order):
   """Executes the plan's calls one at a time in `order`, arguments from earlier outputs."""
   calls, results = task.metadata["plan"], {}
   for i in order:
-    deps = json.dumps(calls[i]["arguments"])
-    assert all(f'{{"$ref": {j}}}' not in deps for j in range(len(calls)) if j not in results)
+    assert _deps(calls[i]) <= set(results)
     kind, value = _call_tool(task, {"name": calls[i]["name"],
                                     "arguments": _resolve(calls[i]["arguments"], results)})
     if kind == "error":
@@ -96,19 +110,21 @@ def test_ground_truth_trajectories_reach_the_reference(tasks):
     down = task.metadata["down"]
     plan = task.metadata["plan"]
     assert all(c["name"] != TERMINAL_TOOL for step in task.gt_calls for c in step)
+    # the plan's index of each ground-truth call (a plan need not list its calls in step order)
+    order = [i for step in plan_lib.canonical_schedule(plan) for i in step]
     results, outputs, position = {}, [], 0
     for step in task.gt_calls:
       assert step, task.task_id
       for j, call in enumerate(step):
         validators[call["name"]].validate(call["arguments"])
         # Arguments derive from earlier steps' tool outputs: the plan resolved with them.
-        assert call == {"name": plan[position + j]["name"],
-                        "arguments": _resolve(plan[position + j]["arguments"], results)}
+        assert call == {"name": plan[order[position + j]]["name"],
+                        "arguments": _resolve(plan[order[position + j]]["arguments"], results)}
       for call in step:
         kind, value = _call_tool(task, call)
         outputs.append((kind, value))
         if kind == "result":
-          results[position] = value
+          results[order[position]] = value
         position += 1
     errors = [(c["name"], v) for c, (k, v) in zip(task.flat_gt_calls, outputs) if k == "error"]
     if down is None:
@@ -128,8 +144,7 @@ def test_ground_truth_trajectories_reach_the_reference(tasks):
 
 def _valid_orders(calls, limit=50):
   """Topological orders of the plan's dependency graph (reference: brute-force DFS)."""
-  deps = [{int(j) for j in re.findall(r'"\$ref": (\d+)', json.dumps(c["arguments"]))}
-          for c in calls]
+  deps = [_deps(c) for c in calls]
   out = []
 
   def dfs(order):
@@ -437,26 +452,38 @@ def _knockout(k, n=40, seed=0, split="train"):
       chain_directions=k, chain_family="knockout", p_down=0.0))
 
 
+def _won(steps, entries):
+  """Each compare's winning value along a run: its items' value under the label it returned."""
+  return [c["arguments"]["items"][e["result"]] for step, out in zip(steps, entries)
+          for c, e in zip(step, out) if c["name"] == "compare"]
+
+
 @pytest.mark.parametrize("k", KNOCKOUT_DIRECTIONS)
 def test_knockout_chains_take_k_directions_each_of_which_decides(k):
-  """The knockout family at K directions: 2K steps, each compare in a step of its own after the
-  look-up of the city that the compare before named; and each single wrong direction, carried
-  down its branch (later look-ups and items keyed by what that branch returned), leaves
-  another city than the reference."""
+  """The knockout family at K directions: 2K + 1 steps of 4K - 1 calls, each compare alone in
+  its step after the look-up of the city that the compare before named; the answer is the sum
+  of the compares' winning values; and each single wrong direction, carried down its branch
+  (later look-ups, items keyed by what that branch returned, the sum of its own winning
+  values), gives another answer."""
   drawn = _knockout(k)
   assert {t.metadata["template"] for t in drawn} == {f"knockout_cities_{k}"}
   for task in drawn:
     plan, cities = task.metadata["plan"], set(task.metadata["world"]["cities"])
-    assert len(task.gt_calls) == 2 * k and task.answer in cities
+    assert len(task.gt_calls) == 2 * k + 1 and len(task.flat_gt_calls) == 4 * k - 1
     steps = [s for s, step in enumerate(task.gt_calls) for c in step if c["name"] == "compare"]
     assert steps == list(range(1, 2 * k, 2)), task.question
+    assert all(len(task.gt_calls[s]) == 1 for s in steps)
     schedule = plan_lib.canonical_schedule(plan)
+    right = plan_lib.execute(plan, task.tools, schedule)
+    assert task.answer == str(sum(_won(right.steps, right.entries)))
     for i, call in enumerate(plan):
       if call["name"] != "compare":
         continue
       run = plan_lib.execute(plan[:i] + [flip_direction(call)] + plan[i + 1:], task.tools,
                              schedule)
-      assert not run.error and run.results[len(plan) - 1] != task.answer, (task.question, i)
+      answer = plan_lib.format_answer(run.results[len(plan) - 1])
+      assert not run.error and answer != task.answer, (task.question, i)
+      assert answer == str(sum(_won(run.steps, run.entries)))  # its own branch's sum
       for c in (c for step in run.steps for c in step if c["name"] == "compare"):
         assert set(c["arguments"]["items"]) <= cities  # keyed by its branch's cities
 
@@ -488,14 +515,30 @@ def test_key_refs_resolve_to_the_earlier_result_as_a_string():
   assert plan_lib.resolve({"$ref:x": 1}, {}) == {"$ref:x": 1}  # not an index: a plain key
 
 
+def test_pick_refs_resolve_to_the_value_the_winner_had():
+  """`pick_ref(i, items)` is the resolved items' value under result i (as a string), and a
+  dependency on call i and on every ref of the items; a label the items lack is named."""
+  items = {"Mira": plan_lib.ref(0), plan_lib.key_ref(1): plan_lib.ref(2)}
+  calls = [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}},
+           {"name": "c", "arguments": {}}, {"name": "d", "arguments": {}},
+           {"name": "e", "arguments": {"a": plan_lib.pick_ref(3, items), "b": 1}}]
+  assert plan_lib.dependencies(calls)[4] == {0, 1, 2, 3}
+  assert plan_lib.canonical_schedule(calls) == [[0, 1, 2, 3], [4]]
+  for winner, want in (("Mira", 5), ("Tosk", 9)):
+    results = {0: 5, 1: "Tosk", 2: 9, 3: winner}
+    assert plan_lib.resolve(calls[4]["arguments"], results) == {"a": want, "b": 1}
+  with pytest.raises(KeyError, match="no item 'Lund'"):
+    plan_lib.resolve(calls[4]["arguments"], {0: 5, 1: "Tosk", 2: 9, 3: "Lund"})
+
+
 def test_knockout_demos_follow_the_branch_they_took():
   """A confused demonstration (each direction random) keys each compare's items by the city
-  that its previous compare returned, so that SFT never shows a key from nowhere, and ends on
-  the city its branch left."""
+  that its previous compare returned, so that SFT never shows a key from nowhere, and answers
+  the sum of its own branch's winning values."""
   rng, wrong = random.Random(0), 0
   for task in _knockout(4, 20):
     demo = demos_lib.make_demo(task, rng, demos_lib.DemoOptions(p_confuse=1.0))
-    holder = None
+    holder, won = None, 0
     for m, reply in zip(demo.messages, demo.messages[1:]):
       calls = re.search(r"<tool_call>(.*)</tool_call>", m["content"])
       if m["role"] != "assistant" or not calls:
@@ -505,7 +548,8 @@ def test_knockout_demos_follow_the_branch_they_took():
           if holder is not None:
             assert holder in call["arguments"]["items"], task.question
           holder = entry["result"]
-    assert demo.answer == holder
+          won += call["arguments"]["items"][holder]
+    assert demo.answer == str(won)
     wrong += demo.answer != task.answer
   assert wrong > 0  # some branches were taken
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 import random
-from typing import Callable
+from typing import Any, Callable, Optional
 
-from tirjax.env.toolworld.plan import key_ref, ref
+from tirjax.env.toolworld.plan import canonical_schedule, execute, key_ref, pick_ref, ref
+from tirjax.env.toolworld.toolbox import make_tools
 from tirjax.env.toolworld.world import CITY_FIELDS, N_CITIES, World, random_date
 
 Built = tuple[str, list[dict]]
@@ -440,32 +442,64 @@ def compare_cities_distance_miles(rng, world):
 
 # --- Knockout chains (`Difficulty.chain_family="knockout"`) ----------------------------------
 # One query family at any number K of directions, so that a testbed at K = 2 and at K = 4 differ
-# in K only: a city holds the title, and K times a challenger (each a city of its own, in a
-# world of `KNOCKOUT_CITIES` at every K) meets it on a field, the question
-# saying which way each meeting goes (the larger, the colder, ...). Each meeting is a step of
-# look-ups (the holder's and the challenger's value) then a `compare` of its own: 2K steps, K
-# direction calls in different steps. A wrong direction makes the loser the holder, so every
-# later look-up goes down another branch; a world is kept only when each single wrong direction
-# changes the city left at the end, so that no decision is free (two wrong ones may cancel).
-# KNOWN DEFECT (found at the end of the session that added it; fix before any grid runs on it):
-# 2^K direction patterns map onto only K + 1 cities, so a direction-blind policy does better
-# than 2^-K (several wrong patterns land on the right city), and the city the first compare
-# names is often the answer, so answering right after the first decision is often right: the
-# outcome rewards skipping decisions. A redesign needs 2^K distinct answers (each wrong pattern
-# a different answer) and no intermediate result equal to the answer.
+# in K only: K meetings, each of the city that holds the title against a challenger (two first
+# cities at the first meeting, then a fresh challenger each, in a world of `KNOCKOUT_CITIES` at
+# every K) on a field, the question saying which way each goes (the larger, the colder, ...).
+# Each meeting is a step of look-ups (the holder's and the challenger's value) then a `compare`
+# of its own, so the K direction calls are in K different steps; a wrong direction makes the
+# loser the holder, and every later look-up goes down another branch.
+# The answer is the sum of the winning values (each meeting's winner's value on its field),
+# accumulated by `calculate` (add): the first add sums the first two meetings' winning values
+# at the step after the second compare, each later one adds the next meeting's to the running
+# total, so that a plan has 2K + 1 steps and 4K - 1 calls. Why a sum and not the city left at
+# the end: the 2^K direction patterns leave only K + 1 possible cities, so a direction-blind
+# policy was right far more often than 2^-K, and the first compare's winner was often the
+# final city, so the outcome paid for answering before the later decisions. A world is kept
+# (`knockout_flaw`) only when the 2^K patterns (each compare's mode right or flipped, every
+# other call made right on the branch it leads to) give 2^K different sums, and no result of
+# any pattern's run but the right one's last equals the answer: a blind policy is then right
+# with probability exactly 2^-K, every single wrong direction changes the answer, and no
+# early stop (a city, a value, a partial sum) is right. The rates are measured in
+# benchmarks/results/knockout_patterns.md.
 KNOCKOUT_DIRECTIONS = (2, 3, 4)
 KNOCKOUT_CITIES = 1 + max(KNOCKOUT_DIRECTIONS)  # a fresh challenger at every meeting
+_FLIP_MODE = {"max": "min", "min": "max"}
 
 
-def _knockout_holder(world: World, first: tuple[str, str], challengers, fields, modes) -> str:
-  """The city left after the meetings: `first` meet on fields[0], then each challenger meets
-  the holder on its field; `modes[i]` picks the winner (max or min) of meeting i."""
-  holder = None
-  for i, (field, mode) in enumerate(zip(fields, modes)):
-    values = {x: world.cities[x][field] for x in (first if i == 0 else
-                                                   (holder, challengers[i - 1]))}
-    holder = (max if mode == "max" else min)(values, key=values.get)
-  return holder
+def pattern_runs(calls: list[dict], world: World) -> dict[tuple[bool, ...], dict[int, Any]]:
+  """Each direction pattern of a plan (a flag per `compare`, in plan order: its mode flipped or
+  not; every other call as planned, resolved along the branch the pattern takes) -> the
+  results of the plan's run, call index -> result."""
+  compares = [i for i, c in enumerate(calls) if c["name"] == "compare"]
+  tools, schedule = make_tools(world), canonical_schedule(calls)
+  runs = {}
+  for pattern in itertools.product((False, True), repeat=len(compares)):
+    flipped = [dict(c) for c in calls]
+    for i, f in zip(compares, pattern):
+      if f:
+        args = dict(calls[i]["arguments"])
+        args["mode"] = _FLIP_MODE[args["mode"]]
+        flipped[i] = {"name": "compare", "arguments": args}
+    run = execute(flipped, tools, schedule)
+    if run.error:
+      raise RuntimeError(f"pattern {pattern}: the plan fails: {run.entries[-1]}")
+    runs[pattern] = run.results
+  return runs
+
+
+def knockout_flaw(runs: dict[tuple[bool, ...], dict[int, Any]], last: int) -> Optional[str]:
+  """Why a knockout world is refused, or None: two patterns' answers (result `last`) that are
+  equal, or a result of some pattern's run, other than the right pattern's answer, that equals
+  the right answer (an early stop, or a wrong branch, that would be rewarded)."""
+  right = runs[tuple(False for _ in next(iter(runs)))][last]
+  answers = [r[last] for r in runs.values()]
+  if len(set(answers)) < len(answers):
+    return "two direction patterns give one answer"
+  for pattern, results in runs.items():
+    for i, x in results.items():
+      if x == right and not (i == last and not any(pattern)):
+        return f"result {i} of pattern {pattern} equals the answer"
+  return None
 
 
 def _knockout(k: int):
@@ -473,29 +507,33 @@ def _knockout(k: int):
     first = tuple(_pick(rng, world.cities, 2))
     fields = [rng.choice(CITY_FIELDS) for _ in range(k)]
     picks = [_mode(rng, CITY_MORE[f]) for f in fields]
-    modes = [m for m, _ in picks]
     # Each challenger meets once, so no branch meets a city with itself (`compare` refuses a
     # single item, and a confused demonstration may take any branch).
     challengers = _pick(rng, set(world.cities) - set(first), k - 1)
-    left = _knockout_holder(world, first, challengers, fields, modes)
-    flip = {"max": "min", "min": "max"}
-    for i in range(k - 1):  # the last flip always changes the answer (values differ)
-      wrong = modes[:i] + [flip[modes[i]]] + modes[i + 1:]
-      if _knockout_holder(world, first, challengers, fields, wrong) == left:
-        raise Unfit
+    items = {first[0]: ref(0), first[1]: ref(1)}
     calls = [_city(first[0], fields[0]), _city(first[1], fields[0]),
-             _call("compare", items={first[0]: ref(0), first[1]: ref(1)}, mode=modes[0])]
+             _call("compare", items=items, mode=picks[0][0])]
+    won = [pick_ref(2, items)]  # each meeting's winning value, whichever branch it took
     words = [f"Of {first[0]} and {first[1]}, take the {picks[0][1]} city."]
     for i in range(1, k):
       c = len(calls) - 1  # the compare that named the holder
       calls += [_city(ref(c), fields[i]), _city(challengers[i - 1], fields[i])]
-      calls.append(_call("compare", items={key_ref(c): ref(c + 1),
-                                           challengers[i - 1]: ref(c + 2)}, mode=modes[i]))
+      items = {key_ref(c): ref(c + 1), challengers[i - 1]: ref(c + 2)}
+      calls.append(_call("compare", items=items, mode=picks[i][0]))
+      won.append(pick_ref(len(calls) - 1, items))
       words.append(f"Of that city and {challengers[i - 1]}, take the {picks[i][1]} one.")
-    return " ".join(words) + " Which city is left?", calls
+    # The running total: meetings 0 and 1's winning values, then each next meeting's (each add
+    # lands in the step after the compare it needs: `canonical_schedule`).
+    calls.append(_call("calculate", op="add", a=won[0], b=won[1]))
+    for w in won[2:]:
+      calls.append(_call("calculate", op="add", a=ref(len(calls) - 1), b=w))
+    flaw = knockout_flaw(pattern_runs(calls, world), len(calls) - 1)
+    if flaw:
+      raise Unfit(flaw)
+    return " ".join(words) + " What is the sum of the winning values?", calls
   return build
 
 
 for _k in KNOCKOUT_DIRECTIONS:  # one world size for every K: K alone differs
-  _template(2 * _k, True, directions=_k, family="knockout", name=f"knockout_cities_{_k}",
+  _template(2 * _k + 1, True, directions=_k, family="knockout", name=f"knockout_cities_{_k}",
             cities=KNOCKOUT_CITIES)(_knockout(_k))

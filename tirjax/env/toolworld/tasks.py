@@ -51,7 +51,8 @@ class Difficulty:
       At 0 the chain templates are never drawn, so the streams stay those of before the knob.
     chain_family: with `chain_directions`, which family of chains: "" (default) the first
       chains (4 hops, 2 directions), drawn by `hop_weights`; "knockout" the knockout chains
-      (`queries.knockout_cities_<K>`: 2K steps, K = 2, 3 or 4 directions), one query family
+      (`queries.knockout_cities_<K>`: 2K + 1 steps, K = 2, 3 or 4 directions, the answer a sum
+      that each direction pattern makes different), one query family
       at every K (the credit testbed's dose-response), whose K fixes the hops, so that
       `hop_weights` plays no part either.
   """
