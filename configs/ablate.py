@@ -7,7 +7,7 @@
 
 Argument (comma-separated presets):
 `grid=all|estimators|portool|hidifftir|beyond|smoke|beyond_smoke|snapshot|default|credit|credit12|
-credit_oracle|credit12_oracle` (default all), `seeds=N` (seeds 0..N-1; default 3, the credit
+credit_oracle|credit12_oracle|credit_k4|credit_k2` (default all), `seeds=N` (seeds 0..N-1; default 3, the credit
 grids 5, smoke 2), `warm_start=per_seed|shared|none` (one SFT
 per seed, one SFT for all seeds, or SFT inside every run; see `tirjax.ablation.grid`), and the
 estimator configs' presets `model`, `env`, `sampler`, `mesh`, `steps`
@@ -46,6 +46,12 @@ workdir): its prediction and verdict are in benchmarks/results/ablation_credit12
 control added (spec §4.4: +1 / −1 per turn from toolworld's ground-truth turn labels), on the
 same settings; run in the workdir of the grid they extend, only the oracle's runs are new. If
 the oracle does not beat GRPO there, the testbed cannot show a credit effect. Not run yet.
+`grid=credit_k4` (grpo, oracle, hidifftir with strict matching, portool) and `grid=credit_k2` (grpo, oracle) are the
+signal-limited testbed of issue 51 (`knockout_testbed` below): one query family with 4 and 2
+directions per task, for the dose-response: a direction-blind policy is right on exactly
+2^-K of each task's direction patterns and no early answer is right (measured in
+benchmarks/results/knockout_patterns.md). Not run yet; its prediction is to be committed
+before any cell runs.
 
 Expected result (the papers' claims on 1.7B-7B models and spec §4.1; at the tiny scale
 `grid=default` sees no cell separate from GRPO at 3 seeds: its report.md):
@@ -104,12 +110,19 @@ CREDIT12_CELLS = ("grpo", "hidifftir", "portool")  # its redesign: the claims' c
 # workdir of the grid it extends, its finished runs are skipped: only the oracle's cells run.
 CREDIT_ORACLE_CELLS = CREDIT_CELLS + ("oracle",)
 CREDIT12_ORACLE_CELLS = CREDIT12_CELLS + ("oracle",)
+# The signal-limited testbed (issue 51): one query family at K = 4 and K = 2 directions, the
+# seeds' methods at K = 4 and the controls at both, for the dose-response (the gap to grpo
+# should grow with K). HiDiffTIR matches calls strictly there (`rollout.strict_directions`: a
+# wrong direction is unmatched, not a 0.75 near-match), so that its turn credit sees the lever.
+CREDIT_K4_CELLS = ("grpo", "oracle", "hidifftir/rollout.strict_directions=true", "portool")
+CREDIT_K2_CELLS = ("grpo", "oracle")
 GRIDS = {"all": tuple(dict.fromkeys(METHODS + PORTOOL + HIDIFFTIR + BEYOND)),
          "estimators": METHODS, "portool": PORTOOL, "hidifftir": HIDIFFTIR, "beyond": BEYOND,
          "smoke": ("grpo", "portool"), "beyond_smoke": BEYOND_ESTIMATORS,
          "snapshot": SNAPSHOT_CELLS, "default": DEFAULT_CELLS, "credit": CREDIT_CELLS,
          "credit12": CREDIT12_CELLS, "credit_oracle": CREDIT_ORACLE_CELLS,
-         "credit12_oracle": CREDIT12_ORACLE_CELLS}
+         "credit12_oracle": CREDIT12_ORACLE_CELLS, "credit_k4": CREDIT_K4_CELLS,
+         "credit_k2": CREDIT_K2_CELLS}
 # The committed snapshot (benchmarks/results/ablation_toolworld/report.md): every estimator from one
 # shared SFT warm start per answer protocol, a short RL budget that fits a 2-core CPU in about
 # an hour; its differences are expected to be within noise at this budget.
@@ -136,6 +149,37 @@ CREDIT = dict(DEFAULT_PROTOCOL,
 # of 12 (mini-batches of one query: 4 updates a step, as before); RL keys only, so the cells
 # start from grid=credit's warm starts.
 CREDIT12_RL = dict(rollout=dict(n=12), train=dict(queries_per_step=4, mini_batch_queries=1))
+# `grid=credit_k4` and `grid=credit_k2`, the signal-limited testbed (issue 51): the knockout
+# chains (`env.toolworld.chain_family=knockout`: K compares, each in a step of its own after a
+# look-up of the city the compare before named, the answer the sum of the compares' winning
+# values, so that the 2^K direction patterns give 2^K different answers) at K = 4 and K = 2,
+# no unanswerable task (`p_down=0`, so that no all-fail group and no collateral-blame or
+# free-credit count holds one), on grid=credit12's design (groups and trees of 12 rows). The
+# warm start is the default's (1200 SFT steps on confused demonstrations: each direction a
+# coin flip), so that its success rate is 2^-K times the rest of the plan's (no wrong pattern
+# and no early answer is right: `toolworld.patterns`): at most 1/16 at K = 4, the 5-10% the
+# issue aims at, and 1/4 at K = 2; `KNOCKOUT_SFT_STEPS` is the knob, not yet measured on this
+# family. Curves: greedy evaluations every 5 RL steps (9 points
+# over 40 steps) on the first 128 of 512 eval tasks, the first and the last on all 512.
+# T_max = 2K + 3: the 2K + 1 tool steps (K look-up steps, K compares, the last add), the answer
+# and one spare step; rows of 768 tokens at K = 4, whose longest confused demonstrations
+# outgrow 640 (benchmarks/results/knockout_patterns.md; K = 2 keeps the built-in 512); up to
+# K + 1 calls a step (the first step looks up both first cities and every challenger) and
+# 4K - 1 in all (3K look-ups and compares, K - 1 adds).
+KNOCKOUT_SFT_STEPS = 1200
+KNOCKOUT_MAX_TOKENS = {2: 512, 4: 768}
+
+
+def knockout_testbed(k: int) -> dict:
+  """The overrides of `grid=credit_k<k>` (see above)."""
+  return dict(DEFAULT_PROTOCOL,
+              env=dict(eval_tasks=512, toolworld=dict(chain_directions=k,
+                                                      chain_family="knockout", p_down=0.0)),
+              rollout=dict(DEFAULT_PROTOCOL["rollout"], max_steps=2 * k + 3,
+                           shapes=dict(max_tokens=KNOCKOUT_MAX_TOKENS[k],
+                                       max_calls=max(4, k + 1), max_gt_calls=max(8, 4 * k - 1))),
+              sft=dict(steps=KNOCKOUT_SFT_STEPS),
+              train=dict(eval_every=5, eval_subset=128))
 # The smoke grid: every stage (SFT warm start, tree and independent rollouts, updates, eval,
 # export, report) on the smallest sizes.
 SMOKE = dict(env=dict(train_tasks=16, eval_tasks=4),
@@ -167,11 +211,12 @@ def get_config(arg=None):
     presets.setdefault("warm_start", "shared")
   extra = SMOKE if smoke else {"snapshot": SNAPSHOT, "default": DEFAULT_PROTOCOL,
                                "credit": CREDIT, "credit12": CREDIT, "credit_oracle": CREDIT,
-                               "credit12_oracle": CREDIT}.get(grid, {})
+                               "credit12_oracle": CREDIT, "credit_k4": knockout_testbed(4),
+                               "credit_k2": knockout_testbed(2)}.get(grid, {})
   for section, values in extra.items():
     c.overrides[section] = ml_collections.ConfigDict({**c.overrides.get(section, {}), **values})
   c.rl_overrides = ml_collections.ConfigDict(
-      CREDIT12_RL if grid in ("credit12", "credit12_oracle") else {})
+      CREDIT12_RL if grid in ("credit12", "credit12_oracle", "credit_k4", "credit_k2") else {})
   c.cells = GRIDS[grid]
   c.seeds = tuple(range(int(seeds)))
   c.warm_start = presets.get("warm_start", "per_seed")

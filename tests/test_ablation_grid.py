@@ -413,3 +413,65 @@ def test_the_oracle_grids_add_the_control_and_leave_the_other_runs_as_they_were(
   assert a["advantage"]["name"] == "oracle" and b["advantage"]["name"] == "grpo"
   assert {k: v for k, v in a.items() if k != "advantage"} == {
       k: v for k, v in b.items() if k != "advantage"}
+
+
+@pytest.mark.parametrize("k,cells", [(4, ["grpo", "hidifftir/rollout.strict_directions=true",
+                                           "oracle", "portool"]),
+                                     (2, ["grpo", "oracle"])])
+def test_the_knockout_grids_are_the_signal_limited_testbed(tmp_path, tokenizer, k, cells):
+  """grid=credit_k<K> (issue 51): the knockout chains at K directions with no unanswerable
+  task, 5 seeds, curves of at least 8 greedy evaluations on a fixed subset of at least 128
+  eval tasks, groups of 12; every cell of a seed starts from the seed's one warm start, and
+  the oracle's config is grpo's but for the estimator. The shapes hold drawn tasks: the steps
+  and the answer, the widest step, every ground-truth call, and a row holds their confused
+  demonstrations (what the warm start's SFT shows)."""
+  from tirjax.trainer import resolve
+  jobs = ablation.plan(ablate_config.get_config(f"grid=credit_k{k}"), str(tmp_path))
+  warm = [j for j in jobs if j.estimator == "sft"]
+  assert sorted(j.seed for j in warm) == list(range(5)) and len({j.label for j in warm}) == 1
+  assert sorted({j.label for j in jobs if j.estimator != "sft"}) == cells
+  for job in jobs:
+    c = _flat(ablation.build_config(job.recipe))
+    assert (c["env.toolworld.chain_family"], c["env.toolworld.chain_directions"],
+            c["env.toolworld.p_down"]) == ("knockout", k, 0.0)
+    assert c["rollout.max_steps"] >= 2 * k + 2  # the 2K + 1 tool steps and the answer
+    assert c["rollout.strict_directions"] == (job.estimator == "hidifftir")
+    if job.estimator != "sft":
+      evals = 1 + c["train.steps"] // c["train.eval_every"]
+      assert c["train.eval_subset"] >= 128 and evals >= 8 and c["rollout.n"] == 12
+  from tirjax.env.toolworld import Difficulty, make_tasks
+  drawn = make_tasks("train", 50, difficulty=Difficulty(chain_directions=k,
+                                                        chain_family="knockout", p_down=0.0))
+  widest = max(len(step) for t in drawn for step in t.gt_calls)
+  assert c["rollout.shapes.max_calls"] >= widest  # the first step's look-ups fit
+  assert c["rollout.shapes.max_gt_calls"] >= max(len(t.flat_gt_calls) for t in drawn)
+  assert c["rollout.max_steps"] >= max(len(t.gt_calls) for t in drawn) + 1
+  from tirjax.env.toolworld import DemoOptions, demo_tokens, make_demos
+  demos = make_demos(drawn, options=DemoOptions(p_confuse=1.0,
+                                                answer_protocol=c["rollout.answer_protocol"]))
+  assert c["rollout.shapes.max_tokens"] >= max(len(demo_tokens(tokenizer, d)[0]) for d in demos)
+  record = lambda label: resolve.config_record(ablation.build_config(
+      next(j for j in jobs if j.label == label and j.seed == 0).recipe))
+  a, b = record("oracle"), record("grpo")
+  assert {k: v for k, v in a.items() if k != "advantage"} == {
+      k: v for k, v in b.items() if k != "advantage"}
+
+
+def test_a_key_added_after_the_warm_starts_leaves_their_labels_at_its_default(monkeypatch):
+  """env.toolworld.chain_family enters a warm start's label only away from its default, so
+  that the grids from before it keep their labels (and the warm starts on disk)."""
+  from tirjax.ablation import grid as grid_lib
+  config = grpo_config.get_config("model=tiny")
+  label = grid_lib._signature(config)
+  with config.unlocked():
+    config.env.toolworld.chain_directions = 4
+    config.env.toolworld.chain_family = "knockout"
+  knockout = grid_lib._signature(config)
+  with config.unlocked():
+    config.env.toolworld.chain_family = ""
+  assert grid_lib._signature(config) != knockout
+  with config.unlocked():
+    config.env.toolworld.chain_directions = 0
+  assert grid_lib._signature(config) == label
+  monkeypatch.setattr(grid_lib, "_UNSIGNED_DEFAULTS", {})
+  assert grid_lib._signature(config) != label

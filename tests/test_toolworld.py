@@ -14,8 +14,9 @@ import pytest
 
 from tirjax.env.tools import TERMINAL_TOOL, UNABLE_TO_ANSWER, ToolError
 from tirjax.env.toolworld.demos import flip as flip_direction
+from tirjax.env.toolworld import demos as demos_lib
 from tirjax.env.toolworld import plan as plan_lib
-from tirjax.env.toolworld.queries import DIRECTION_TOOLS, TEMPLATES, Unfit
+from tirjax.env.toolworld.queries import DIRECTION_TOOLS, KNOCKOUT_DIRECTIONS, TEMPLATES, Unfit
 from tirjax.env.toolworld.tasks import Difficulty, make_tasks, split_of, task_from_metadata
 from tirjax.env.toolworld.toolbox import SPECS, TOOL_NAMES, UNAVAILABLE, make_tools
 from tirjax.env.toolworld.world import GAP, World, make_world
@@ -29,7 +30,9 @@ def tasks():
           + make_tasks("eval", 150, seed=7, difficulty=ALL_HOPS)
           + make_tasks("train", 150, seed=3)
           + make_tasks("train", 60, seed=5, difficulty=Difficulty(hop_weights=(0, 0, 0, 1),
-                                                                  chain_directions=2)))
+                                                                  chain_directions=2))
+          + [t for k in KNOCKOUT_DIRECTIONS for t in make_tasks("train", 10, seed=6, difficulty=(
+              Difficulty(chain_directions=k, chain_family="knockout")))])
 
 
 def _call_tool(task, call):
@@ -56,19 +59,31 @@ def _same_answer(a: str, b: str) -> bool:
 
 
 def _resolve(value, results):
+  """The plan's refs replaced (a plain reference of `plan.resolve`): `{"$ref": i}` by result
+  i, a key `"$ref:i"` by result i as a string, `{"$pick": i, "items"}` by the items' value
+  under result i."""
   if isinstance(value, dict) and set(value) == {"$ref"}:
     return results[value["$ref"]]
+  if isinstance(value, dict) and set(value) == {"$pick", "items"}:
+    return _resolve(value["items"], results)[str(results[value["$pick"]])]
   if isinstance(value, dict):
-    return {k: _resolve(v, results) for k, v in value.items()}
+    return {(str(results[int(k[5:])]) if k.startswith("$ref:") else k): _resolve(v, results)
+            for k, v in value.items()}
   return value
+
+
+def _deps(call):
+  """The calls whose results `call` needs (every form of ref, read off its JSON)."""
+  found = re.findall(r'"\$ref": (\d+)|"\$ref:(\d+)"|"\$pick": (\d+)',
+                     json.dumps(call["arguments"]))
+  return {int("".join(m)) for m in found}
 
 
 def _run_order(task, order):
   """Executes the plan's calls one at a time in `order`, arguments from earlier outputs."""
   calls, results = task.metadata["plan"], {}
   for i in order:
-    deps = json.dumps(calls[i]["arguments"])
-    assert all(f'{{"$ref": {j}}}' not in deps for j in range(len(calls)) if j not in results)
+    assert _deps(calls[i]) <= set(results)
     kind, value = _call_tool(task, {"name": calls[i]["name"],
                                     "arguments": _resolve(calls[i]["arguments"], results)})
     if kind == "error":
@@ -95,19 +110,21 @@ def test_ground_truth_trajectories_reach_the_reference(tasks):
     down = task.metadata["down"]
     plan = task.metadata["plan"]
     assert all(c["name"] != TERMINAL_TOOL for step in task.gt_calls for c in step)
+    # the plan's index of each ground-truth call (a plan need not list its calls in step order)
+    order = [i for step in plan_lib.canonical_schedule(plan) for i in step]
     results, outputs, position = {}, [], 0
     for step in task.gt_calls:
       assert step, task.task_id
       for j, call in enumerate(step):
         validators[call["name"]].validate(call["arguments"])
         # Arguments derive from earlier steps' tool outputs: the plan resolved with them.
-        assert call == {"name": plan[position + j]["name"],
-                        "arguments": _resolve(plan[position + j]["arguments"], results)}
+        assert call == {"name": plan[order[position + j]]["name"],
+                        "arguments": _resolve(plan[order[position + j]]["arguments"], results)}
       for call in step:
         kind, value = _call_tool(task, call)
         outputs.append((kind, value))
         if kind == "result":
-          results[position] = value
+          results[order[position]] = value
         position += 1
     errors = [(c["name"], v) for c, (k, v) in zip(task.flat_gt_calls, outputs) if k == "error"]
     if down is None:
@@ -127,8 +144,7 @@ def test_ground_truth_trajectories_reach_the_reference(tasks):
 
 def _valid_orders(calls, limit=50):
   """Topological orders of the plan's dependency graph (reference: brute-force DFS)."""
-  deps = [{int(j) for j in re.findall(r'"\$ref": (\d+)', json.dumps(c["arguments"]))}
-          for c in calls]
+  deps = [_deps(c) for c in calls]
   out = []
 
   def dfs(order):
@@ -371,7 +387,7 @@ def test_direction_templates_are_those_whose_plan_takes_a_direction():
     built = 0
     while built < 5:
       try:
-        _, calls = t.build(rng, make_world(rng))
+        _, calls = t.build(rng, make_world(rng, t.cities))
       except Unfit:  # this world cannot host it
         continue
       built += 1
@@ -398,14 +414,14 @@ def test_chain_templates_take_each_direction_in_a_step_of_its_own():
   """`Template.directions` counts the plan's direction calls; a chain's are in different steps
   (so that a turn-level estimator can tell them apart), and `chain_directions` draws only
   chains, which no other setting draws."""
-  chains = [t for t in TEMPLATES.values() if t.directions > 1]
+  chains = [t for t in TEMPLATES.values() if t.directions > 1 and not t.family]
   assert chains
   rng = random.Random(0)
   for t in TEMPLATES.values():
     for _ in range(5):
       while True:
         try:
-          _, calls = t.build(rng, make_world(rng))
+          _, calls = t.build(rng, make_world(rng, t.cities))
           break
         except Unfit:
           continue
@@ -418,11 +434,124 @@ def test_chain_templates_take_each_direction_in_a_step_of_its_own():
              if c["name"] in DIRECTION_TOOLS]
     assert len(steps) == len(set(steps)) == 2, task.question
   others = make_tasks("train", 400, seed=0, difficulty=Difficulty(p_direction=1.0))
-  assert not {t.metadata["template"] for t in others} & {t.name for t in chains}
+  assert not {t.metadata["template"] for t in others} & {
+      t.name for t in TEMPLATES.values() if t.directions > 1}
+  # The first chains' streams are those of before the knockout family (taken at 6eccc85).
+  for split, want in (("train", "fb418651a1afe5af"), ("eval", "41b59bb75da236d9")):
+    text = "\n".join(f"{t.question}|{t.answer}" for t in make_tasks(split, 200, seed=0,
+                                                                     difficulty=difficulty))
+    assert hashlib.sha256(text.encode()).hexdigest()[:16] == want
   with pytest.raises(ValueError, match="chain_directions=2.*hops"):
     Difficulty(chain_directions=2)  # the default hop mix weighs hops no chain has
   with pytest.raises(ValueError, match="chain_directions=3"):
     Difficulty(hop_weights=(0, 0, 0, 1), chain_directions=3)
+
+
+def _knockout(k, n=40, seed=0, split="train"):
+  return make_tasks(split, n, seed=seed, difficulty=Difficulty(
+      chain_directions=k, chain_family="knockout", p_down=0.0))
+
+
+def _won(steps, entries):
+  """Each compare's winning value along a run: its items' value under the label it returned."""
+  return [c["arguments"]["items"][e["result"]] for step, out in zip(steps, entries)
+          for c, e in zip(step, out) if c["name"] == "compare"]
+
+
+@pytest.mark.parametrize("k", KNOCKOUT_DIRECTIONS)
+def test_knockout_chains_take_k_directions_each_of_which_decides(k):
+  """The knockout family at K directions: 2K + 1 steps of 4K - 1 calls, each compare alone in
+  its step after the look-up of the city that the compare before named; the answer is the sum
+  of the compares' winning values; and each single wrong direction, carried down its branch
+  (later look-ups, items keyed by what that branch returned, the sum of its own winning
+  values), gives another answer."""
+  drawn = _knockout(k)
+  assert {t.metadata["template"] for t in drawn} == {f"knockout_cities_{k}"}
+  for task in drawn:
+    plan, cities = task.metadata["plan"], set(task.metadata["world"]["cities"])
+    assert len(task.gt_calls) == 2 * k + 1 and len(task.flat_gt_calls) == 4 * k - 1
+    steps = [s for s, step in enumerate(task.gt_calls) for c in step if c["name"] == "compare"]
+    assert steps == list(range(1, 2 * k, 2)), task.question
+    assert all(len(task.gt_calls[s]) == 1 for s in steps)
+    schedule = plan_lib.canonical_schedule(plan)
+    right = plan_lib.execute(plan, task.tools, schedule)
+    assert task.answer == str(sum(_won(right.steps, right.entries)))
+    for i, call in enumerate(plan):
+      if call["name"] != "compare":
+        continue
+      run = plan_lib.execute(plan[:i] + [flip_direction(call)] + plan[i + 1:], task.tools,
+                             schedule)
+      answer = plan_lib.format_answer(run.results[len(plan) - 1])
+      assert not run.error and answer != task.answer, (task.question, i)
+      assert answer == str(sum(_won(run.steps, run.entries)))  # its own branch's sum
+      for c in (c for step in run.steps for c in step if c["name"] == "compare"):
+        assert set(c["arguments"]["items"]) <= cities  # keyed by its branch's cities
+
+
+def test_knockout_family_is_its_own_draw():
+  """`chain_family` draws only its own templates at its K, and is checked: an unknown family,
+  or a K the family lacks, is a clear error; its questions split like every other's."""
+  with pytest.raises(ValueError, match="chain_family: must be one of"):
+    Difficulty(chain_directions=2, chain_family="tournament")
+  with pytest.raises(ValueError, match="chain_family='knockout' needs chain_directions"):
+    Difficulty(chain_directions=5, chain_family="knockout")
+  with pytest.raises(ValueError, match="chain_family='knockout' needs chain_directions"):
+    Difficulty(chain_family="knockout")
+  train, evals = _knockout(4, 30), _knockout(4, 10, split="eval")
+  assert not {t.question for t in train} & {t.question for t in evals}
+  assert {t.metadata["down"] for t in train + evals} == {None}
+  assert ([(t.question, t.answer) for t in _knockout(2, 30, seed=1)]
+          == [(t.question, t.answer) for t in _knockout(2, 30, seed=1)])
+
+
+def test_key_refs_resolve_to_the_earlier_result_as_a_string():
+  """A key `"$ref:i"` of an object is result i (as a string) and a dependency on call i."""
+  calls = [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}},
+           {"name": "c", "arguments": {"items": {plan_lib.key_ref(0): plan_lib.ref(1), "x": 2}}}]
+  assert plan_lib.dependencies(calls) == [set(), set(), {0, 1}]
+  assert plan_lib.canonical_schedule(calls) == [[0, 1], [2]]
+  assert plan_lib.resolve(calls[2]["arguments"], {0: "Mira", 1: 7}) == {"items": {"Mira": 7,
+                                                                                  "x": 2}}
+  assert plan_lib.resolve({"$ref:x": 1}, {}) == {"$ref:x": 1}  # not an index: a plain key
+
+
+def test_pick_refs_resolve_to_the_value_the_winner_had():
+  """`pick_ref(i, items)` is the resolved items' value under result i (as a string), and a
+  dependency on call i and on every ref of the items; a label the items lack is named."""
+  items = {"Mira": plan_lib.ref(0), plan_lib.key_ref(1): plan_lib.ref(2)}
+  calls = [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}},
+           {"name": "c", "arguments": {}}, {"name": "d", "arguments": {}},
+           {"name": "e", "arguments": {"a": plan_lib.pick_ref(3, items), "b": 1}}]
+  assert plan_lib.dependencies(calls)[4] == {0, 1, 2, 3}
+  assert plan_lib.canonical_schedule(calls) == [[0, 1, 2, 3], [4]]
+  for winner, want in (("Mira", 5), ("Tosk", 9)):
+    results = {0: 5, 1: "Tosk", 2: 9, 3: winner}
+    assert plan_lib.resolve(calls[4]["arguments"], results) == {"a": want, "b": 1}
+  with pytest.raises(KeyError, match="no item 'Lund'"):
+    plan_lib.resolve(calls[4]["arguments"], {0: 5, 1: "Tosk", 2: 9, 3: "Lund"})
+
+
+def test_knockout_demos_follow_the_branch_they_took():
+  """A confused demonstration (each direction random) keys each compare's items by the city
+  that its previous compare returned, so that SFT never shows a key from nowhere, and answers
+  the sum of its own branch's winning values."""
+  rng, wrong = random.Random(0), 0
+  for task in _knockout(4, 20):
+    demo = demos_lib.make_demo(task, rng, demos_lib.DemoOptions(p_confuse=1.0))
+    holder, won = None, 0
+    for m, reply in zip(demo.messages, demo.messages[1:]):
+      calls = re.search(r"<tool_call>(.*)</tool_call>", m["content"])
+      if m["role"] != "assistant" or not calls:
+        continue
+      for call, entry in zip(json.loads(calls.group(1)), json.loads(reply["content"])):
+        if call["name"] == "compare":
+          if holder is not None:
+            assert holder in call["arguments"]["items"], task.question
+          holder = entry["result"]
+          won += call["arguments"]["items"][holder]
+    assert demo.answer == str(won)
+    wrong += demo.answer != task.answer
+  assert wrong > 0  # some branches were taken
 
 
 def test_task_rebuilds_from_json_metadata(tasks):

@@ -139,6 +139,27 @@ def test_every_turn_is_labelled_not_only_the_first_departure(tasks):
   assert labels(task, [steps[0]], None, "false") == [RIGHT]  # no answer: no answering turn
 
 
+def test_a_call_that_follows_a_wrong_direction_correctly_is_wrong():
+  """The declared convention (module docstring): on a knockout chain whose first compare is
+  flipped, the later steps made right on the branch it named (the look-up of that city, its
+  compare, the add of that branch's winning values) are "argument", not right."""
+  from tirjax.env.toolworld import plan as plan_lib  # pylint: disable=import-outside-toplevel
+  tasks = make_tasks("train", 20, seed=0, difficulty=Difficulty(
+      chain_directions=2, chain_family="knockout", p_down=0.0))
+  # meetings on two fields, so that no branch look-up repeats a plan call already made
+  task = next(t for t in tasks
+              if len({c["arguments"].get("field") for c in t.flat_gt_calls} - {None}) == 2)
+  plan = task.metadata["plan"]
+  wrong = [flip(c) if c["name"] == "compare" and i == 2 else c for i, c in enumerate(plan)]
+  branch = plan_lib.execute(wrong, task.tools, plan_lib.canonical_schedule(plan))
+  assert not branch.error and len(branch.steps) == len(task.gt_calls) == 5
+  answer = plan_lib.format_answer(branch.results[len(plan) - 1])
+  assert answer != task.answer
+  assert labels(task, branch.steps, answer, "false") == [
+      RIGHT, "direction", "argument", "argument", "argument", "answer"]
+  assert labels(task, gt_steps(task), task.answer, "true") == [RIGHT] * 6
+
+
 def test_a_step_with_one_wrong_call_among_right_ones_is_wrong(tasks):
   task = next(t for t in tasks if len(t.gt_calls[0]) > 1
               and any(c["name"] in LOOKUPS for c in t.gt_calls[0]))

@@ -202,12 +202,16 @@ _SIGNATURE_NAMES = {"step.num_microbatches": "train.micro_batches",
                     **{f"env.toolworld.{k}": f"env.{k}" for k in (
                         "hop_weights", "p_parallel", "p_down", "p_direction",
                         "chain_directions")}}
+# Keys added after warm starts were made, left out of the label at their default, so that the
+# labels (and the warm starts on disk) of every grid from before stay what they were.
+_UNSIGNED_DEFAULTS = {"env.toolworld.chain_family": ""}
 
 
 def _signature(config) -> str:
   """The warm-start label of a cell: a hash of its SFT-relevant values."""
   flat = rundir.flatten(json.loads(json.dumps(resolve.config_record(config))))
-  flat = {_SIGNATURE_NAMES.get(k, k): v for k, v in flat.items()}
+  flat = {_SIGNATURE_NAMES.get(k, k): v for k, v in flat.items()
+          if k not in _UNSIGNED_DEFAULTS or v != _UNSIGNED_DEFAULTS[k]}
   kept = {k: v for k, v in sorted(flat.items()) if _warm_start_key(k)}
   return "sft-" + hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:8]
 

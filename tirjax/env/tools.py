@@ -102,6 +102,9 @@ class Task:
   # Opens fresh per-episode tool state; None: each tool's `fn` is called directly.
   session: Optional[Callable[[], ToolSession]] = None
   dialogue: Optional[Dialogue] = None  # several user turns (BFCL multi-turn)
+  # Tool name -> its parameters that hold a direction (toolworld: compare's mode, ...), for
+  # `rollout.strict_directions`; None: its environment names none.
+  direction_params: Optional[Mapping[str, Sequence[str]]] = None
 
   @property
   def flat_gt_calls(self) -> list[dict]:

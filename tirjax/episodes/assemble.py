@@ -19,8 +19,8 @@ from tirjax.env.call_arrays import encode_row, stack_rows
 from tirjax.env.executor import EpisodeSummary, StepResult
 from tirjax.env.judge import OUTCOME, Judgement, Trajectory
 from tirjax.env.tools import Task
-from tirjax.matching.encoding import CallEncoder
-from tirjax.matching.similarity import call_similarity
+from tirjax.matching.encoding import CallEncoder, direction_slots
+from tirjax.matching.similarity import call_similarity, strict_call_similarity
 from tirjax.episodes.episode import ANSWERED, Episode
 from tirjax.episodes.options import Shapes
 from tirjax.rollouts import Rollouts, empty_arrays, from_numpy, state_ids, write_tokens
@@ -78,11 +78,13 @@ def step_key(result: StepResult) -> str:
 
 def to_rollouts(rows: Sequence[tuple[int, Episode]], tasks: Sequence[Task],
                 prompts: Sequence[Sequence[int]], verdicts: Sequence[str],
-                shapes: Shapes, greedy: Optional[Sequence[float]] = None) -> Rollouts:
+                shapes: Shapes, greedy: Optional[Sequence[float]] = None,
+                strict_directions: bool = False) -> Rollouts:
   """Pads `rows` (query index, finished episode) with their verdicts into a validated batch.
 
   `greedy`: per query, the R_out of its greedy rollout (ReMax's baseline), written into
-  `greedy_outcome` of the query's rows; None leaves the field out.
+  `greedy_outcome` of the query's rows; None leaves the field out. `strict_directions`:
+  `call_sim` is the strict similarity (`RolloutOptions.strict_directions`).
   """
   B, T, K, C, L, P = (shapes.num_rows, shapes.max_steps, shapes.max_calls, shapes.max_gt_calls,
                       shapes.max_tokens, shapes.max_params)
@@ -97,6 +99,7 @@ def to_rollouts(rows: Sequence[tuple[int, Episode]], tasks: Sequence[Task],
   same_turn = np.ones((B, T, C), bool)
   node_ids: dict[int, int] = {}
   call_rows = []
+  gt_direction = np.zeros((B, C, P), bool)  # the strict similarity's mask
   for b, ((q, ep), verdict) in enumerate(zip(rows, verdicts)):
     task, steps = tasks[q], ep.steps
     if len(steps) > T:
@@ -124,6 +127,12 @@ def to_rollouts(rows: Sequence[tuple[int, Episode]], tasks: Sequence[Task],
       gt_turn[:len(task.dialogue.gt_call_turns)] = task.dialogue.gt_call_turns
       step_turn = np.array([n.result.turn for n in steps], np.int32)
       same_turn[b, :len(steps)] = step_turn[:, None] == gt_turn[None, :]
+    if strict_directions:
+      if task.direction_params is None:
+        raise ValueError(f"rollout.strict_directions: task {task.task_id} names no direction "
+                         "parameters (Task.direction_params); its environment has none")
+      for c, call in enumerate(task.flat_gt_calls[:C]):
+        gt_direction[b, c] = direction_slots(call, P, task.direction_params)
     call_rows.append(encode_row(
         encoder, [n.result.calls for n in steps], task.flat_gt_calls, max_steps=T,
         max_calls=K, max_gt_calls=C, max_params=P,
@@ -137,7 +146,8 @@ def to_rollouts(rows: Sequence[tuple[int, Episode]], tasks: Sequence[Task],
     call_rows.append(encode_row(encoder, [], [], max_steps=T, max_calls=K, max_gt_calls=C,
                                 max_params=P))
   calls, call_valid, gt_valid, call_solves = stack_rows(call_rows)
-  sim = call_similarity(calls, call_valid, gt_valid) * same_turn[:, :, None, :]
+  sim = (strict_call_similarity(calls, call_valid, gt_valid, gt_direction) if strict_directions
+         else call_similarity(calls, call_valid, gt_valid)) * same_turn[:, :, None, :]
   a.update(call_valid=call_valid, gt_valid=gt_valid, call_sim=sim, call_solves=call_solves,
            state_id=state_ids(a["group_id"], step_keys, a["step_valid"]),
            **{f"calls.{f.name}": getattr(calls, f.name) for f in dataclasses.fields(calls)})

@@ -72,7 +72,8 @@ def rollout(sampler: Sampler, tokenizer, tasks: Sequence[Task], options: Rollout
     t2 = time.perf_counter()
     greedy = greedy_outcomes(sampler, tokenizer, tasks, options, judge, first_query)
     stats["greedy_baseline_s"] = time.perf_counter() - t2
-  batch = assemble.to_rollouts(rows, tasks, runner.prompts, verdicts, options.shapes, greedy)
+  batch = assemble.to_rollouts(rows, tasks, runner.prompts, verdicts, options.shapes, greedy,
+                               strict_directions=options.strict_directions)
   records = []
   for b, ((q, ep), (verdict, judgement)) in enumerate(zip(rows, judged)):
     summary = assemble.summary(tasks[q], ep)

@@ -109,6 +109,10 @@ class RolloutOptions:
     greedy_baseline: also run one greedy episode per query (independent, n = 1, temperature
       0), judged like the others, and record its R_out as every row's `greedy_outcome`
       (ReMax's baseline, `remax`); the greedy rows are not rows of the batch.
+    strict_directions: score `call_sim` strictly (`matching.similarity.strict_call_similarity`,
+      issue 51): a call whose direction parameters (its task's `direction_params`: toolworld's
+      compare mode, convert units, ...) differ from the ground truth's is unmatched (0), not a
+      near-match; needs tasks that name them. Off (default): HiDiffTIR's Eq. 22-25 as is.
   """
 
   mode: Mode = "independent"
@@ -122,6 +126,7 @@ class RolloutOptions:
   judge_workers: int = 1
   solve_scoring: SolveScoring = "ftrl"
   greedy_baseline: bool = False
+  strict_directions: bool = False
   tree: TreeOptions = TreeOptions()
   arpo: ArpoOptions = ArpoOptions()
   shapes: Shapes = Shapes()
@@ -131,6 +136,7 @@ class RolloutOptions:
     for name in ("n", "max_steps", "max_new_tokens", "judge_workers"):
       option_checks.at_least(name, getattr(self, name), 1)
     option_checks.flag("greedy_baseline", self.greedy_baseline)
+    option_checks.flag("strict_directions", self.strict_directions)
     option_checks.at_least("temperature", self.temperature, 0)
     option_checks.lies_in("top_p", self.top_p, 0, 1, open_low=True)
     if self.max_steps > self.shapes.max_steps:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import numpy as np
 
@@ -70,3 +70,19 @@ class CallEncoder:
       keys[p] = self.key_id(str(k))
       values[p] = value_hash(v)
     return self.name_id(str(call.get("name"))), keys, values
+
+
+def direction_slots(call: Mapping[str, Any], max_params: int,
+                    directions: Mapping[str, Collection[str]]) -> np.ndarray:
+  """[P] bool: which parameter slots of `call`, in `CallEncoder.encode`'s order (sorted
+  names), hold a direction: the names `directions[call's tool]` lists (none for a tool it
+  does not name). The strict similarity's mask (`similarity.strict_call_similarity`)."""
+  args = call.get("arguments") or {}
+  if len(args) > max_params:
+    raise ValueError(f"call {call.get('name')!r} has {len(args)} arguments; max_params is "
+                     f"{max_params}")
+  wanted = directions.get(str(call.get("name")), ())
+  out = np.zeros(max_params, bool)
+  for p, k in enumerate(sorted(args)):
+    out[p] = str(k) in wanted
+  return out

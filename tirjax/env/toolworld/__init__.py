@@ -6,7 +6,8 @@
 
 Modules: `world` (the fictional world of one query), `toolbox` (the tools), `queries` (question
 templates and their plans), `plan` (schedules and direct execution), `tasks` (splits and
-difficulty knobs), `demos` (SFT demonstrations), `tokenizer` (the BPE tokenizer).
+difficulty knobs), `demos` (SFT demonstrations), `tokenizer` (the BPE tokenizer), `patterns`
+(what a direction-blind policy, or an early answer, earns on a chain task).
 """
 
 from tirjax.env.toolworld.demos import Demo, DemoOptions, demo_tokens, make_demos

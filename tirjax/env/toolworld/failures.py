@@ -26,6 +26,15 @@ schedule of the plan matches, since the ground truth is a multiset of calls.
 departure only (spec §4.5's turn labels, for credit fidelity): a tool-call step is right when
 each of its calls takes a not-yet-made call of the plan, else wrong with the kind of its first
 call that does not; the answering step is right when its verdict is the best the task admits.
+
+Convention (issue 51, item 5): a call is judged against the plan's calls as the task resolved
+them, not against what its own inputs imply. So a call that correctly follows from an upstream
+wrong direction (in a knockout chain: the look-up of the city a flipped compare named, the
+compare of that city's branch, the `calculate` that adds the winning values of that branch)
+is wrong, as "argument" (or "repeat" where it happens to repeat a plan call already made):
+every turn after a wrong direction is blamed with it, and only the direction's own turn is
+"direction". A label of "right given its input" would need the plan replayed on the
+episode's own results; the oracle (spec §4.4) and the fidelity measures read these labels.
 """
 
 from __future__ import annotations

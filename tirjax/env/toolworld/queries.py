@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 import random
-from typing import Callable
+from typing import Any, Callable, Optional
 
-from tirjax.env.toolworld.plan import ref
-from tirjax.env.toolworld.world import CITY_FIELDS, World, random_date
+from tirjax.env.toolworld.plan import canonical_schedule, execute, key_ref, pick_ref, ref
+from tirjax.env.toolworld.toolbox import make_tools
+from tirjax.env.toolworld.world import CITY_FIELDS, N_CITIES, World, random_date
 
 Built = tuple[str, list[dict]]
 
@@ -25,6 +27,10 @@ class Unfit(Exception):
 # Tools whose call takes a direction the question states: compare's max/min, sort_list's
 # order, filter_list's over/under, convert's from/to (see `demos.confuse`).
 DIRECTION_TOOLS = ("compare", "sort_list", "filter_list", "convert")
+# Their parameters that hold the direction: the strict similarity's
+# (`matching.similarity.strict_call_similarity`) mask.
+DIRECTION_PARAMS = {"compare": ("mode",), "sort_list": ("order",), "filter_list": ("op",),
+                    "convert": ("from_unit", "to_unit")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,15 +43,21 @@ class Template:
   # Calls of `DIRECTION_TOOLS` in its plan, each in a step of its own: 2 or more for the chain
   # templates of the credit testbed (`Difficulty.chain_directions`), drawn only there.
   directions: int = 0
+  # The chain family it belongs to (`Difficulty.chain_family`): "" for the first chains, or
+  # "knockout" (`knockout_cities`: one query family at every number of directions).
+  family: str = ""
+  cities: int = N_CITIES  # cities of the world it is drawn in (`world.make_world`)
 
 
 TEMPLATES: dict[str, Template] = {}
 
 
-def _template(hops: int, parallel: bool, direction: bool = False, directions: int = 0):
+def _template(hops: int, parallel: bool, direction: bool = False, directions: int = 0,
+              family: str = "", name: str = "", cities: int = N_CITIES):
   def register(fn):
-    TEMPLATES[fn.__name__] = Template(fn.__name__, hops, parallel, fn, direction or directions > 0,
-                                      directions or int(direction))
+    key = name or fn.__name__
+    TEMPLATES[key] = Template(key, hops, parallel, fn, direction or directions > 0,
+                              directions or int(direction), family, cities)
     return fn
   return register
 
@@ -426,3 +438,102 @@ def compare_cities_distance_miles(rng, world):
           [_city(x1, field), _city(x2, field),
            _call("compare", items={x1: ref(0), x2: ref(1)}, mode=mode),
            _call("distance", city_a=a, city_b=ref(2)), _convert(ref(3), "km", "mi")])
+
+
+# --- Knockout chains (`Difficulty.chain_family="knockout"`) ----------------------------------
+# One query family at any number K of directions, so that a testbed at K = 2 and at K = 4 differ
+# in K only: K meetings, each of the city that holds the title against a challenger (two first
+# cities at the first meeting, then a fresh challenger each, in a world of `KNOCKOUT_CITIES` at
+# every K) on a field, the question saying which way each goes (the larger, the colder, ...).
+# Each meeting is a step of look-ups (the holder's and the challenger's value) then a `compare`
+# of its own, so the K direction calls are in K different steps; a wrong direction makes the
+# loser the holder, and every later look-up goes down another branch.
+# The answer is the sum of the winning values (each meeting's winner's value on its field),
+# accumulated by `calculate` (add): the first add sums the first two meetings' winning values
+# at the step after the second compare, each later one adds the next meeting's to the running
+# total, so that a plan has 2K + 1 steps and 4K - 1 calls. Why a sum and not the city left at
+# the end: the 2^K direction patterns leave only K + 1 possible cities, so a direction-blind
+# policy was right far more often than 2^-K, and the first compare's winner was often the
+# final city, so the outcome paid for answering before the later decisions. A world is kept
+# (`knockout_flaw`) only when the 2^K patterns (each compare's mode right or flipped, every
+# other call made right on the branch it leads to) give 2^K different sums, and no result of
+# any pattern's run but the right one's last equals the answer: a blind policy is then right
+# with probability exactly 2^-K, every single wrong direction changes the answer, and no
+# early stop (a city, a value, a partial sum) is right. The rates are measured in
+# benchmarks/results/knockout_patterns.md.
+KNOCKOUT_DIRECTIONS = (2, 3, 4)
+KNOCKOUT_CITIES = 1 + max(KNOCKOUT_DIRECTIONS)  # a fresh challenger at every meeting
+_FLIP_MODE = {"max": "min", "min": "max"}
+
+
+def pattern_runs(calls: list[dict], world: World) -> dict[tuple[bool, ...], dict[int, Any]]:
+  """Each direction pattern of a plan (a flag per `compare`, in plan order: its mode flipped or
+  not; every other call as planned, resolved along the branch the pattern takes) -> the
+  results of the plan's run, call index -> result."""
+  compares = [i for i, c in enumerate(calls) if c["name"] == "compare"]
+  tools, schedule = make_tools(world), canonical_schedule(calls)
+  runs = {}
+  for pattern in itertools.product((False, True), repeat=len(compares)):
+    flipped = [dict(c) for c in calls]
+    for i, f in zip(compares, pattern):
+      if f:
+        args = dict(calls[i]["arguments"])
+        args["mode"] = _FLIP_MODE[args["mode"]]
+        flipped[i] = {"name": "compare", "arguments": args}
+    run = execute(flipped, tools, schedule)
+    if run.error:
+      raise RuntimeError(f"pattern {pattern}: the plan fails: {run.entries[-1]}")
+    runs[pattern] = run.results
+  return runs
+
+
+def knockout_flaw(runs: dict[tuple[bool, ...], dict[int, Any]], last: int) -> Optional[str]:
+  """Why a knockout world is refused, or None: two patterns' answers (result `last`) that are
+  equal, or a result of some pattern's run, other than the right pattern's answer, that equals
+  the right answer (an early stop, or a wrong branch, that would be rewarded)."""
+  right = runs[tuple(False for _ in next(iter(runs)))][last]
+  answers = [r[last] for r in runs.values()]
+  if len(set(answers)) < len(answers):
+    return "two direction patterns give one answer"
+  for pattern, results in runs.items():
+    for i, x in results.items():
+      if x == right and not (i == last and not any(pattern)):
+        return f"result {i} of pattern {pattern} equals the answer"
+  return None
+
+
+def _knockout(k: int):
+  def build(rng, world):
+    first = tuple(_pick(rng, world.cities, 2))
+    fields = [rng.choice(CITY_FIELDS) for _ in range(k)]
+    picks = [_mode(rng, CITY_MORE[f]) for f in fields]
+    # Each challenger meets once, so no branch meets a city with itself (`compare` refuses a
+    # single item, and a confused demonstration may take any branch).
+    challengers = _pick(rng, set(world.cities) - set(first), k - 1)
+    items = {first[0]: ref(0), first[1]: ref(1)}
+    calls = [_city(first[0], fields[0]), _city(first[1], fields[0]),
+             _call("compare", items=items, mode=picks[0][0])]
+    won = [pick_ref(2, items)]  # each meeting's winning value, whichever branch it took
+    words = [f"Of {first[0]} and {first[1]}, take the {picks[0][1]} city."]
+    for i in range(1, k):
+      c = len(calls) - 1  # the compare that named the holder
+      calls += [_city(ref(c), fields[i]), _city(challengers[i - 1], fields[i])]
+      items = {key_ref(c): ref(c + 1), challengers[i - 1]: ref(c + 2)}
+      calls.append(_call("compare", items=items, mode=picks[i][0]))
+      won.append(pick_ref(len(calls) - 1, items))
+      words.append(f"Of that city and {challengers[i - 1]}, take the {picks[i][1]} one.")
+    # The running total: meetings 0 and 1's winning values, then each next meeting's (each add
+    # lands in the step after the compare it needs: `canonical_schedule`).
+    calls.append(_call("calculate", op="add", a=won[0], b=won[1]))
+    for w in won[2:]:
+      calls.append(_call("calculate", op="add", a=ref(len(calls) - 1), b=w))
+    flaw = knockout_flaw(pattern_runs(calls, world), len(calls) - 1)
+    if flaw:
+      raise Unfit(flaw)
+    return " ".join(words) + " What is the sum of the winning values?", calls
+  return build
+
+
+for _k in KNOCKOUT_DIRECTIONS:  # one world size for every K: K alone differs
+  _template(2 * _k + 1, True, directions=_k, family="knockout", name=f"knockout_cities_{_k}",
+            cities=KNOCKOUT_CITIES)(_knockout(_k))

@@ -20,7 +20,7 @@ from typing import Optional
 from tirjax import option_checks
 from tirjax.env.tools import UNABLE_TO_ANSWER, Task
 from tirjax.env.toolworld.plan import canonical_schedule, execute, format_answer
-from tirjax.env.toolworld.queries import TEMPLATES, Unfit
+from tirjax.env.toolworld.queries import DIRECTION_PARAMS, TEMPLATES, Unfit
 from tirjax.env.toolworld.toolbox import make_tools
 from tirjax.env.toolworld.world import World, make_world
 
@@ -49,6 +49,12 @@ class Difficulty:
       many (`queries.Template.directions`; the credit testbed, where an outcome cannot say
       which of its directions went wrong), and `p_parallel` and `p_direction` play no part.
       At 0 the chain templates are never drawn, so the streams stay those of before the knob.
+    chain_family: with `chain_directions`, which family of chains: "" (default) the first
+      chains (4 hops, 2 directions), drawn by `hop_weights`; "knockout" the knockout chains
+      (`queries.knockout_cities_<K>`: 2K + 1 steps, K = 2, 3 or 4 directions, the answer a sum
+      that each direction pattern makes different), one query family
+      at every K (the credit testbed's dose-response), whose K fixes the hops, so that
+      `hop_weights` plays no part either.
   """
 
   hop_weights: tuple[float, ...] = (0.25, 0.35, 0.25, 0.15)
@@ -56,6 +62,7 @@ class Difficulty:
   p_down: float = 0.1
   p_direction: float = 0.0
   chain_directions: int = 0
+  chain_family: str = ""
 
   def __post_init__(self):
     w = self.hop_weights
@@ -65,14 +72,28 @@ class Difficulty:
     for name in ("p_parallel", "p_down", "p_direction"):
       option_checks.lies_in(name, getattr(self, name), 0, 1)
     option_checks.int_at_least("chain_directions", self.chain_directions, 0)
-    if self.chain_directions:
+    families = sorted({t.family for t in TEMPLATES.values()})
+    if self.chain_family not in families:
+      raise ValueError(f"chain_family: must be one of {families}, got {self.chain_family!r}")
+    if self.chain_family:
+      if not _family_templates(self.chain_family, self.chain_directions):
+        have = sorted({t.directions for t in TEMPLATES.values()
+                       if t.family == self.chain_family})
+        raise ValueError(f"chain_family={self.chain_family!r} needs chain_directions in {have}, "
+                         f"got {self.chain_directions}")
+    elif self.chain_directions:
       hops = {t.hops for t in TEMPLATES.values() if t.directions == self.chain_directions
-              and t.directions > 1}
+              and t.directions > 1 and not t.family}
       wanted = {h + 1 for h, x in enumerate(w) if x > 0}
       if not hops or not wanted <= hops:
         raise ValueError(f"chain_directions={self.chain_directions}: the chain templates with "
                          f"that many directions have hops {sorted(hops)}; hop_weights {w} "
                          f"also weighs hops {sorted(wanted - hops)}")
+
+
+def _family_templates(family: str, directions: int) -> list[str]:
+  return sorted(t.name for t in TEMPLATES.values()
+                if t.family == family and t.directions == directions)
 
 
 def query_seed(seed: int, k: int) -> int:
@@ -86,19 +107,26 @@ def split_of(question: str) -> str:
 
 
 def _draw(rng: random.Random, difficulty: Difficulty):
+  if difficulty.chain_family:  # its own path: the other knobs' draws are not made
+    return _drawn(rng, difficulty, TEMPLATES[rng.choice(
+        _family_templates(difficulty.chain_family, difficulty.chain_directions))])
   hops = rng.choices(range(1, MAX_HOPS + 1), weights=difficulty.hop_weights)[0]
   parallel = hops > 1 and rng.random() < difficulty.p_parallel
   # No draw at p_direction = 0: the streams stay those of before the knob.
   direction = difficulty.p_direction > 0 and rng.random() < difficulty.p_direction
   if difficulty.chain_directions:
     names = [t.name for t in TEMPLATES.values()
-             if t.hops == hops and t.directions == difficulty.chain_directions]
+             if t.hops == hops and t.directions == difficulty.chain_directions and not t.family]
   else:
     names = [t.name for t in TEMPLATES.values() if t.directions <= 1 and t.hops == hops
              and t.parallel == parallel and (t.direction or not direction)]
-  template = TEMPLATES[rng.choice(sorted(names))]
+  return _drawn(rng, difficulty, TEMPLATES[rng.choice(sorted(names))])
+
+
+def _drawn(rng: random.Random, difficulty: Difficulty, template):
+  """A world that hosts `template`, the query, and the tool that is down (if any)."""
   while True:
-    world = make_world(rng)
+    world = make_world(rng, template.cities)
     try:
       question, calls = template.build(rng, world)
       break
@@ -123,6 +151,7 @@ def build_task(task_id: str, template_name: str, world: World, question: str, ca
   return Task(
       task_id=task_id, question=question, tools=tools,
       answer=UNABLE_TO_ANSWER if down else answer_if_up, gt_calls=run.steps,
+      direction_params=DIRECTION_PARAMS,
       metadata={"env": "toolworld", "template": template_name, "hops": template.hops,
                 "parallel": template.parallel, "down": down, "plan": calls,
                 "answer_if_up": answer_if_up, "world": world.as_dict()})

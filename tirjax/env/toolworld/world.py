@@ -27,6 +27,7 @@ VOWELS = "aeiou"
 GAP = 0.03  # minimum relative gap between two values of one numeric field
 
 N_PEOPLE, N_COMPANIES, N_CITIES = 5, 3, 4
+MAX_CITIES = 6  # the largest world (`make_world`'s n_cities) whose values spread with GAP
 PERSON_FIELDS = ("city", "company", "born")
 COMPANY_FIELDS = ("hq", "revenue", "staff")
 CITY_FIELDS = ("population", "temp_c", "elevation_m")
@@ -104,11 +105,15 @@ class World:
     return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
 
 
-def make_world(rng: random.Random) -> World:
+def make_world(rng: random.Random, n_cities: int = N_CITIES) -> World:
+  """A random world; `n_cities` (at least N_COMPANIES, for their headquarters) is larger for
+  the templates that need more cities (`queries.Template.cities`)."""
+  if not N_COMPANIES <= n_cities <= MAX_CITIES:
+    raise ValueError(f"n_cities: must be in [{N_COMPANIES}, {MAX_CITIES}], got {n_cities}")
   people = rng.sample(NAME_POOLS["people"], N_PEOPLE)
-  cities = rng.sample(NAME_POOLS["cities"], N_CITIES)
+  cities = rng.sample(NAME_POOLS["cities"], n_cities)
   companies = rng.sample(NAME_POOLS["companies"], N_COMPANIES)
-  city_values = {f: _spread(rng, *RANGES[f], N_CITIES) for f in CITY_FIELDS}
+  city_values = {f: _spread(rng, *RANGES[f], n_cities) for f in CITY_FIELDS}
   company_values = {f: _spread(rng, *RANGES[f], N_COMPANIES) for f in ("revenue", "staff")}
   hqs = rng.sample(cities, N_COMPANIES)
   born_lo, born_hi = BORN_RANGE

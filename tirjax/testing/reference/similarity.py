@@ -34,3 +34,13 @@ def similarity(pred: dict, gt: dict) -> float:
   jaccard = len(set(p) & set(g)) / len(union) if union else 1.0
   values = sum(1 for k in g if k in p and json_equal(p[k], g[k]))
   return (1 + jaccard + values) / (2 + len(g))
+
+
+def strict_similarity(pred: dict, gt: dict, directions: dict) -> float:
+  """`similarity`, or 0 when a parameter that `directions[gt's tool]` names as a direction
+  is missing from `pred` or differs from `gt`'s (issue 51's strict option)."""
+  p, g = pred.get("arguments") or {}, gt.get("arguments") or {}
+  for k in directions.get(gt["name"], ()):
+    if k in g and not (k in p and json_equal(p[k], g[k])):
+      return 0.0
+  return similarity(pred, gt)
