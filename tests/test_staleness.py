@@ -1,26 +1,30 @@
 """k-step off-policy rollouts (`train.max_staleness`, `tirjax.trainer.staleness`, issue 55):
 the queue's schedule, the decoupled objective on rows of known policy versions against its
 loop reference, the option's checks, and the trainer end to end (k = 0 unchanged, k >= 1
-stale by the schedule and reproducible, a resume inside RL refused without loss)."""
+stale by the schedule and reproducible, a kill/resume bit-exact with the queue saved beside
+each checkpoint, refused by name without it)."""
 
 import json
 import os
 import subprocess
 
+import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
+from safetensors.numpy import load_file
 
 from tirjax import advantages, loss, train_steps
-from tirjax.config import set_key
+
 from tirjax.loss.rollout_correction import RolloutCorrectionOptions as RC
 from tirjax.rundir import RunDir
 from tirjax.testing import train_setup as ts
 from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
 from tirjax.testing.reference import decoupled as ref
-from tirjax.testing.short_runs import checkpoint_steps, killed_at, short_config, train_command
-from tirjax.trainer import resolve, stages
-from tirjax.trainer.staleness import SampleQueue, refuse_resume, staleness_metrics
+from tirjax.testing.short_runs import (checkpoint_steps, kill_at_every_checkpoint, killed_at,
+                                      short_config, train_command)
+from tirjax.trainer import resolve, stages, staleness
+from tirjax.trainer.staleness import SampleQueue, staleness_metrics
 from tirjax.trainer.train import run
 
 # -- The schedule -------------------------------------------------------------------------------
@@ -198,12 +202,36 @@ def test_token_correction_with_k_resolves_and_k_defaults_to_0():
   assert exp.train.max_staleness == 3
 
 
-def test_a_resume_inside_rl_is_refused_by_name():
-  refuse_resume(0, 3, 5)
-  refuse_resume(2, 0, 5)  # the hand-over to RL: nothing queued yet
-  refuse_resume(2, 5, 5)  # finished
-  with pytest.raises(RuntimeError, match="train.max_staleness=2: cannot resume at RL step 3"):
-    refuse_resume(2, 3, 5)
+def test_a_saved_queue_loads_as_saved_and_a_missing_or_corrupt_one_is_named(tmp_path):
+  r = tiny_rollouts()
+  batches = {4: stages.StepBatch(r, r, [], {"x": 1.0}, 0), 5: stages.StepBatch(r, r, [], {}, 2)}
+  staleness.save_queue(str(tmp_path), 4, batches)
+  back = staleness.load_queue(str(tmp_path), 4, k=2)
+  assert sorted(back) == [4, 5] and back[5].extra_rounds == 2 and back[4].stats == {"x": 1.0}
+  for a, b in zip(jax.tree.leaves(back[4].rollouts), jax.tree.leaves(r)):
+    np.testing.assert_array_equal(a, b)
+  staleness.check_resumable(str(tmp_path), 2, 4, rl_step=3, steps=6)  # it exists
+  staleness.check_resumable(str(tmp_path), 2, 9, rl_step=0, steps=6)  # nothing queued yet
+  staleness.check_resumable(str(tmp_path), 0, 9, rl_step=3, steps=6)  # k = 0: no queue
+  with pytest.raises(RuntimeError, match="cannot resume at RL step 3 of 6.*9.pkl"):
+    staleness.check_resumable(str(tmp_path), 2, 9, rl_step=3, steps=6)
+  with pytest.raises(RuntimeError, match="7.pkl is missing"):
+    staleness.load_queue(str(tmp_path), 7, k=2)
+  path = tmp_path / staleness.QUEUE_DIR / "4.pkl"
+  raw = bytearray(path.read_bytes())
+  raw[-10] ^= 0xFF
+  path.write_bytes(bytes(raw))
+  with pytest.raises(RuntimeError, match="4.pkl fails its checksum"):
+    staleness.load_queue(str(tmp_path), 4, k=2)
+  assert path.read_bytes() == bytes(raw)  # left as it is
+
+
+def test_queue_files_of_deleted_checkpoints_are_pruned(tmp_path):
+  for step in (1, 2, 3, 4):
+    staleness.save_queue(str(tmp_path), step, {})
+  staleness.prune_queues(str(tmp_path), kept=[2, 3], below=4)
+  assert sorted(p.name for p in (tmp_path / staleness.QUEUE_DIR).iterdir()) == [
+      "2.pkl", "3.pkl", "4.pkl"]
 
 
 # -- The trainer end to end ---------------------------------------------------------------------
@@ -255,16 +283,40 @@ def test_k2_trains_on_rows_k_versions_old_and_is_reproducible(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_k1_run_killed_inside_rl_refuses_to_resume_and_keeps_its_files(tmp_path):
+def test_a_k1_run_resumes_bit_exact_from_every_checkpoint(tmp_path):
+  """k = 1, killed (SIGKILL, by itself) once each checkpoint is committed and started again
+  each time: every resume trains on the queue saved with its checkpoint (rows of the weights
+  one step older), and the run logs what the uninterrupted run logs and ends with its
+  parameters, bit for bit. Then a queue file deleted: the resume is refused by name and the
+  run directory left as it was."""
   env = {**os.environ, "PYTHONPATH": os.getcwd()}
-  extra = [f"--config.{k}={v}" for k, v in {**STALE, "train.max_staleness": 1}.items()]
-  command = train_command(tmp_path, 3) + extra
-  subprocess.run(killed_at(command, 1), env=env, capture_output=True)  # SIGKILLs itself
-  assert checkpoint_steps(tmp_path)[-1] == 1
-  before = (tmp_path / "metrics.jsonl").read_bytes()
-  out = subprocess.run(command, env=env, capture_output=True, text=True)
+  settings_ = {**STALE, "train.max_staleness": 1, "train.export_final": True,
+               "train.keep_checkpoints": 20}
+  extra = [f"--config.{k}={v}" for k, v in settings_.items()]
+  command = lambda workdir: train_command(workdir, 3) + extra
+  full, killed = tmp_path / "full", tmp_path / "killed"
+  subprocess.run(command(full), check=True, env=env, capture_output=True)
+  saved = checkpoint_steps(full)
+  outputs = kill_at_every_checkpoint(lambda w: [command(w)], killed, saved, env)
+  assert sum("resumed " in out for out in outputs) == len(saved) - 1
+  subprocess.run(command(killed), check=True, env=env, capture_output=True)
+  a, b = _rl(full), _rl(killed)
+  assert [r["staleness/max"] for r in a] == [0, 1, 1]
+  assert _timeless(RunDir(str(full)).metrics()) == _timeless(RunDir(str(killed)).metrics())
+  pa = load_file(str(full / "hf_export" / "model.safetensors"))
+  pb = load_file(str(killed / "hf_export" / "model.safetensors"))
+  assert pa.keys() == pb.keys()
+  for k in pa:
+    np.testing.assert_array_equal(pa[k], pb[k], err_msg=k)
+  # killed inside RL, its queue file gone: refused, nothing changed
+  lost = tmp_path / "lost"
+  subprocess.run(killed_at(command(lost), 2), env=env, capture_output=True)
+  assert checkpoint_steps(lost)[-1] == 2
+  (lost / staleness.QUEUE_DIR / "2.pkl").unlink()
+  before = (lost / "metrics.jsonl").read_bytes()
+  out = subprocess.run(command(lost), env=env, capture_output=True, text=True)
   assert out.returncode != 0
-  assert "train.max_staleness=1: cannot resume at RL step 1 of 3" in out.stderr, out.stderr[-2000:]
-  assert (tmp_path / "metrics.jsonl").read_bytes() == before
-  assert checkpoint_steps(tmp_path)[-1] == 1
-  assert json.load(open(tmp_path / "status.json"))["state"] == "failed"
+  assert "train.max_staleness=1: cannot resume at RL step" in out.stderr, out.stderr[-2000:]
+  assert (lost / "metrics.jsonl").read_bytes() == before
+  assert checkpoint_steps(lost)[-1] == 2
+  assert json.load(open(lost / "status.json"))["state"] == "failed"

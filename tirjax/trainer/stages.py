@@ -110,8 +110,9 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
   # k-step off-policy rollouts (`staleness`): step t trains on a queued batch that θ_{t−k}
   # sampled; k = 0 samples step t with θ_t here, as it always did
   k = exp.train.max_staleness
-  staleness.refuse_resume(k, state.data_position["rl_step"], exp.train.steps)
   queue = staleness.SampleQueue(k) if k else None
+  if queue is not None and 0 < state.data_position["rl_step"] < exp.train.steps:
+    queue.batches = staleness.load_queue(trainer.workdir, state.step, k)  # saved with it
   trainer.progress.start("rl", exp.train.steps, state.data_position["rl_step"])
   last_eval = None
   start, eval_before = time.perf_counter(), trainer.clock.seconds.get("eval", 0.0)
@@ -170,6 +171,9 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
     trainer.progress.update(done, reward=stats["reward/mean"],
                             accuracy=None if last_eval is None else last_eval["eval/accuracy"])
     if every(done, exp.train.checkpoint_every) or last:
+      if queue is not None:  # written before its checkpoint can be committed
+        staleness.save_queue(trainer.workdir, state.step, queue.batches)
+        staleness.prune_queues(trainer.workdir, trainer.ckpt.steps(), below=state.step)
       trainer.ckpt.save(layouts.recorded(state, packers))
   trainer.ckpt.wait()
   trainer.clock.seconds["rl"] = (time.perf_counter() - start

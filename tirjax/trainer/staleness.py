@@ -33,11 +33,16 @@ leaves the weight uncapped; C = ∞ is not offered here, a large C comes close),
 sampler–trainer gap. The weights' distribution is logged per step as `rollout_corr/*`
 (`weight_mean`, `weight_min`, `weight_max`, `truncated_token_share`, the gap's quantiles).
 
-Checkpoints. A checkpoint after step t holds θ_{t+1} but not the queued rollouts of steps
-t + 1 … t + k, which older weights sampled; they are lost with the process, and resuming a
-k >= 1 run from inside its RL phase is refused with an error naming the option (a restart
-from the hand-over to RL, or after the last step, needs no queue and is allowed). A bit-exact
-resume would save the queue with the checkpoint; it is not built.
+Checkpoints. A checkpoint after step t holds θ_{t+1}, not the weights θ_{t+1−k} … θ_t that
+sampled the queued rollouts of steps t + 1 … t + k. So the queue is saved beside it: before
+the checkpoint of train step n is handed to the checkpointer, the queued batches (arrays
+fetched to the host) are written to `staleness_queue/<n>.pkl` in the run directory (a
+SHA-256 of the payload first, written to a temporary name and renamed into place), so a
+committed checkpoint always has its queue. A resume inside RL loads the queue of the
+checkpoint it restored and trains on those rows: the run goes on as the uninterrupted one
+would, bit for bit. A queue file missing or failing its checksum stops the resume with an
+error that names it (nothing is re-sampled with the wrong weights, nothing deleted); queue
+files of checkpoints the checkpointer has deleted are deleted with them.
 
 Not built, refused by `resolve`: several trainer processes, the vLLM sampler, an estimator
 with a critic, IGPO's answer probes; and the overlap of sampling with the update (a thread
@@ -46,8 +51,13 @@ or process that samples step t + k while step t trains) — this mode runs them 
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import os
+import pickle
 from typing import Callable, Generic, TypeVar
 
+import jax
 import numpy as np
 
 from tirjax.rollouts import Rollouts
@@ -93,12 +103,60 @@ def staleness_metrics(version: int, rollouts: Rollouts) -> dict:
           "staleness/max": int(s.max()) if s.size else 0}
 
 
-def refuse_resume(k: int, rl_step: int, steps: int) -> None:
-  """Raises where a k >= 1 run would resume inside its RL phase: its queued rollouts, sampled
-  by older weights, were not checkpointed (see the module docstring)."""
-  if k >= 1 and 0 < rl_step < steps:
+QUEUE_DIR = "staleness_queue"
+
+
+def queue_path(workdir: str, step: int) -> str:
+  """The file of the queue saved with the checkpoint of train step `step`."""
+  return os.path.join(workdir, QUEUE_DIR, f"{int(step)}.pkl")
+
+
+def save_queue(workdir: str, step: int, batches: dict) -> None:
+  """Writes `batches` (step -> StepBatch) for the checkpoint of train step `step`: its
+  SHA-256, a newline, the pickled batches with their arrays on the host; atomically."""
+  host = {j: dataclasses.replace(b, rollouts=jax.device_get(b.rollouts),
+                                 local=jax.device_get(b.local)) for j, b in batches.items()}
+  payload = pickle.dumps(host, protocol=pickle.HIGHEST_PROTOCOL)
+  path = queue_path(workdir, step)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tmp = f"{path}.tmp"
+  with open(tmp, "wb") as f:
+    f.write(hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def load_queue(workdir: str, step: int, k: int) -> dict:
+  """The queue saved with the checkpoint of train step `step`; raises, naming the file,
+  where it is missing or fails its checksum."""
+  path = queue_path(workdir, step)
+  why = (f"train.max_staleness={k}: cannot resume inside RL without the rollouts queued at "
+         "the checkpoint, which older weights sampled")
+  if not os.path.exists(path):
+    raise RuntimeError(f"{why}: {path} is missing (the run dir is left as it is)")
+  with open(path, "rb") as f:
+    digest, _, payload = f.read().partition(b"\n")
+  if hashlib.sha256(payload).hexdigest().encode() != digest:
+    raise RuntimeError(f"{why}: {path} fails its checksum (the run dir is left as it is)")
+  return pickle.loads(payload)
+
+
+def prune_queues(workdir: str, kept: list[int], below: int) -> None:
+  """Deletes the queue files of checkpoints below train step `below` that are not in `kept`
+  (the checkpointer deleted them); the newest, whose save may be in flight, stays."""
+  folder = os.path.join(workdir, QUEUE_DIR)
+  for name in os.listdir(folder) if os.path.isdir(folder) else ():
+    stem = name.removesuffix(".pkl")
+    if name.endswith(".pkl") and stem.isdigit() and int(stem) < below and int(stem) not in kept:
+      os.remove(os.path.join(folder, name))
+
+
+def check_resumable(workdir: str, k: int, step: int, rl_step: int, steps: int) -> None:
+  """Raises where a k >= 1 run would resume inside its RL phase (0 < `rl_step` < `steps`)
+  from the checkpoint of train step `step` without its saved queue."""
+  if k >= 1 and 0 < rl_step < steps and not os.path.exists(queue_path(workdir, step)):
     raise RuntimeError(
         f"train.max_staleness={k}: cannot resume at RL step {rl_step} of {steps}: the rollouts "
-        f"queued for steps {rl_step} … {min(rl_step + k, steps) - 1}, sampled by older weights, "
-        "are not saved with the checkpoint; restart the run in a new directory, or finish it "
-        "with train.max_staleness=0 (the run dir and its checkpoints are left as they are)")
+        f"queued at its checkpoint, sampled by older weights, are not in "
+        f"{queue_path(workdir, step)} (the run dir is left as it is)")

@@ -71,7 +71,7 @@ def _train(exp: resolve.Experiment, workdir: str, run_id: str, writer, progress:
                       options=CheckpointOptions(max_to_keep=exp.train.keep_checkpoints),
                       on_commit=writer.checkpointed)
   cleanup.callback(ckpt.close)
-  _refuse_stale_resume(exp, ckpt)  # before the restore trims the metrics to the checkpoint
+  _refuse_stale_resume(exp, workdir, ckpt)  # before the restore trims the metrics to the checkpoint
   state = parts.restore(exp, workdir, ckpt, params, phases, writer, resuming, graphdef,
                         value_model)
   del params  # the train state owns the (donated) parameter buffers from here on
@@ -93,9 +93,10 @@ def _train(exp: resolve.Experiment, workdir: str, run_id: str, writer, progress:
 
 
 
-def _refuse_stale_resume(exp: resolve.Experiment, ckpt: Checkpointer) -> None:
-  """A k >= 1 run (`train.max_staleness`) does not resume inside its RL phase
-  (`staleness.refuse_resume`); a corrupt last checkpoint is left to the restore to handle."""
+def _refuse_stale_resume(exp: resolve.Experiment, workdir: str, ckpt: Checkpointer) -> None:
+  """A k >= 1 run (`train.max_staleness`) resumes inside its RL phase only with the queue saved
+  with its last checkpoint (`staleness.check_resumable`); a corrupt last checkpoint is left to
+  the restore to handle."""
   if not exp.train.max_staleness or ckpt.latest_step() is None:
     return
   try:
@@ -103,4 +104,5 @@ def _refuse_stale_resume(exp: resolve.Experiment, ckpt: Checkpointer) -> None:
   except CheckpointCorrupt:
     return
   if position.get("phase") == "rl":
-    staleness.refuse_resume(exp.train.max_staleness, position["rl_step"], exp.train.steps)
+    staleness.check_resumable(workdir, exp.train.max_staleness, ckpt.latest_step(),
+                              position["rl_step"], exp.train.steps)
