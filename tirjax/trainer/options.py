@@ -179,12 +179,16 @@ class TrainOptions:
   progress_bar: bool = True  # a progress bar (a line per 1/20 of a phase to a file)
   export_final: bool = True  # write the final policy as an HF checkpoint (hf_export/)
   dynamic_sampling_tries: int = 4  # DAPO: extra rollout rounds to refill filtered groups
+  # k-step off-policy rollouts (`tirjax.trainer.staleness`): RL step t trains on rollouts sampled
+  # by the weights of step max(t − k, 0), through the decoupled objective (needs
+  # loss.rollout_correction.is_level = "token"). 0: today's synchronous loop, unchanged.
+  max_staleness: int = 0
   # metrics.jsonl always; also TensorBoard and/or W&B ("wandb": pip install 'tirjax[wandb]')
   loggers: tuple = ("tensorboard",)
 
   def __post_init__(self):
     for name in ("steps", "eval_every", "eval_subset", "dynamic_sampling_tries",
-                 "mini_batch_queries"):
+                 "mini_batch_queries", "max_staleness"):
       checks.int_at_least(name, getattr(self, name), 0)
     for name in ("queries_per_step", "checkpoint_every", "keep_checkpoints", "log_every",
                  "ppo_epochs"):

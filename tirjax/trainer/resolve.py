@@ -241,6 +241,7 @@ def resolve(c) -> Experiment:
   _need("answer_logprob" not in estimator.needs or processes == 1, "advantage.name",
         f"advantage {estimator.name}: the answer-probe pass scores one process's rows and is "
         f"not yet split over processes; this run has {processes}")
+  _check_staleness(train, loss, sampler, estimator, processes)
   critic = _own_section("critic", d["critic"])
   critic_aggregation = critic.aggregation or loss.aggregation
   try:
@@ -252,6 +253,30 @@ def resolve(c) -> Experiment:
                     step=step, sft=sft, estimator=estimator, advantage=advantage,
                     rollout=rollout, loss=loss, optim=optim, sharding=shard, distributed=dist,
                     critic=critic, auto_shapes=auto)
+
+
+def _check_staleness(train: TrainOptions, loss: LossOptions, sampler, estimator,
+                     processes: int) -> None:
+  """`train.max_staleness` k >= 1 (`tirjax.trainer.staleness`) trains through the decoupled
+  objective, which is the token-level rollout correction; what is not built with it is
+  refused by name."""
+  k = train.max_staleness
+  if k == 0:
+    return
+  why = f"train.max_staleness={k} (k-step off-policy rollouts)"
+  _need(loss.rollout_correction.is_level == "token", "loss.rollout_correction.is_level",
+        f"{why} trains through the decoupled objective, whose behaviour weights are the "
+        f"token-level correction: set it to \"token\", got "
+        f"{loss.rollout_correction.is_level!r}")
+  _need(sampler.kind == "jax", "sampler.kind",
+        f"{why} is built for the JAX sampler only, got {sampler.kind!r}")
+  _need(processes == 1, "train.max_staleness",
+        f"{k} is built for one trainer process only; this run has {processes}")
+  _need("values" not in estimator.needs, "train.max_staleness",
+        f"{k} is not built for an estimator with a critic ({estimator.name}); use 0")
+  _need("answer_logprob" not in estimator.needs, "train.max_staleness",
+        f"{k} is not built for {estimator.name}'s answer probes (they would score the rows with "
+        "other weights than those that sampled them); use 0")
 
 
 def _auto_shapes(rollout: dict) -> tuple[str, ...]:

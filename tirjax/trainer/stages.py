@@ -21,7 +21,7 @@ from tirjax.env import environments
 from tirjax.episodes import rollout
 from tirjax.models.hf_io import export_hf
 from tirjax.rollouts import Rollouts
-from tirjax.trainer import layouts, parts, processes, refill, resolve, weights
+from tirjax.trainer import layouts, parts, processes, refill, resolve, staleness, weights
 from tirjax.trainer.parts import Trainer
 from tirjax.trainer.progress import summary_table
 from tirjax.trainer.rl_metrics import (PhaseClock, credit_metrics, rl_metrics,
@@ -107,6 +107,12 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
              "answer_probe": probe, "values": trainer.critic,
              "critic_update": None if trainer.critic is None else trainer.critic.step}
   layouts.resume(state, packers)
+  # k-step off-policy rollouts (`staleness`): step t trains on a queued batch that θ_{t−k}
+  # sampled; k = 0 samples step t with θ_t here, as it always did
+  k = exp.train.max_staleness
+  queue = staleness.SampleQueue(k) if k else None
+  if queue is not None and 0 < state.data_position["rl_step"] < exp.train.steps:
+    queue.batches = staleness.load_queue(trainer.workdir, state.step, k)  # saved with it
   trainer.progress.start("rl", exp.train.steps, state.data_position["rl_step"])
   last_eval = None
   start, eval_before = time.perf_counter(), trainer.clock.seconds.get("eval", 0.0)
@@ -116,7 +122,8 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
     with clock("handover"):
       sampler.update(weights.sampler_params(state), state.policy_version)
     with clock("rollout"):
-      batch = sample(trainer, i)
+      batch = (sample(trainer, i) if queue is None
+               else queue.take(i, exp.train.steps, lambda j: sample(trainer, j)))
       sampler.sleep()  # the update takes the accelerators until the next hand-over
     if trainer.critic is not None:  # V of every prefix, before the estimator reads it
       with clock("values"):
@@ -131,9 +138,8 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
       with clock("critic"):
         state, critic_stats = _critic_update(trainer, state, batch.rollouts, adv, i)
     with clock("reference"):
-      rollouts = _with_reference_and_old_logprobs(batch.rollouts, reference, own_logprobs,
-                                                  state, exp.loss)
-      sampler_logprobs = batch.rollouts.old_logprobs if correcting else None  # as sampled
+      rollouts, sampler_logprobs = loss_inputs(batch.rollouts, reference, own_logprobs, state,
+                                               exp.loss)
       correction = (rollout_correction_metrics(rollouts, sampler_logprobs, adv.row_mask,
                                                exp.loss.rollout_correction)
                     if correcting else {})
@@ -149,7 +155,8 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
     state = dataclasses.replace(state, step=state.step + (not updates),
                                 policy_version=state.policy_version + bool(updates),
                                 data_position={**state.data_position, "rl_step": i + 1})
-    stats = _step_metrics(exp, batch, adv, updates, clock, old_recomputed=own_logprobs is not None)
+    stats = _step_metrics(exp, batch, adv, updates, clock, old_recomputed=own_logprobs is not None,
+                          trained_version=state.policy_version - bool(updates))
     stats.update(correction)  # already the whole batch's (every process's rows)
     stats.update(critic_stats)
     done, last = i + 1, i + 1 == exp.train.steps
@@ -164,6 +171,9 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
     trainer.progress.update(done, reward=stats["reward/mean"],
                             accuracy=None if last_eval is None else last_eval["eval/accuracy"])
     if every(done, exp.train.checkpoint_every) or last:
+      if queue is not None:  # written before its checkpoint can be committed
+        staleness.save_queue(trainer.workdir, state.step, queue.batches)
+        staleness.prune_queues(trainer.workdir, trainer.ckpt.steps(), below=state.step)
       trainer.ckpt.save(layouts.recorded(state, packers))
   trainer.ckpt.wait()
   trainer.clock.seconds["rl"] = (time.perf_counter() - start
@@ -218,6 +228,18 @@ def with_answer_probes(trainer: Trainer, batch: StepBatch, probe, params) -> Ste
                              rollouts=trainer.share.global_rollouts(local))
 
 
+def loss_inputs(sampled: Rollouts, reference, own_logprobs, state, loss_options
+                ) -> tuple[Rollouts, Optional[jax.Array]]:
+  """The rollouts the loss reads (`_with_reference_and_old_logprobs`: π_old recomputed with
+  `state`'s weights when `own_logprobs` is given) and, with a rollout correction on, the
+  behaviour log-probs: each row's as its sampler reported them (at k >= 1 the version that
+  sampled the row, `staleness`), else None."""
+  rollouts = _with_reference_and_old_logprobs(sampled, reference, own_logprobs, state,
+                                              loss_options)
+  correcting = loss_options.rollout_correction.enabled
+  return rollouts, sampled.old_logprobs if correcting else None  # as sampled
+
+
 def _with_reference_and_old_logprobs(rollouts: Rollouts, reference, own_logprobs, state,
                                      loss_options) -> Rollouts:
   """The KL reference's log-probs (when there is a KL term) and, on the tempered policy, π_old
@@ -249,9 +271,10 @@ def _critic_update(trainer: Trainer, state: TrainState, rollouts: Rollouts, adv,
 
 
 def _step_metrics(exp: resolve.Experiment, batch: StepBatch, adv, updates: list,
-                  clock: PhaseClock, old_recomputed: bool) -> dict:
+                  clock: PhaseClock, old_recomputed: bool, trained_version: int) -> dict:
   """The step's metrics: each process's of its own rows, combined over the processes. The
-  first update's ratio is the sampler-vs-trainer gap unless π_old was recomputed."""
+  first update's ratio is the sampler-vs-trainer gap unless π_old was recomputed; the rows'
+  staleness is counted from `trained_version`, the policy's before the step's update."""
   # no policy update in the critic's warm-up: no loss metrics, 0 updates
   loss_metrics, update_stats = (combine_updates(updates) if updates
                                 else ({}, {"updates/count": 0.0}))
@@ -261,6 +284,7 @@ def _step_metrics(exp: resolve.Experiment, batch: StepBatch, adv, updates: list,
   stats.update(update_stats)
   stats.update(clock.metrics(batch.stats))
   stats["dapo/extra_rounds"] = batch.extra_rounds
+  stats.update(staleness.staleness_metrics(trained_version, batch.local))
   stats = distributed.reduce_stats(stats)  # every process's rows
   if batch.labels is not None:  # already over every process's turns
     stats.update(credit_metrics(batch.local, processes.StepShare.local_advantages(adv),

@@ -18,8 +18,8 @@ import dataclasses
 import os
 
 from tirjax import distributed, rundir
-from tirjax.checkpoint import CheckpointOptions, Checkpointer
-from tirjax.trainer import parts, prepare, processes, resolve, samplers, stages
+from tirjax.checkpoint import CheckpointCorrupt, CheckpointOptions, Checkpointer
+from tirjax.trainer import parts, prepare, processes, resolve, samplers, stages, staleness
 from tirjax.trainer.progress import Progress
 
 
@@ -71,6 +71,7 @@ def _train(exp: resolve.Experiment, workdir: str, run_id: str, writer, progress:
                       options=CheckpointOptions(max_to_keep=exp.train.keep_checkpoints),
                       on_commit=writer.checkpointed)
   cleanup.callback(ckpt.close)
+  _refuse_stale_resume(exp, workdir, ckpt)  # before the restore trims the metrics to the checkpoint
   state = parts.restore(exp, workdir, ckpt, params, phases, writer, resuming, graphdef,
                         value_model)
   del params  # the train state owns the (donated) parameter buffers from here on
@@ -90,3 +91,18 @@ def _train(exp: resolve.Experiment, workdir: str, run_id: str, writer, progress:
   return stages.final(trainer, state, last_eval)
 
 
+
+
+def _refuse_stale_resume(exp: resolve.Experiment, workdir: str, ckpt: Checkpointer) -> None:
+  """A k >= 1 run (`train.max_staleness`) resumes inside its RL phase only with the queue saved
+  with its last checkpoint (`staleness.check_resumable`); a corrupt last checkpoint is left to
+  the restore to handle."""
+  if not exp.train.max_staleness or ckpt.latest_step() is None:
+    return
+  try:
+    position = ckpt.meta()["data_position"]
+  except CheckpointCorrupt:
+    return
+  if position.get("phase") == "rl":
+    staleness.check_resumable(workdir, exp.train.max_staleness, ckpt.latest_step(),
+                              position["rl_step"], exp.train.steps)
