@@ -37,7 +37,6 @@ import numpy as np
 import optax
 from flax import nnx
 
-from tirjax import sharding
 from tirjax.loss.value import value_loss
 from tirjax.train_steps import packed as packed_lib
 from tirjax.train_steps.batches import merge_microbatches, split_microbatches
@@ -172,18 +171,6 @@ class PackedValueStep(TrainStep):
     fields = jax.device_put(ValueRows(batch.old_values, batch.returns, batch.value_mask),
                             self.placement.batch)
 
-    def select(rows: Optional[np.ndarray]) -> PackedCriticBatch:
-      mine = np.arange(len(tokens))
-      if rows is not None:
-        rows = np.asarray(rows)
-        mine = rows[(rows >= share.start) & (rows < share.stop)] - share.start
-      seqs, shapes = self.packer.pack(tokens, lengths, groups, mine[lengths[mine] > 0],
-                                      share.start, needed=want)
-      valid = np.zeros(shapes.sequences, np.float32)
-      valid[0] = np.sum(token_valid[mine])
-      with jax.set_mesh(self.placement.mesh):
-        rows_in = self._gather(fields, seqs.row_id, shapes.row_length)
-      return PackedCriticBatch(seqs=seqs, rows=rows_in, valid_tokens=sharding.shard_batch(
-          valid, self.placement.mesh, self.placement.rules))
-
-    return select
+    return packed_lib.row_selector(
+        self.packer, self.placement, self._gather, fields, PackedCriticBatch,
+        packed_lib.LocalRows(tokens, token_valid, lengths, groups, want, share))

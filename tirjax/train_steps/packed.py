@@ -289,21 +289,45 @@ class PackedPolicyStep(TrainStep):
                                      batch.sampler_logprobs),
                             self.placement.batch)
 
-    def select(rows: Optional[np.ndarray]) -> PackedBatch:
-      mine = np.arange(len(tokens))
-      if rows is not None:
-        rows = np.asarray(rows)
-        mine = rows[(rows >= share.start) & (rows < share.stop)] - share.start
-      seqs, shapes = self.packer.pack(tokens, lengths, groups, mine[lengths[mine] > 0],
-                                      share.start, needed=loss_mask)
-      valid = np.zeros(shapes.sequences, np.float32)
-      valid[0] = np.sum(token_valid[mine])
-      with jax.set_mesh(self.placement.mesh):
-        rows_in = self._gather(fields, seqs.row_id, shapes.row_length)
-      return PackedBatch(seqs=seqs, rows=rows_in, valid_tokens=sharding.shard_batch(
-          valid, self.placement.mesh, self.placement.rules))
+    return row_selector(self.packer, self.placement, self._gather, fields, PackedBatch,
+                        LocalRows(tokens, token_valid, lengths, groups, loss_mask, share))
 
-    return select
+
+@dataclasses.dataclass(frozen=True)
+class LocalRows:
+  """This process's share of a batch as the packer reads it: `tokens`, `token_valid`
+  `[B_p, L]`, each row's packed length `lengths [B_p]`, query group `groups [B_p]`, the tokens
+  whose log-probs are `needed [B_p, L]`, and which global rows these are (`share`)."""
+  tokens: np.ndarray
+  token_valid: np.ndarray
+  lengths: np.ndarray
+  groups: np.ndarray
+  needed: np.ndarray
+  share: distributed.RowShare
+
+
+def row_selector(packer: Packer, place: Placement, gather: Callable, fields: Any,
+                 batch_class: type, local: LocalRows) -> Callable[[Optional[np.ndarray]], Any]:
+  """`rows -> batch_class(seqs, rows, valid_tokens)`: those global rows (None: every row) that
+  are this process's and carry a needed token, packed by `packer`, their per-token `fields`
+  gathered into row slots by `gather` (the policy's and the critic's packed steps share it)."""
+
+  def select(rows: Optional[np.ndarray]):
+    share = local.share
+    mine = np.arange(len(local.tokens))
+    if rows is not None:
+      rows = np.asarray(rows)
+      mine = rows[(rows >= share.start) & (rows < share.stop)] - share.start
+    seqs, shapes = packer.pack(local.tokens, local.lengths, local.groups,
+                               mine[local.lengths[mine] > 0], share.start, needed=local.needed)
+    valid = np.zeros(shapes.sequences, np.float32)
+    valid[0] = np.sum(local.token_valid[mine])
+    with jax.set_mesh(place.mesh):
+      rows_in = gather(fields, seqs.row_id, shapes.row_length)
+    return batch_class(seqs=seqs, rows=rows_in, valid_tokens=sharding.shard_batch(
+        valid, place.mesh, place.rules))
+
+  return select
 
 
 def scatter_rows(rows: jax.Array, row_id: jax.Array, token_valid: jax.Array) -> jax.Array:
