@@ -21,12 +21,13 @@ Writes `<out>.json` and `<out>.md`.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import json
 import statistics
 import time
+
+from absl import app, flags
 
 from tirjax.env.toolworld import Difficulty, make_tasks
 from tirjax.env.toolworld import patterns, queries
@@ -129,24 +130,26 @@ def report(result: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--n", type=int, default=500)
-  parser.add_argument("--ks", default="2,4")
-  parser.add_argument("--out", default="benchmarks/results/knockout_patterns")
-  parser.add_argument("--note", default="")
-  parser.add_argument("--before", default="", help="the design before, as measured (text)")
-  parser.add_argument("--tokenizer", default="", help="a directory to build the tokenizer in")
-  args = parser.parse_args(argv)
-  result = {"machine": benchmark.machine(jax_info=False), "note": args.note, "n": args.n,
-            "before": args.before,
-            "by_k": [measure(int(k), args.n, args.tokenizer) for k in args.ks.split(",")]}
-  with open(args.out + ".json", "w") as f:
+_N = flags.DEFINE_integer("n", 500, "train tasks of stream 0 per K")
+_KS = flags.DEFINE_string("ks", "2,4", "the numbers of directions K, comma-separated")
+_OUT = flags.DEFINE_string("out", "benchmarks/results/knockout_patterns",
+                           "the result files' path, without .json / .md")
+_NOTE = flags.DEFINE_string("note", "", "a note kept in the result")
+_BEFORE = flags.DEFINE_string("before", "", "the design before, as measured (text)")
+_TOKENIZER = flags.DEFINE_string("tokenizer", "", "a directory to build the tokenizer in")
+
+
+def main(argv) -> None:
+  del argv
+  result = {"machine": benchmark.machine(jax_info=False), "note": _NOTE.value, "n": _N.value,
+            "before": _BEFORE.value,
+            "by_k": [measure(int(k), _N.value, _TOKENIZER.value) for k in _KS.value.split(",")]}
+  with open(_OUT.value + ".json", "w") as f:
     json.dump(result, f, indent=1)
-  with open(args.out + ".md", "w") as f:
+  with open(_OUT.value + ".md", "w") as f:
     f.write(report(result))
   print(report(result))
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)
