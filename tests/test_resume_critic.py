@@ -2,17 +2,15 @@
 and started again, ends where the uninterrupted run ends: the same metrics and, bit for bit,
 the same policy, critic and optimizer states (their SHA-256 sums in the last checkpoint)."""
 
-import json
 import os
 import subprocess
 
 import pytest
 
-from tirjax import rundir
 from tirjax.reporting import launch
 from tirjax.rundir import RunDir
 from tirjax.testing.short_runs import (SFT_THEN_RL, SHORT, checkpoint_steps,
-                                      kill_at_every_checkpoint)
+                                      kill_at_every_checkpoint, last_meta, timeless)
 
 RL_STEPS = 2
 # SFT, then RL whose first step is the critic's warm-up (the policy waits) and whose second
@@ -24,17 +22,6 @@ def command(workdir):
   flags = {**{k: v for k, v in SHORT.items() if not k.startswith("rollout.arpo")}, **EXTRA}
   return launch.train_command(f"configs/ppo.py:model=tiny,steps={RL_STEPS}", str(workdir),
                               [f"--config.{k}={v}" for k, v in flags.items()])
-
-
-def last_meta(workdir):
-  step = checkpoint_steps(workdir)[-1]
-  return json.load(open(os.path.join(workdir, rundir.CHECKPOINTS, str(step), "meta",
-                                     "metadata")))
-
-
-def timeless(records):
-  return [{k: v for k, v in r.items() if not (k.startswith("time") or k.endswith("_s"))}
-          for r in records]
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 trainer's command line, and waits on a run's observable state (metrics logged, checkpoint
 committed) to kill it at."""
 
+import json
 import pathlib
 import signal
 import subprocess
@@ -75,6 +76,20 @@ def checkpoint_steps(workdir):
   """The committed checkpoint steps of a run directory, ascending."""
   return sorted(int(d.name) for d in (pathlib.Path(workdir) / rundir.CHECKPOINTS).iterdir()
                 if d.name.isdigit())
+
+
+def last_meta(workdir):
+  """The metadata (data position, SHA-256 sums of the saved states) of the run's last
+  checkpoint."""
+  step = checkpoint_steps(workdir)[-1]
+  return json.loads((pathlib.Path(workdir) / rundir.CHECKPOINTS / str(step) / "meta"
+                     / "metadata").read_text())
+
+
+def timeless(records):
+  """A run's metrics rows without their wall times (which no two runs share)."""
+  return [{k: v for k, v in r.items() if not (k.startswith("time") or k.endswith("_s"))}
+          for r in records]
 
 
 def kill_at_every_checkpoint(commands, workdir, steps, env, log=None):
