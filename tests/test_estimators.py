@@ -109,7 +109,7 @@ def test_each_estimator_names_its_spec_section_and_the_grids_follow_it():
   # Controls (the oracle: an upper bound, not a method) join only the grids that name them.
   assert ablate.CONTROLS == ("oracle",) and advantages.get("oracle").spec == "4.4"
   named = {g for g, cells in ablate.GRIDS.items() if "oracle" in cells}
-  assert named == {"credit_oracle", "credit12_oracle"}
+  assert named == {"credit_oracle", "credit12_oracle", "credit_k4", "credit_k2"}
   assert ablate.GRIDS["credit12_oracle"] == ablate.GRIDS["credit12"] + ("oracle",)
   assert ablate.GRIDS["credit_oracle"] == ablate.GRIDS["credit"] + ("oracle",)
   with pytest.raises(ValueError, match="spec='4.9' names no section of docs/spec.md"):
