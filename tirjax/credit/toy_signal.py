@@ -34,6 +34,8 @@ import os
 import sys
 from typing import Iterator
 
+from tirjax.reporting import benchmark
+
 CREDITS = ("outcome", "dense", "oracle")
 
 
@@ -117,7 +119,9 @@ def main(argv=None) -> None:
                     "partial and per-decision oracle credit, K binary decisions, success only "
                     "when all are right, groups of G (tirjax.credit.toy_signal)",
             "computed_by": "python -m tirjax.credit.toy_signal (exact sums, no sampling)",
-            **table()}
+            # exact sums: the numbers are the same on every CPU; the machine is recorded all
+            # the same, as for every result file
+            "machine": benchmark.machine(jax_info=False), **table()}
   os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
   with open(out, "w") as f:
     json.dump(result, f, indent=2)
