@@ -9,9 +9,8 @@ import subprocess
 
 import pytest
 
-from tirjax.reporting import launch
 from tirjax.rundir import RunDir
-from tirjax.testing.short_runs import (SFT_THEN_RL, SHORT, checkpoint_steps,
+from tirjax.testing.short_runs import (SFT_THEN_RL, checkpoint_steps, config_command,
                                       kill_at_every_checkpoint, last_meta, timeless)
 
 RL_STEPS = 3
@@ -24,9 +23,7 @@ EXTRA = {**SFT_THEN_RL, "sft.steps": 2, "env.name": "toolworld", "rollout.n": 4,
 
 
 def command(workdir):
-  flags = {**{k: v for k, v in SHORT.items() if not k.startswith("rollout.arpo")}, **EXTRA}
-  return launch.train_command(f"configs/estimator.py:igpo,model=tiny,steps={RL_STEPS}",
-                              str(workdir), [f"--config.{k}={v}" for k, v in flags.items()])
+  return config_command(f"configs/estimator.py:igpo,model=tiny,steps={RL_STEPS}", workdir, EXTRA)
 
 
 @pytest.mark.slow

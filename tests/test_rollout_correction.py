@@ -17,7 +17,6 @@ from tirjax.loss import rollout_correction as rc
 from tirjax.loss.rollout_correction import RolloutCorrectionOptions as RC
 from tirjax.testing import offpolicy_gradients as og
 from tirjax.testing import train_setup as ts
-from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
 from tirjax.testing.reference import rollout_correction as ref
 from tirjax.trainer import rl_metrics, stages
 
@@ -280,15 +279,6 @@ STEP = train_steps.StepOptions(num_microbatches=2, logprob_chunk_size=32)
 CORRECTING = loss.LossOptions(rollout_correction=RC(is_level="token", mask_level="sequence"))
 
 
-def tiny_rollouts(seed=0, groups=4, length=16):
-  rng = np.random.default_rng(seed)
-  tok = lambda n: tuple(int(t) for t in rng.integers(0, ts.VOCAB, n))
-  return build_rollouts([GroupRecord(rows=[RowRecord(outcome=o, prompt_tokens=tok(2), steps=[
-      StepRecord(tokens=tok(3), logprobs=(0.0,) * 3, response_tokens=tok(2)),
-      StepRecord(tokens=tok(int(rng.integers(1, 4))))]) for o in (1, -1)])
-      for _ in range(groups)], max_tokens=length)
-
-
 @pytest.mark.parametrize("packed", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_the_samplers_own_logprobs_give_weights_of_exactly_one_through_the_trainer(packed):
   """The sampler reports log-probs computed with the trainer's weights and kernels (its
@@ -300,7 +290,7 @@ def test_the_samplers_own_logprobs_give_weights_of_exactly_one_through_the_train
   graphdef, params, tx, place, state = ts.setup()
   opts = train_steps.StepOptions(**{**STEP.__dict__, "packed": packed})
   own = train_steps.TokenLogprobs(graphdef, place, opts)
-  sampled = train_steps.with_policy_logprobs(tiny_rollouts(), own, params)  # "the sampler"
+  sampled = train_steps.with_policy_logprobs(ts.tiny_rollouts(), own, params)  # "the sampler"
   r = stages._with_reference_and_old_logprobs(sampled, None, own, state, CORRECTING)
   adv = advantages.get("grpo")(r)
   m = rl_metrics.rollout_correction_metrics(r, sampled.old_logprobs, adv.row_mask,

@@ -19,7 +19,6 @@ from tirjax import advantages, loss, train_steps
 from tirjax.loss.rollout_correction import RolloutCorrectionOptions as RC
 from tirjax.rundir import RunDir
 from tirjax.testing import train_setup as ts
-from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
 from tirjax.testing.reference import decoupled as ref
 from tirjax.testing.short_runs import (checkpoint_steps, kill_at_every_checkpoint, killed_at,
                                       short_config, train_command)
@@ -68,7 +67,7 @@ def test_the_queue_refuses_bad_k_and_steps_out_of_order():
 
 
 def test_staleness_counts_valid_rows_behind_the_trainers_version():
-  r = tiny_rollouts()
+  r = ts.tiny_rollouts()
   versions = np.arange(r.num_rows, dtype=np.int32) % 3
   valid = np.ones(r.num_rows, bool)
   valid[0] = False  # version 0, staleness 4: left out
@@ -86,15 +85,6 @@ STEP = train_steps.StepOptions(num_microbatches=2, logprob_chunk_size=32)
 MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")
 
 
-def tiny_rollouts(seed=0, groups=4, length=16):
-  rng = np.random.default_rng(seed)
-  tok = lambda n: tuple(int(t) for t in rng.integers(0, ts.VOCAB, n))
-  return build_rollouts([GroupRecord(rows=[RowRecord(outcome=o, prompt_tokens=tok(2), steps=[
-      StepRecord(tokens=tok(3), logprobs=(0.0,) * 3, response_tokens=tok(2)),
-      StepRecord(tokens=tok(int(rng.integers(1, 4))))]) for o in (1, -1)])
-      for _ in range(groups)], max_tokens=length)
-
-
 @pytest.fixture(scope="module")
 def versions():
   """Four policies (tiny models of seeds 0..3) as versions 0..3 and their log-probs of one
@@ -102,7 +92,7 @@ def versions():
   updated."""
   graphdef, _, _, place, _ = ts.setup()
   own = train_steps.TokenLogprobs(graphdef, place, STEP)
-  r = tiny_rollouts()
+  r = ts.tiny_rollouts()
   states = [ts.setup(seed=v)[4] for v in range(4)]
   logps = [np.asarray(train_steps.with_policy_logprobs(r, own, s.params).old_logprobs)
            for s in states]
@@ -203,7 +193,7 @@ def test_token_correction_with_k_resolves_and_k_defaults_to_0():
 
 
 def test_a_saved_queue_loads_as_saved_and_a_missing_or_corrupt_one_is_named(tmp_path):
-  r = tiny_rollouts()
+  r = ts.tiny_rollouts()
   batches = {4: stages.StepBatch(r, r, [], {"x": 1.0}, 0), 5: stages.StepBatch(r, r, [], {}, 2)}
   staleness.save_queue(str(tmp_path), 4, batches)
   back = staleness.load_queue(str(tmp_path), 4, k=2)

@@ -60,9 +60,16 @@ def short_config(name, steps=2, **extra):
 
 def train_command(workdir, steps):
   """The trainer's command line for grpo on the tiny model with `SHORT` (run from the repo)."""
-  return launch.train_command(
-      f"configs/grpo.py:model=tiny,steps={steps}", str(workdir),
-      [f"--config.{k}={v}" for k, v in SHORT.items() if not k.startswith("rollout.arpo")])
+  return config_command(f"configs/grpo.py:model=tiny,steps={steps}", workdir)
+
+
+def config_command(config_arg: str, workdir, extra=None):
+  """The trainer's command line for `config_arg` (a `--config` value) with `SHORT`, then
+  `extra`, set (run from the repo)."""
+  flags = {**{k: v for k, v in SHORT.items() if not k.startswith("rollout.arpo")},
+           **(extra or {})}
+  return launch.train_command(config_arg, str(workdir),
+                              [f"--config.{k}={v}" for k, v in flags.items()])
 
 
 def killed_at(command, step):

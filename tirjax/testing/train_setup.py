@@ -16,6 +16,7 @@ import optax
 
 from tirjax import sharding, train_steps
 from tirjax.models import config, decoder
+from tirjax.testing.records import GroupRecord, RowRecord, StepRecord, build_rollouts
 
 VOCAB = 64
 CONFIG = config.tiny(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_heads=4,
@@ -121,3 +122,15 @@ def demonstrations(rng, rows=12, length=24, prefix=9) -> train_steps.SFTBatch:
   loss_mask = valid & (pos >= start) & (pos < lengths[:, None] - trailing)
   loss_mask[2] = False
   return train_steps.SFTBatch(tokens=tokens, token_valid=valid, loss_mask=loss_mask)
+
+
+def tiny_rollouts(seed=0, groups=4, length=16):
+  """`groups` query groups of a right and a wrong row, each a prompt, a call with its response
+  and an answer of 1-3 tokens (random tokens of `VOCAB`): rollouts to push through a trainer's
+  loss inputs."""
+  rng = np.random.default_rng(seed)
+  tok = lambda n: tuple(int(t) for t in rng.integers(0, VOCAB, n))
+  return build_rollouts([GroupRecord(rows=[RowRecord(outcome=o, prompt_tokens=tok(2), steps=[
+      StepRecord(tokens=tok(3), logprobs=(0.0,) * 3, response_tokens=tok(2)),
+      StepRecord(tokens=tok(int(rng.integers(1, 4))))]) for o in (1, -1)])
+      for _ in range(groups)], max_tokens=length)
