@@ -7,6 +7,7 @@ each checkpoint, refused by name without it)."""
 import json
 import os
 import subprocess
+import threading
 
 import jax
 import numpy as np
@@ -22,7 +23,7 @@ from tirjax.testing import train_setup as ts
 from tirjax.testing.reference import decoupled as ref
 from tirjax.testing.short_runs import (checkpoint_steps, kill_at_every_checkpoint, killed_at,
                                       short_config, train_command)
-from tirjax.trainer import resolve, stages, staleness
+from tirjax.trainer import resolve, samplers, stages, staleness
 from tirjax.trainer.staleness import SampleQueue, staleness_metrics
 from tirjax.trainer.train import run
 
@@ -52,6 +53,51 @@ def test_step_t_is_sampled_by_the_weights_of_step_t_minus_k(k, steps):
   sampled_by, times = schedule(k, steps)
   assert sampled_by == {t: max(t - k, 0) for t in range(steps)}
   assert times == {t: 1 for t in range(steps)}  # each step sampled once
+
+
+@settings(max_examples=20, deadline=None)
+@given(k=st.integers(1, 4), steps=st.integers(1, 9))
+def test_sampling_ahead_in_a_thread_keeps_the_schedule(k, steps):
+  """With the thread, each step is still sampled once, by the weights of step t − k, in step
+  order, and only the step being taken is sampled in the caller's thread."""
+  main = threading.get_ident()
+  queue, held, sampled_by, order, where = SampleQueue(k, ahead=True), [0], {}, [], {}
+
+  def sample(j):
+    sampled_by[j] = held[0]
+    order.append(j)
+    where[j] = threading.get_ident() == main
+    return j
+
+  try:
+    for t in range(steps):
+      queue.settle()  # as the loop does before each hand-over
+      held[0] = t
+      assert queue.take(t, steps, sample) == t
+    queue.settle()
+  finally:
+    queue.close()
+  assert sampled_by == {t: max(t - k, 0) for t in range(steps)}
+  assert order == list(range(steps))
+  assert where == {t: t == 0 for t in range(steps)}
+  assert set(queue.seconds()) == {"time/wait_rollouts_s", "time/sample_ahead_s",
+                                  "time/sampler_wait_weights_s"}
+
+
+def test_a_sampling_error_in_the_thread_is_raised_by_settle():
+  queue = SampleQueue(1, ahead=True)
+
+  def sample(j):
+    if j == 1:
+      raise RuntimeError("sampler died at step 1")
+    return j
+
+  try:
+    assert queue.take(0, 3, sample) == 0
+    with pytest.raises(RuntimeError, match="sampler died at step 1"):
+      queue.settle()
+  finally:
+    queue.close()
 
 
 def test_the_queue_refuses_bad_k_and_steps_out_of_order():
@@ -259,17 +305,82 @@ def test_k0_is_the_synchronous_loop(tmp_path):
 def test_k2_trains_on_rows_k_versions_old_and_is_reproducible(tmp_path):
   """k = 2 over 4 steps: step t's rows are min(t, 2) versions behind (the warm start's for the
   first two); the weights then differ from 1 (the gap of older weights), and a second run of
-  the same seed logs the same metrics bit for bit."""
+  the same seed, sampling every step in the loop's own thread instead of the background one,
+  logs the same metrics bit for bit: the thread changes the wall time only."""
   k, steps = 2, 4
-  for name in ("a", "b"):
-    run(short_config("grpo", steps=steps, **STALE, **{"train.max_staleness": k}),
-        str(tmp_path / name))
+  config = lambda: short_config("grpo", steps=steps, **STALE, **{"train.max_staleness": k})
+  run(config(), str(tmp_path / "a"))
+  with pytest.MonkeyPatch.context() as mp:  # the steps ahead sampled in the loop's thread
+    mp.setattr(staleness, "SampleQueue", lambda k, ahead: SampleQueue(k, ahead=False))
+    run(config(), str(tmp_path / "b"))
   a, b = _rl(tmp_path / "a"), _rl(tmp_path / "b")
   assert [r["staleness/max"] for r in a] == [min(t, k) for t in range(steps)]
   assert [r["staleness/mean"] for r in a] == [min(t, k) for t in range(steps)]
   assert abs(a[0]["rollout_corr/weight_max"] - 1) < 1e-5  # step 0: θ_0 on θ_0's rows
   assert all(r["rollout_corr/gap_max"] > 1e-3 for r in a[1:])
   assert _timeless(a) == _timeless(b)
+
+
+@pytest.mark.slow
+def test_step_t_plus_k_is_sampled_while_step_t_updates_and_never_across_a_hand_over(
+    tmp_path, monkeypatch):
+  """k = 1. Step t + 1's sampling, in the background thread, starts once step t's update has
+  started: it runs beside the update (sampled in the loop's thread, it would wait for an
+  update that cannot start). It then holds its rows until the loop, its update done, next
+  reaches the queue or the sampler: at that point no hand-over may find it in flight (the loop
+  settles the queue first), or the rows would mix two versions' tokens."""
+  main, started, reached, seen, crossed = threading.get_ident(), {}, {}, {}, []
+  in_flight, armed = [0], [None]
+  event = lambda events, step: events.setdefault(step, threading.Event())
+  update_passes, sample, settle = stages.update_passes, stages.sample, SampleQueue.settle
+  make_sampler = samplers.make_sampler
+
+  def reach():  # the loop's first touch of the queue or the sampler after an update
+    if armed[0] is not None:
+      event(reached, armed[0]).set()
+      armed[0] = None
+
+  def updating(state, *args, step, **kwargs):
+    event(started, step).set()
+    out = update_passes(state, *args, step=step, **kwargs)
+    armed[0] = step
+    return out
+
+  def sampling(trainer, j):
+    if j == 0:
+      return sample(trainer, j)
+    in_flight[0] += 1
+    try:
+      seen[j] = (event(started, j - 1).wait(timeout=300), threading.get_ident() != main,
+                 event(reached, j - 1).wait(timeout=300))
+      return sample(trainer, j)
+    finally:
+      in_flight[0] -= 1
+
+  class Watched:
+    """The run's sampler, each hand-over checked for a sampling in flight."""
+
+    def __init__(self, inner):
+      self.inner = inner
+
+    def __getattr__(self, name):
+      return getattr(self.inner, name)
+
+    def update(self, *args, **kwargs):
+      crossed.append(in_flight[0] > 0)
+      reach()
+      return self.inner.update(*args, **kwargs)
+
+  monkeypatch.setattr(stages, "update_passes", updating)
+  monkeypatch.setattr(stages, "sample", sampling)
+  monkeypatch.setattr(SampleQueue, "settle", lambda queue: (reach(), settle(queue))[1])
+  monkeypatch.setattr(samplers, "make_sampler", lambda *a, **kw: Watched(make_sampler(*a, **kw)))
+  run(short_config("grpo", steps=3, **STALE, **{"train.max_staleness": 1}), str(tmp_path))
+  assert seen == {1: (True, True, True), 2: (True, True, True)}
+  assert crossed and not any(crossed)
+  records = _rl(tmp_path)
+  assert all(r["time/sample_ahead_s"] > 0 for r in records[:2])
+  assert records[2]["time/sample_ahead_s"] == 0  # the last step samples nothing ahead
 
 
 @pytest.mark.slow

@@ -117,14 +117,18 @@ class PhaseClock:
 
   def __init__(self):
     self.seconds: dict[str, float] = {}
+    # this process's CPU seconds (every thread's) in the same phases: with the wall seconds,
+    # how many cores a phase kept busy
+    self.cpu_seconds: dict[str, float] = {}
 
   @contextlib.contextmanager
   def __call__(self, phase: str):
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
       yield
     finally:
       self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t0
+      self.cpu_seconds[phase] = self.cpu_seconds.get(phase, 0.0) + time.process_time() - c0
 
   def metrics(self, rollout_stats: Mapping[str, float]) -> dict:
     """`time/<phase>_s` for the clocked phases and, inside the rollout, the sampler's prefill

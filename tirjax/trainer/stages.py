@@ -108,23 +108,39 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
              "critic_update": None if trainer.critic is None else trainer.critic.step}
   layouts.resume(state, packers)
   # k-step off-policy rollouts (`staleness`): step t trains on a queued batch that θ_{t−k}
-  # sampled; k = 0 samples step t with θ_t here, as it always did
+  # sampled, while a background thread samples step t + k with θ_t; k = 0 samples step t
+  # with θ_t here, as it always did
   k = exp.train.max_staleness
-  queue = staleness.SampleQueue(k) if k else None
+  queue = staleness.SampleQueue(k, ahead=True) if k else None
   if queue is not None and 0 < state.data_position["rl_step"] < exp.train.steps:
     queue.batches = staleness.load_queue(trainer.workdir, state.step, k)  # saved with it
+  try:
+    return _rl_steps(trainer, state, queue, reference, own_logprobs, probe, packers)
+  finally:
+    if queue is not None:
+      queue.close()
+
+
+def _rl_steps(trainer: Trainer, state: TrainState, queue, reference, own_logprobs, probe,
+              packers: dict) -> tuple[TrainState, Optional[dict]]:
+  """`rl`'s loop, from the state's RL step to `train.steps`."""
+  exp, rl, sampler = trainer.exp, trainer.phases["rl"], trainer.sampler
+  correcting = exp.loss.rollout_correction.enabled
   trainer.progress.start("rl", exp.train.steps, state.data_position["rl_step"])
   last_eval = None
   start, eval_before = time.perf_counter(), trainer.clock.seconds.get("eval", 0.0)
+  cpu_start, eval_cpu_before = time.process_time(), trainer.clock.cpu_seconds.get("eval", 0.0)
   while state.data_position["rl_step"] < exp.train.steps:
     i = state.data_position["rl_step"]
     clock = PhaseClock()  # every phase waited on before its clock stops (asynchronous dispatch)
     with clock("handover"):
       sampler.update(weights.sampler_params(state), state.policy_version)
     with clock("rollout"):
-      batch = (sample(trainer, i) if queue is None
-               else queue.take(i, exp.train.steps, lambda j: sample(trainer, j)))
-      sampler.sleep()  # the update takes the accelerators until the next hand-over
+      if queue is None:
+        batch = sample(trainer, i)
+        sampler.sleep()  # the update takes the accelerators until the next hand-over
+      else:  # steps sampled ahead sleep the sampler themselves, in the thread that samples
+        batch = queue.take(i, exp.train.steps, lambda j: _sample_and_sleep(trainer, j))
     if trainer.critic is not None:  # V of every prefix, before the estimator reads it
       with clock("values"):
         batch = dataclasses.replace(batch, rollouts=batch.rollouts.replace(
@@ -150,6 +166,8 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
             state, rl.step, policy_batch(rollouts, adv, sampler_logprobs),
             distributed.host_rows(rollouts.group_id), distributed.host_rows(rollouts.row_valid),
             exp.train.num_minibatches, exp.train.ppo_epochs, seed=exp.seed, step=i)
+    if queue is not None:  # the rows of step i + k are in: the sampler is free for the
+      queue.settle()  # evaluation and the next hand-over, the queue's file complete
     # A warm-up step changes the state (its critic) but not the policy: its step (the
     # checkpoint's number) still grows, its policy version does not.
     state = dataclasses.replace(state, step=state.step + (not updates),
@@ -159,6 +177,8 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
                           trained_version=state.policy_version - bool(updates))
     stats.update(correction)  # already the whole batch's (every process's rows)
     stats.update(critic_stats)
+    if queue is not None:
+      stats.update(queue.seconds())
     done, last = i + 1, i + 1 == exp.train.steps
     if every(done, exp.train.eval_every) or last:
       subset = exp.train.eval_subset > 0 and not last  # the last is the run's result
@@ -178,7 +198,18 @@ def rl(trainer: Trainer, state: TrainState) -> tuple[TrainState, Optional[dict]]
   trainer.ckpt.wait()
   trainer.clock.seconds["rl"] = (time.perf_counter() - start
                                  - (trainer.clock.seconds.get("eval", 0.0) - eval_before))
+  trainer.clock.cpu_seconds["rl"] = (
+      time.process_time() - cpu_start
+      - (trainer.clock.cpu_seconds.get("eval", 0.0) - eval_cpu_before))
   return state, last_eval
+
+
+def _sample_and_sleep(trainer: Trainer, i: int) -> StepBatch:
+  """`sample`, then the sampler's cache dropped (`sampler.sleep`) as the loop drops it after
+  sampling a step itself."""
+  batch = sample(trainer, i)
+  trainer.sampler.sleep()
+  return batch
 
 
 def sample(trainer: Trainer, i: int) -> StepBatch:
@@ -309,7 +340,8 @@ def final(trainer: Trainer, state: TrainState, last_eval: Optional[dict]) -> dic
   after_sft = rundir.read_json(after_sft_path) if os.path.exists(after_sft_path) else {}
   summary = {"after_sft": after_sft, "after_rl": last_eval, "rl_steps": exp.train.steps,
              "policy_version": state.policy_version,
-             "seconds": {k: round(v, 1) for k, v in trainer.clock.seconds.items()}}
+             "seconds": {k: round(v, 1) for k, v in trainer.clock.seconds.items()},
+             "cpu_seconds": {k: round(v, 1) for k, v in trainer.clock.cpu_seconds.items()}}
   processes.write_json(os.path.join(workdir, rundir.SUMMARY), summary)
   if distributed.is_primary():
     print(summary_table(after_sft, last_eval, stage="SFT" if exp.sft.steps else "start"),

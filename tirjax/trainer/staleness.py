@@ -44,18 +44,35 @@ would, bit for bit. A queue file missing or failing its checksum stops the resum
 error that names it (nothing is re-sampled with the wrong weights, nothing deleted); queue
 files of checkpoints the checkpointer has deleted are deleted with them.
 
+Overlap. The steps sampled ahead (t + 1 … t + k) are sampled by one background thread while
+step t's advantages, reference passes and update run (`SampleQueue(k, ahead=True)`, the
+trainer's). Only the step being trained is ever sampled in the learner's thread: step 0 at
+the start. The sampler holds θ_t until every step sampled ahead with it is in
+(`SampleQueue.settle`), which the loop calls before anything else touches the sampler: the
+next hand-over, an evaluation (it hands the sampler the new weights) and a checkpoint (whose
+queue file must hold them). A thread, not a process: JAX's computations release the GIL, the
+sampler's compiled programs and its weights are shared rather than copied, and the hand-over
+stays a reference swap. Since every step is sampled with the same weights, in the same order,
+from the same rng, as without the thread, the run is the same bit for bit
+(tests/test_staleness.py); only the wall time differs. The learner's wait for rows
+(`time/wait_rollouts_s`), the thread's sampling seconds (`time/sample_ahead_s`) and its wait
+for the next weights (`time/sampler_wait_weights_s`) are logged per step.
+
 Not built, refused by `resolve`: several trainer processes, the vLLM sampler, an estimator
-with a critic, IGPO's answer probes; and the overlap of sampling with the update (a thread
-or process that samples step t + k while step t trains) — this mode runs them in turn.
+with a critic, IGPO's answer probes; partial rollouts (an episode that goes on under newer
+weights): the deterministic mode samples each step with one version, and a row's episodes
+would otherwise need per-token versions that the correction reads per row today.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import os
 import pickle
-from typing import Callable, Generic, TypeVar
+import time
+from typing import Callable, Generic, Optional, TypeVar
 
 import jax
 import numpy as np
@@ -66,27 +83,79 @@ Batch = TypeVar("Batch")
 
 
 class SampleQueue(Generic[Batch]):
-  """The sampled steps not yet trained on, by step; `take` samples ahead and pops one."""
+  """The sampled steps not yet trained on, by step; `take` samples ahead and pops one.
 
-  def __init__(self, k: int):
+  With `ahead` (the trainer's), the steps after the one taken are sampled by one background
+  thread, in order; `settle` waits for them. Without it they are sampled in the caller's
+  thread, in the same order: the same batches, later (a test compares the two).
+  """
+
+  def __init__(self, k: int, ahead: bool = False):
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
       raise ValueError(f"max_staleness: a queue needs an integer k >= 1, got {k!r}")
     self.k = k
     self.batches: dict[int, Batch] = {}
+    self._pending: dict[int, concurrent.futures.Future] = {}
+    self._pool = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tirjax-sample")
+                  if ahead else None)
+    self._clock = {"wait": 0.0, "ahead": 0.0, "idle": 0.0}
+    self._finished: Optional[float] = None  # when the thread's last sampling ended
 
   def take(self, step: int, steps: int, sample: Callable[[int], Batch]) -> Batch:
-    """Step `step`'s batch, after sampling (with the weights the sampler now holds, θ_step)
-    every step from the queue's next one to min(step + k, steps − 1) in order: steps
-    0 … k at step 0, step + k after."""
+    """Step `step`'s batch, after starting to sample (with the weights the sampler now holds,
+    θ_step) every step from the queue's next one to min(step + k, steps − 1) in order:
+    steps 0 … k at step 0, step + k after. Only `step` itself is waited for."""
     if not 0 <= step < steps:
       raise ValueError(f"step {step} outside the run's RL steps [0, {steps})")
+    self.settle()
     if self.batches and step != min(self.batches):
       raise ValueError(f"step {step}: the queue holds steps {sorted(self.batches)} (steps are "
                        "taken in order, none skipped)")
     start = max(self.batches, default=step - 1) + 1
     for j in range(start, min(step + self.k, steps - 1) + 1):
-      self.batches[j] = sample(j)
+      if j == step or self._pool is None:
+        self.batches[j] = sample(j)
+      else:
+        if self._finished is not None:  # the sampler waited for θ_step since then
+          self._clock["idle"] += time.perf_counter() - self._finished
+          self._finished = None
+        self._pending[j] = self._pool.submit(self._timed, sample, j)
     return self.batches.pop(step)
+
+  def _timed(self, sample: Callable[[int], Batch], j: int) -> Batch:
+    start = time.perf_counter()
+    try:
+      return sample(j)
+    finally:
+      self._finished = time.perf_counter()
+      self._clock["ahead"] += self._finished - start
+
+  def settle(self) -> None:
+    """Waits until every step being sampled ahead is in `batches` (re-raising a sampling
+    error here); after it, the sampler is the caller's until the next `take`."""
+    start = time.perf_counter()
+    try:
+      for j in sorted(self._pending):
+        self.batches[j] = self._pending.pop(j).result()
+    finally:
+      self._clock["wait"] += time.perf_counter() - start
+
+  def seconds(self) -> dict:
+    """Seconds since the last call: `time/wait_rollouts_s` (the caller waited in `settle`),
+    `time/sample_ahead_s` (the thread sampled) and `time/sampler_wait_weights_s` (the thread
+    had sampled all it could and waited for the next weights)."""
+    out = {"time/wait_rollouts_s": self._clock["wait"],
+           "time/sample_ahead_s": self._clock["ahead"],
+           "time/sampler_wait_weights_s": self._clock["idle"]}
+    self._clock = dict.fromkeys(self._clock, 0.0)
+    return out
+
+  def close(self) -> None:
+    """Waits for a sampling in flight (the sampler is closed after it) and ends the thread;
+    steps queued and not started are dropped."""
+    if self._pool is not None:
+      self._pool.shutdown(wait=True, cancel_futures=True)
+    self._pending.clear()
 
 
 def row_staleness(version: int, rollouts: Rollouts) -> np.ndarray:
