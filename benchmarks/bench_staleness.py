@@ -6,12 +6,8 @@
 One warm start (`--config`'s SFT, `train.steps=0`, in `<workdir>/warm`), then the same RL
 phase from its export once per k (`train.max_staleness=k`, `sft.steps=0`, in
 `<workdir>/k<k>`), every run with the token-level correction that k >= 1 needs
-(`loss.rollout_correction.is_level=token`), so that k is all that differs. That correction
-compares the trainer's log-probs with the sampler's, which are the raw model's: on the
-default's tempered policy (`train.tempered_policy`, T = 0.6) they are another distribution's,
-and the trainer refuses the pair. So every run here also sets `train.tempered_policy=False`
-(the loss on the raw model's log-probs of the T = 0.6 samples, as before that option): the
-sampling, the passes and the update cost the same. Per k, from the
+(`loss.rollout_correction.is_level=token`; on the default's tempered policy the JAX sampler
+then reports the tempered log-probs, spec §5), so that k is all that differs. Per k, from the
 trainer's own clocks (`summary.json`, the per-step `time/*` metrics):
 - the RL phase's wall and CPU seconds (evaluations excluded) and the cores it kept busy;
 - the sampling seconds (the loop's own, `time/rollout_s`, and the thread's,
@@ -50,8 +46,7 @@ FLAGS = flags.FLAGS
 def _overrides(*extra: str) -> tuple[str, ...]:
   steps = () if FLAGS.rl_steps is None else (f"--config.train.steps={FLAGS.rl_steps}",)
   return (f"--config.seed={FLAGS.seed}", "--config.train.progress_bar=False",
-          "--config.loss.rollout_correction.is_level=token",
-          "--config.train.tempered_policy=False", *steps, *FLAGS.extra, *extra)
+          "--config.loss.rollout_correction.is_level=token", *steps, *FLAGS.extra, *extra)
 
 
 def _sum(records: list, key: str) -> float:

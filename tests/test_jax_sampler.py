@@ -89,6 +89,30 @@ def test_logprobs_and_entropies_are_the_raw_models(model, sampler, prompts, temp
   assert np.mean([lp for g in out for s in g for lp in s.logprobs]) < -0.3
 
 
+@pytest.mark.parametrize("temperature, top_p", [(0.6, 1.0), (0.7, 0.9)])
+def test_logprob_temperature_reports_the_tempered_policys_logprobs(model, sampler, prompts,
+                                                                    temperature, top_p):
+  """With `logprob_temperature` = T the log-probs are log softmax(z / T) of the sampled
+  tokens, z the teacher-forced logits (the tempered policy that `train.tempered_policy`
+  trains; top-p not applied); the same seed draws the same tokens, and the entropies stay the
+  raw model's."""
+  params = SamplingParams(n=2, temperature=temperature, top_p=top_p, max_new_tokens=12, seed=3)
+  raw = sampler.generate(prompts, params)
+  tempered = sampler.generate(
+      prompts, dataclasses.replace(params, logprob_temperature=temperature))
+  for prompt, group, raw_group in zip(prompts, tempered, raw):
+    for s, r in zip(group, raw_group):
+      assert s.tokens == r.tokens
+      _, entropy, full = teacher(model, prompt, s)  # raw log-softmax rows: z up to a constant
+      reference = jax.nn.log_softmax(full / temperature, axis=-1)
+      logp = np.take_along_axis(np.asarray(reference), np.asarray(s.tokens)[:, None], -1)[:, 0]
+      np.testing.assert_allclose(s.logprobs, logp, atol=1e-4, rtol=0)
+      np.testing.assert_allclose(s.entropies, entropy, atol=1e-4, rtol=0)
+      assert np.max(np.abs(np.asarray(s.logprobs) - r.logprobs)) > 1e-2  # not the raw ones
+  with pytest.raises(ValueError, match="logprob_temperature"):
+    SamplingParams(logprob_temperature=0.0)
+
+
 def test_top_logprobs_are_the_most_likely_tokens(model, sampler, prompts):
   out = sampler.generate(prompts, SamplingParams(max_new_tokens=5, seed=4, top_logprobs=3))
   for prompt, (s,) in zip(prompts, out):

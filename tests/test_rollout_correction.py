@@ -258,15 +258,23 @@ def test_the_vllm_servers_dtype_is_an_option_of_the_sampler():
     SamplerOptions(kind="vllm", vllm_dtype="float16")
 
 
-def test_resolve_refuses_a_correction_on_a_tempered_policy_below_t1():
+def test_a_correction_on_a_tempered_policy_reads_the_jax_samplers_tempered_logprobs():
+  """On the tempered policy (T = 0.6) the correction compares tempered log-probs: the JAX
+  sampler is asked for them (`rollout.logprob_temperature`, derived); vLLM, which reports the
+  raw model's, is refused below T = 1; without a correction the sampler reports raw ones."""
   from configs import grpo  # pylint: disable=import-outside-toplevel
   from tirjax.trainer import resolve  # pylint: disable=import-outside-toplevel
   c = grpo.get_config("model=tiny")
   with c.unlocked():
-    c.loss.rollout_correction.is_level = "token"
     c.train.tempered_policy, c.rollout.temperature = True, 0.6
+  assert resolve.resolve(c).rollout.logprob_temperature == 1.0
+  with c.unlocked():
+    c.loss.rollout_correction.is_level = "token"
+  assert resolve.resolve(c).rollout.logprob_temperature == 0.6
+  with c.unlocked():
+    c.sampler.kind = "vllm"
   with pytest.raises(resolve.ConfigError, match="loss.rollout_correction: with "
-                     "train.tempered_policy needs rollout.temperature = 1"):
+                     "train.tempered_policy and sampler.kind=vllm needs rollout.temperature = 1"):
     resolve.resolve(c)
   with c.unlocked():
     c.rollout.temperature = 1.0
@@ -314,16 +322,20 @@ def test_the_samplers_own_logprobs_give_weights_of_exactly_one_through_the_train
 
 
 @pytest.mark.slow
-def test_a_trainer_run_with_the_jax_sampler_logs_the_correction(tmp_path):
-  """Two RL steps of GRPO (JAX sampler, T = 1) with token TIS and sequence MIS: every step
-  logs the gap and the correction's shares; the sampler's weights are the trainer's, so the
-  weights are 1 within its decode kernels' rounding, and nothing is truncated or masked."""
+@pytest.mark.parametrize("tempered", [
+    {}, pytest.param({"rollout.temperature": 0.6, "train.tempered_policy": True},
+                     marks=pytest.mark.slow)])
+def test_a_trainer_run_with_the_jax_sampler_logs_the_correction(tmp_path, tempered):
+  """Two RL steps of GRPO (JAX sampler, T = 1, or the tempered policy at T = 0.6, whose
+  log-probs the sampler then reports) with token TIS and sequence MIS: every step logs the gap
+  and the correction's shares; the sampler's weights are the trainer's, so the weights are 1
+  within its decode kernels' rounding, and nothing is truncated or masked."""
   from tirjax.rundir import RunDir  # pylint: disable=import-outside-toplevel
   from tirjax.testing.short_runs import short_config  # pylint: disable=import-outside-toplevel
   from tirjax.trainer.train import run  # pylint: disable=import-outside-toplevel
   run(short_config("grpo", **{"loss.rollout_correction.is_level": "token",
                               "loss.rollout_correction.mask_level": "sequence",
-                              "train.export_final": False}), str(tmp_path))
+                              "train.export_final": False, **tempered}), str(tmp_path))
   rl = RunDir(str(tmp_path)).metrics("rl")
   assert [r["step"] for r in rl] == [1, 2]
   for r in rl:

@@ -161,7 +161,8 @@ class EpisodeRunner:
     params = SamplingParams(n=n, temperature=o.temperature, top_p=o.top_p,
                             max_new_tokens=o.max_new_tokens, stop_token_ids=self.stop_ids,
                             seed=seed, top_logprobs=top_logprobs,
-                            row_ids=tuple(ep.stream for ep in episodes))
+                            row_ids=tuple(ep.stream for ep in episodes),
+                            logprob_temperature=o.logprob_temperature)
     prompts = [self.context(ep) for ep in episodes]
     before = dict(getattr(self.sampler, "counters", {}))
     t0 = time.perf_counter()

@@ -102,6 +102,10 @@ class RolloutOptions:
       not fit: when its length plus `max_new_tokens` would exceed `shapes.max_tokens`.
     temperature, top_p: sampling.
     seed: seeds the `numpy.random.Generator` of selections and sampler seeds.
+    logprob_temperature: the temperature of the distribution whose log-probs the sampler
+      reports (`SamplingParams.logprob_temperature`): derived, not set (the trainer sets it
+      to `temperature` where a rollout correction compares the tempered policy's log-probs
+      with the sampler's; 1, the raw model's, otherwise).
     answer_protocol: "response_gen" or "answer_tag" (spec §6).
     judge_workers: answered rows judged in parallel (an LLM judge waits on the network).
     solve_scoring: "ftrl" (FTRL's scorer: schema-violating calls of a Solve-scored task are
@@ -122,6 +126,7 @@ class RolloutOptions:
   temperature: float = 1.0
   top_p: float = 1.0
   seed: int = 0
+  logprob_temperature: float = 1.0
   answer_protocol: AnswerProtocol = "response_gen"
   judge_workers: int = 1
   solve_scoring: SolveScoring = "ftrl"

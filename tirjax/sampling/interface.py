@@ -24,9 +24,16 @@ class SamplingParams:
   # Per prompt, a distinct id >= 0 that its samples' randomness is keyed on (with the seed),
   # so that a prompt draws the same samples whatever else is in the call; () = its position.
   row_ids: tuple[int, ...] = ()
+  # The temperature of the distribution whose log-probs `Sample.logprobs` reports: 1 (the
+  # raw model's, the default), or the sampling temperature, where the trainer's policy is the
+  # tempered one and compares its log-probs with the sampler's (`train.tempered_policy` with a
+  # rollout correction). The built-in JAX sampler reports either; vLLM's report the raw model's.
+  logprob_temperature: float = 1.0
 
   def __post_init__(self):
     option_checks.at_least("n", self.n, 1)
+    option_checks.lies_in("logprob_temperature", self.logprob_temperature, 0, float("inf"),
+                          open_low=True)
     option_checks.at_least("temperature", self.temperature, 0)
     option_checks.lies_in("top_p", self.top_p, 0, 1, open_low=True)
     option_checks.at_least("max_new_tokens", self.max_new_tokens, 1)
@@ -40,7 +47,9 @@ class SamplingParams:
 @dataclasses.dataclass
 class Sample:
   tokens: list[int]  # sampled ids, the stop token included when one was hit
-  logprobs: list[float]  # log-prob of each id under the raw model (temperature 1, no top-p)
+  # log-prob of each id under softmax(z / logprob_temperature) (`SamplingParams`; 1: the raw
+  # model's), top-p not applied
+  logprobs: list[float]
   finish_reason: str  # "stop" (a stop token) or "length" (max_new_tokens)
   policy_version: int = 0
   entropies: Optional[list[float]] = None  # per position, when the sampler can give them

@@ -44,6 +44,7 @@ class Draw(NamedTuple):
   top_p: jax.Array
   max_new: jax.Array
   stop_ids: jax.Array
+  logprob_scale: jax.Array  # 1 / `SamplingParams.logprob_temperature`
 
 
 def prefill_prompts(graphdef, size: int, state, prompts, lengths):
@@ -69,6 +70,10 @@ def _emit(s: Loop, logits, draw: Draw, top_k: int) -> Loop:
   tok = jax.vmap(choose, in_axes=(0, 0, None, None))(keys, logits[:, None], draw.temperature,
                                                      draw.top_p)[:, 0]
   logp, entropy, logp_all = raw_stats(logits, tok)
+  # the tempered policy's log-prob where asked for; at scale 1 the raw one, bit for bit
+  tempered = jnp.take_along_axis(jax.nn.log_softmax(logits * draw.logprob_scale, axis=-1),
+                                 tok[:, None], axis=-1)[:, 0]
+  logp = jnp.where(draw.logprob_scale == 1, logp, tempered)
   on = ~s.done
 
   def put(buf, x):  # column t of a [B, N, ...] output, written for rows still going

@@ -340,7 +340,7 @@ class JaxSampler:
         entropies=spec((rows, new_tokens), f32), top_ids=spec((rows, new_tokens, k), i32),
         top_logprobs=spec((rows, new_tokens, k), f32))
     draw = Draw(jax.random.key(0), spec((), f32), spec((), f32), spec((), i32),
-                spec((self.options.max_stop_tokens,), i32))
+                spec((self.options.max_stop_tokens,), i32), spec((), f32))
     return loop, draw
 
   def _start_exec(self, rows: int, prompts: int, size: int, new_tokens: int, top_k: int):
@@ -444,7 +444,8 @@ class JaxSampler:
     stops = np.full(o.max_stop_tokens, -1, np.int32)
     stops[:len(params.stop_token_ids)] = params.stop_token_ids
     draw = Draw(key, np.float32(params.temperature), np.float32(params.top_p),
-                np.int32(params.max_new_tokens), stops)
+                np.int32(params.max_new_tokens), stops,
+                np.float32(1.0 / params.logprob_temperature))
     size = cache.k.shape[2]
     state = self._start_exec(b.rows, b.prompts, size, b.new_tokens, b.top_k)(
         logits, cache, source, live, stream, draw)

@@ -206,6 +206,9 @@ class VLLMSampler:
     prompts = [[int(t) for t in p] for p in prompts]
     if any(not p for p in prompts):
       raise ValueError("prompts: every prompt needs at least one token")
+    if params.logprob_temperature != 1.0:
+      raise ValueError(f"logprob_temperature={params.logprob_temperature}: vLLM reports the raw "
+                       "model's log-probs (temperature 1) only")
     call, self._calls = self._calls, self._calls + 1
     return self._with_restart(lambda: self._generate_once(prompts, params, call))
 

@@ -159,10 +159,13 @@ def resolve(c) -> Experiment:
     _need(rollout.temperature > 0, "train.tempered_policy",
           "needs a sampling temperature > 0 (rollout.temperature = 0 is greedy)")
   if loss.rollout_correction.enabled and train.tempered_policy:
-    _need(rollout.temperature == 1.0, "loss.rollout_correction",
-          f"with train.tempered_policy needs rollout.temperature = 1, got "
-          f"{rollout.temperature}: the samplers report the raw model's log-probs, the tempered "
-          "π_old is another distribution's, and their ratio is not the sampler-trainer gap")
+    # the correction weighs π_old / π_sampler: both must be the tempered policy's
+    _need(sampler.kind == "jax" or rollout.temperature == 1.0, "loss.rollout_correction",
+          f"with train.tempered_policy and sampler.kind={sampler.kind} needs "
+          f"rollout.temperature = 1, got {rollout.temperature}: vLLM reports the raw model's "
+          "log-probs, the tempered π_old is another distribution's, and their ratio is not the "
+          "sampler-trainer gap (the JAX sampler reports the tempered policy's)")
+    rollout = dataclasses.replace(rollout, logprob_temperature=rollout.temperature)
   step = _own_section("step", {
       **d["step"], "temperature": rollout.temperature if train.tempered_policy else 1.0})
   sft = _own_section("sft", {

@@ -69,7 +69,7 @@ SECTIONS = {"model": ModelOptions, "env": EnvOptions, "judge": JudgeOptions,
 # trainer draws every selection from one Generator of it); the environment's own options from
 # its section `env.<name>` (`env_sections`).
 DERIVED = {"step": ("temperature",), "sft": ("step", "demos.answer_protocol"),
-           "rollout": ("seed",), "env": ("options",)}
+           "rollout": ("seed", "logprob_temperature"), "env": ("options",)}
 # The experiment's own defaults where they differ from the options': RL's update and log-prob
 # passes forward each query group once, as a packed forest, and SFT each batch of
 # demonstrations: the padded path's loss and gradients (issue 38; tests/test_packed_update.py,
