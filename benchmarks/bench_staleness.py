@@ -44,17 +44,17 @@ FLAGS = flags.FLAGS
 
 
 def _overrides(*extra: str) -> tuple[str, ...]:
-  steps = () if FLAGS.rl_steps is None else (f"--config.train.steps={FLAGS.rl_steps}",)
   return (f"--config.seed={FLAGS.seed}", "--config.train.progress_bar=False",
-          "--config.loss.rollout_correction.is_level=token", *steps, *FLAGS.extra, *extra)
+          "--config.loss.rollout_correction.is_level=token", *FLAGS.extra, *extra)
 
 
 def _sum(records: list, key: str) -> float:
   return float(sum(r.get(key, 0.0) for r in records))
 
 
-def record(k: int, run: launch.Launched) -> dict:
-  """One k's figures from its run directory (see the module docstring)."""
+def record(k: int, run: launch.Launched, before: dict) -> dict:
+  """One k's figures from its run directory (see the module docstring); `before`: the warm
+  start's evaluation."""
   summary, steps = run.files.summary(), run.files.metrics("rl")
   wall, cpu = summary["seconds"]["rl"], summary["cpu_seconds"]["rl"]
   loop_sampling = _sum(steps, "time/rollout_s")
@@ -67,7 +67,7 @@ def record(k: int, run: launch.Launched) -> dict:
       sampler_wait_s=wall - sampling,
       sampler_wait_weights_s=_sum(steps, "time/sampler_wait_weights_s") if k else None,
       staleness_max=max((r.get("staleness/max", 0) for r in steps), default=0),
-      greedy_before=summary["after_sft"].get("eval/accuracy"),
+      greedy_before=before.get("eval/accuracy"),
       greedy_after=summary["after_rl"].get("eval/accuracy"),
       process_s=round(run.wall_s, 1))
 
@@ -104,13 +104,16 @@ def main(argv):
     raise FileExistsError(f"--json={FLAGS.json} exists; results are never overwritten")
   start_load = [round(x, 2) for x in os.getloadavg()]
   warm = os.path.join(FLAGS.workdir, "warm")
-  launch.train(FLAGS.config, warm, _overrides("--config.train.steps=0"))
+  before = launch.train(FLAGS.config, warm, _overrides("--config.train.steps=0")
+                        ).files.summary()["after_sft"]
+  steps = () if FLAGS.rl_steps is None else (f"--config.train.steps={FLAGS.rl_steps}",)
   runs = []
-  for k in ks:
+  for k in ks:  # the warm start's evaluation is every run's first: not run again
     run = launch.train(FLAGS.config, os.path.join(FLAGS.workdir, f"k{k}"), _overrides(
         f"--config.model.hf_checkpoint={os.path.join(warm, 'hf_export')}",
-        "--config.sft.steps=0", f"--config.train.max_staleness={k}"))
-    runs.append(record(k, run))
+        "--config.sft.steps=0", "--config.train.eval_at_start=False", *steps,
+        f"--config.train.max_staleness={k}"))
+    runs.append(record(k, run, before))
     print(json.dumps(runs[-1]), flush=True)
   out = dict(command="python -m benchmarks.bench_staleness " + " ".join(sys.argv[1:]),
              config=FLAGS.config, seed=FLAGS.seed, commit=launch_commit(),

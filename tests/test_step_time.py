@@ -38,6 +38,30 @@ def test_counts_and_times_follow_the_constants():
   assert st.estimate(w, chip, 4)["seconds"]["train"] == pytest.approx(s["train"] / 2)
 
 
+@pytest.mark.parametrize("model, rows, chips", [("qwen3_1p7b", 16, 8), ("qwen3_8b", 8, 4),
+                                                ("qwen3_1p7b", 2, 2)])
+def test_the_async_step_is_the_best_split_of_sampling_beside_training(model, rows, chips):
+  """k >= 1: over every split (s sampler chips, the rest the learner's), the step is
+  max(sample(s), train(rest)) + hand-over; the chosen split's is the smallest, and it is never
+  longer than sampling alone or training alone on its own chips plus the hand-over."""
+  w, chip = st.Workload(model=model, rows=rows, queries=32, context=4096), st.CHIPS["h200"]
+  a = st.async_estimate(w, chip, chips)
+  steps = {}
+  for s in range(1, chips):
+    sampled = st.estimate(w, chip, s)["seconds"]
+    trained = st.estimate(w, chip, chips - s)["seconds"]
+    steps[s] = max(sampled["sample"], trained["train"]) + sampled["handover"]
+  assert a["sampler_chips"] + a["trainer_chips"] == chips
+  assert a["seconds"]["step"] == pytest.approx(min(steps.values()))
+  assert a["seconds"]["step"] == pytest.approx(steps[a["sampler_chips"]])
+  s = a["seconds"]
+  assert s["step"] == pytest.approx(max(s["sample"], s["train"]) + s["handover"])
+  sync = st.estimate(w, chip, chips)["seconds"]["step"]
+  assert a["speedup"] == pytest.approx(sync / s["step"])
+  with pytest.raises(ValueError, match="chips: an asynchronous step needs >= 2"):
+    st.async_estimate(w, chip, 1)
+
+
 def test_what_cannot_run_is_refused_by_name():
   with pytest.raises(ValueError, match="context: must be >= 1"):
     st.Workload(context=0)

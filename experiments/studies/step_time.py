@@ -10,14 +10,17 @@ is modelled as the trainer runs it today, on one set of chips shared by sampler 
 sample (decode-bound, with prompts prefilled once per query), then train (6·N + attention FLOPs
 per token, PaLM's convention, `tirjax.train_steps.flops`), then hand the weights over (bf16
 safetensors export and reload, spec §7). Rows of a query share its prompt (a prefix cache, as
-vLLM's and the JAX sampler's); tool responses are prefilled as they arrive.
+vLLM's and the JAX sampler's); tool responses are prefilled as they arrive. The last column is
+the same step with k-step off-policy rollouts (`train.max_staleness` >= 1) on the same chips
+split between a sampler and a learner, step t + k sampled while step t trains: the best split,
+its step time and its speed-up (`step_time.async_estimate`).
 """
 
 from __future__ import annotations
 
 from tirjax.reporting.step_time import (CHIPS, DECODE_BANDWIDTH_FRACTION, EPISODE_EFFICIENCY,
-                                        HANDOVER_BYTES_PER_S, TRAIN_MFU, Workload, estimate,
-                                        table)
+                                        HANDOVER_BYTES_PER_S, TRAIN_MFU, Workload,
+                                        async_estimate, estimate, table)
 
 
 def main(argv) -> None:
@@ -26,12 +29,20 @@ def main(argv) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if f.model:
-    rows = [estimate(Workload(model=f.model, queries=f.queries, rows=f.rows, context=f.context),
-                     CHIPS[f.chip], f.chips)]
+    cases = [(Workload(model=f.model, queries=f.queries, rows=f.rows, context=f.context),
+              CHIPS[f.chip], f.chips)]
   else:  # the papers' sizes
-    rows = [estimate(Workload(model=m, rows=r, context=c), CHIPS[chip], n)
-            for m in ("qwen3_1p7b", "qwen3_8b") for r in (16, 8)
-            for c in (8192, 32768) for chip, n in (("h200", 8), ("tpu_v5p", 16))]
+    cases = [(Workload(model=m, rows=r, context=c), CHIPS[chip], n)
+             for m in ("qwen3_1p7b", "qwen3_8b") for r in (16, 8)
+             for c in (8192, 32768) for chip, n in (("h200", 8), ("tpu_v5p", 16))]
+  rows = []
+  for w, chip, n in cases:
+    row = estimate(w, chip, n)
+    try:
+      row["async"] = async_estimate(w, chip, n)
+    except ValueError:  # one chip, or no split holds the weights
+      row["async"] = None
+    rows.append(row)
   print(table(rows))
   print("\nConstants: " + "; ".join(f"{c.name}: {c.source}" for c in CHIPS.values()) +
         f"; training MFU {TRAIN_MFU} (assumed, PaLM 46 %); decode at "

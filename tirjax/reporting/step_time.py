@@ -122,18 +122,53 @@ def estimate(w: Workload, chip: Chip, chips: int) -> dict:
   }
 
 
+def async_estimate(w: Workload, chip: Chip, chips: int) -> dict:
+  """The step with k-step off-policy rollouts (`train.max_staleness` >= 1) on `chips` chips
+  split between a sampler (s chips) and a learner (the other chips − s): step t + k is sampled
+  while step t trains, and the weights are handed over between steps, so
+
+      step(s) = max(sample(s), train(chips − s)) + handover,
+
+  each term as `estimate` models it on its own chips. Returns the split with the shortest
+  step (splits whose sampler cannot hold the weights are skipped), its seconds, and the
+  speed-up over the synchronous step on all `chips`. The learner's memory (optimizer state,
+  activations) is not modelled, as in `estimate`."""
+  if chips < 2:
+    raise ValueError(f"chips: an asynchronous step needs >= 2 (a sampler's and a learner's), "
+                     f"got {chips}")
+  best = None
+  for s in range(1, chips):
+    try:
+      sample = estimate(w, chip, s)["seconds"]
+    except ValueError:  # the weights do not fit the sampler's chips
+      continue
+    train = estimate(w, chip, chips - s)["seconds"]["train"]
+    step = max(sample["sample"], train) + sample["handover"]
+    if best is None or step < best["seconds"]["step"]:
+      best = {"sampler_chips": s, "trainer_chips": chips - s,
+              "seconds": {"sample": sample["sample"], "train": train,
+                          "handover": sample["handover"], "step": step}}
+  if best is None:
+    raise ValueError(f"{w.model}: no split of {chips} chips holds the weights on the sampler's")
+  best["speedup"] = estimate(w, chip, chips)["seconds"]["step"] / best["seconds"]["step"]
+  return best
+
+
 def table(rows: list[dict]) -> str:
+  """The rows of `estimate`, each with its `async` entry (`async_estimate`) where it has one."""
   head = ("| model | chips | rows × context | sampled / trained tokens | train PFLOP | sampler "
           "tok/s (model) | needed for ½ step | hand-over GB | sample / train / hand-over / "
-          "step (s) |")
-  lines = [head, "|" + " --- |" * 9]
+          "step (s) | k ≥ 1: sampler + learner chips, step (s), × |")
+  lines = [head, "|" + " --- |" * 10]
   for r in rows:
-    s = r["seconds"]
+    s, a = r["seconds"], r.get("async")
+    overlapped = (f"{a['sampler_chips']} + {a['trainer_chips']}, {a['seconds']['step']:.0f}, "
+                  f"{a['speedup']:.2f}×" if a else "—")
     lines.append(
         f"| {r['model']} | {r['chips']} × {r['chip']} | {r['rows']} × {r['context']} | "
         f"{r['tokens_sampled'] / 1e6:.1f}M / {r['tokens_trained'] / 1e6:.1f}M | "
         f"{r['train_flops'] / 1e15:.0f} | {r['sampler_tokens_per_s']:,.0f} | "
         f"{r['sampler_tokens_per_s_needed_for_half_the_step']:,.0f} | "
         f"{r['handover_bytes'] / 1e9:.1f} | {s['sample']:.0f} / {s['train']:.0f} / "
-        f"{s['handover']:.1f} / {s['step']:.0f} |")
+        f"{s['handover']:.1f} / {s['step']:.0f} | {overlapped} |")
   return "\n".join(lines)
