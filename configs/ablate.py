@@ -7,7 +7,7 @@
 
 Argument (comma-separated presets):
 `grid=all|estimators|portool|hidifftir|beyond|smoke|beyond_smoke|snapshot|default|credit|credit12|
-credit_oracle|credit12_oracle|credit_k4|credit_k2` (default all), `seeds=N` (seeds 0..N-1; default 3, the credit
+credit_oracle|credit12_oracle|credit_k4|credit_k2|staleness` (default all), `seeds=N` (seeds 0..N-1; default 3, the credit
 grids 5, smoke 2), `warm_start=per_seed|shared|none` (one SFT
 per seed, one SFT for all seeds, or SFT inside every run; see `tirjax.ablation.grid`), and the
 estimator configs' presets `model`, `env`, `sampler`, `mesh`, `steps`
@@ -52,6 +52,10 @@ directions per task, for the dose-response: a direction-blind policy is right on
 2^-K of each task's direction patterns and no early answer is right (measured in
 benchmarks/results/knockout_patterns.md). Not run yet; its prediction is to be committed
 before any cell runs.
+`grid=staleness` (grpo and hidifftir at `train.max_staleness` = 0, 1 and 2, every cell with
+the token-level correction that k >= 1 needs, on the default's protocol and warm starts)
+ablates k-step off-policy rollouts against the estimator (`tirjax/trainer/staleness.py`). Not
+run yet.
 
 Expected result (the papers' claims on 1.7B-7B models and spec §4.1; at the tiny scale
 `grid=default` sees no cell separate from GRPO at 3 seeds: its report.md):
@@ -116,13 +120,20 @@ CREDIT12_ORACLE_CELLS = CREDIT12_CELLS + ("oracle",)
 # wrong direction is unmatched, not a 0.75 near-match), so that its turn credit sees the lever.
 CREDIT_K4_CELLS = ("grpo", "oracle", "hidifftir/rollout.strict_directions=true", "portool")
 CREDIT_K2_CELLS = ("grpo", "oracle")
+# `grid=staleness` (issue 55): k-step off-policy rollouts (`train.max_staleness`) against the
+# synchronous loop, grpo and hidifftir at k = 0, 1 and 2 on the default's protocol, every cell
+# with the token-level correction that k >= 1 needs, so that k is all that differs within an
+# estimator (and all share one warm start per seed).
+STALENESS_CELLS = tuple(
+    f"{name}/loss.rollout_correction.is_level=token" + (f",train.max_staleness={k}" if k else "")
+    for name in ("grpo", "hidifftir") for k in (0, 1, 2))
 GRIDS = {"all": tuple(dict.fromkeys(METHODS + PORTOOL + HIDIFFTIR + BEYOND)),
          "estimators": METHODS, "portool": PORTOOL, "hidifftir": HIDIFFTIR, "beyond": BEYOND,
          "smoke": ("grpo", "portool"), "beyond_smoke": BEYOND_ESTIMATORS,
          "snapshot": SNAPSHOT_CELLS, "default": DEFAULT_CELLS, "credit": CREDIT_CELLS,
          "credit12": CREDIT12_CELLS, "credit_oracle": CREDIT_ORACLE_CELLS,
          "credit12_oracle": CREDIT12_ORACLE_CELLS, "credit_k4": CREDIT_K4_CELLS,
-         "credit_k2": CREDIT_K2_CELLS}
+         "credit_k2": CREDIT_K2_CELLS, "staleness": STALENESS_CELLS}
 # The committed snapshot (benchmarks/results/ablation_toolworld/report.md): every estimator from one
 # shared SFT warm start per answer protocol, a short RL budget that fits a 2-core CPU in about
 # an hour; its differences are expected to be within noise at this budget.
@@ -210,6 +221,7 @@ def get_config(arg=None):
   if grid == "snapshot":
     presets.setdefault("warm_start", "shared")
   extra = SMOKE if smoke else {"snapshot": SNAPSHOT, "default": DEFAULT_PROTOCOL,
+                               "staleness": DEFAULT_PROTOCOL,
                                "credit": CREDIT, "credit12": CREDIT, "credit_oracle": CREDIT,
                                "credit12_oracle": CREDIT, "credit_k4": knockout_testbed(4),
                                "credit_k2": knockout_testbed(2)}.get(grid, {})

@@ -87,6 +87,31 @@ def test_default_grid_plans_every_cell_with_its_options(tmp_path):
     assert c.rollout.answer_protocol == configs[(warm_label, job.seed)].rollout.answer_protocol
 
 
+def test_the_staleness_grid_differs_only_in_k_within_an_estimator(tmp_path):
+  """`grid=staleness`: grpo and hidifftir at k = 0, 1, 2, one warm start per seed, and every
+  cell's config resolves with the token-level correction; within an estimator the configs
+  differ in `train.max_staleness` alone."""
+  from tirjax.trainer import resolve  # pylint: disable=import-outside-toplevel
+  workdir = str(tmp_path / "grid")
+  jobs = ablation.plan(ablate_config.get_config("grid=staleness,seeds=1"), workdir)
+  assert len({j.label for j in jobs if j.estimator == "sft"}) == 1
+  configs = {j.label: ablation.build_config(j.recipe) for j in jobs if j.estimator != "sft"}
+  assert len(configs) == 6
+  ks = {}
+  for label, c in configs.items():
+    checked = ml_collections.ConfigDict(c.to_dict())
+    checked.model.hf_checkpoint = ""  # the warm start's export, not made by planning
+    exp = resolve.resolve(checked)
+    assert exp.loss.rollout_correction.is_level == "token"
+    ks.setdefault(c.advantage.name, {})[exp.train.max_staleness] = _flat(c)
+  assert sorted(ks) == ["grpo", "hidifftir"]
+  for by_k in ks.values():
+    assert sorted(by_k) == [0, 1, 2]
+    for k in (1, 2):
+      differ = {key for key in by_k[0] if by_k[0][key] != by_k[k].get(key)}
+      assert differ == {"train.max_staleness"}
+
+
 def test_grid_config_is_locked_and_checks_its_argument():
   grid = ablate_config.get_config("grid=portool,seeds=5,model=tiny,steps=7")
   assert grid.seeds == (0, 1, 2, 3, 4) and grid.preset == "model=tiny,steps=7"
