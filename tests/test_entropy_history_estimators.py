@@ -179,3 +179,15 @@ def test_hgpo_key_ids_partition_like_numpy_unique(seed, n, width, rounds):
   got = ids[mask]
   pairs = set(zip(want.ravel().tolist(), got.tolist()))
   assert len(pairs) == len(set(want.ravel().tolist())) == len(set(got.tolist()))
+
+
+@settings(max_examples=30)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 70), st.integers(1, 5))
+def test_hgpo_running_max_is_cummax_along_positions(seed, length, width):
+  """`running_max` (a scan) equals the running maximum along the leading axis, negative
+  values (token_step's −1) and a first position below every later one included."""
+  from tirjax.advantages.hgpo import running_max  # noqa: PLC0415
+  rng = np.random.default_rng(seed)
+  x = rng.integers(-3, 4, (length, width)).astype(np.int32)
+  np.testing.assert_array_equal(np.asarray(running_max(jnp.asarray(x))),
+                                np.maximum.accumulate(x, axis=0))

@@ -93,28 +93,47 @@ def _mix(h):
   return h ^ (h >> 16)
 
 
+def running_max(x: jax.Array) -> jax.Array:
+  """Max of integers `x` [L, ...] up to and including each position of the leading axis
+  (`lax.cummax` along axis 0), by a scan over the L positions: XLA:CPU lowers `cummax` to a
+  windowed reduction that costs about L per entry, the scan one max per entry."""
+  chex.assert_type(x, int)
+  low = jnp.full(x.shape[1:], jnp.iinfo(x.dtype).min, x.dtype)
+  return jax.lax.scan(lambda m, v: (jnp.maximum(m, v),) * 2, low, x)[1]
+
+
 def observation_step(r: Rollouts):
-  """[B, L] the step whose observation each token is (1 + the last step generated before it),
-  and [B, L] the observation tokens (real, outside the loss)."""
-  last = jax.lax.cummax(r.token_step, axis=1)
-  return last + 1, r.token_valid & ~r.loss_mask & r.row_valid[:, None]
+  """Position-major [L, B]: the step whose observation each token is (1 + the last step
+  generated before it), the observation tokens (real, outside the loss), and each token's rank
+  in its observation (its distance to the last generated token before it)."""
+  L, B = r.max_tokens, r.num_rows
+  loss = r.loss_mask.T
+  pos = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32)[:, None], (L, B))
+  # one scan for both running maxima: the last step generated so far, and where the
+  # observation starts (it is contiguous and starts after the last generated token before it)
+  last = running_max(jnp.stack([r.token_step.T, jnp.where(loss, pos + 1, 0)], axis=1))
+  obs = r.token_valid.T & ~loss & r.row_valid[None, :]
+  return last[:, 0] + 1, obs, (pos - last[:, 1]).astype(jnp.uint32)
 
 
 def observation_keys(r: Rollouts):
-  """[B, T, 3] uint32 (hash 1, hash 2, length) of each step's observation."""
+  """[B, T, 3] uint32 (hash 1, hash 2, length) of each step's observation.
+
+  Computed position-major ([L, B]: the scan of `observation_step` reads a contiguous row per
+  position); the sums wrap mod 2^32, so the order in which tokens are added is immaterial."""
   B, T, L = r.num_rows, r.max_steps, r.max_tokens
-  obs_step, obs = observation_step(r)
+  obs_step, obs, rank = observation_step(r)
   obs = obs & (obs_step < T)
-  ids = jnp.arange(B)[:, None] * T + jnp.clip(obs_step, 0, T - 1)
-  # an observation is contiguous and starts after the last generated token before it
-  pos = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32)[None, :], (B, L))
-  start = jax.lax.cummax(jnp.where(r.loss_mask, pos + 1, 0), axis=1)
-  rank = (pos - start).astype(jnp.uint32)
-  tok = r.tokens.astype(jnp.uint32)
-  parts = [_mix(_mix(tok * jnp.uint32(0x27D4EB2F) + jnp.uint32(seed)) ^ (rank * jnp.uint32(seed)))
-           for seed in _SEEDS] + [jnp.ones_like(tok)]
-  parts = jnp.where(obs[..., None], jnp.stack(parts, axis=-1), jnp.uint32(0))
-  sums = jax.ops.segment_sum(parts.reshape(B * L, 3), ids.ravel(), B * T)  # wraps mod 2^32
+  ids = jnp.arange(B)[None, :] * T + jnp.clip(obs_step, 0, T - 1)
+  tok = r.tokens.T.astype(jnp.uint32)
+  hashes = [_mix(_mix(tok * jnp.uint32(0x27D4EB2F) + jnp.uint32(seed)) ^ (rank * jnp.uint32(seed)))
+            for seed in _SEEDS]
+  # computed once, not inside the fused copy that feeds the scatter (XLA:CPU fused them, and
+  # was slower)
+  hashes = jax.lax.optimization_barrier(hashes)
+  parts = jnp.where(obs[..., None], jnp.stack(hashes + [jnp.ones_like(tok)], axis=-1),
+                    jnp.uint32(0))
+  sums = jax.ops.segment_sum(parts.reshape(L * B, 3), ids.ravel(), B * T)  # wraps mod 2^32
   return sums.reshape(B, T, 3)
 
 
@@ -170,21 +189,24 @@ def key_ids(columns, mask, rounds: int = _ROUNDS):
 
 def level_ids(r: Rollouts, history: int):
   """[history + 1] pairs ([B, T] id of G_k, [B, T] steps in level k): level k keys a step by
-  its query, its observation and its k previous observations (steps with t >= k only)."""
+  its query, its observation and its k previous observations (steps with t >= k only).
+
+  Observations are keyed by their (hash 1, hash 2, length) columns directly, not by ids of
+  their own: the same partition, one `key_ids` pass fewer."""
   B, T = r.num_rows, r.max_steps
-  valid = (r.step_valid & r.row_valid[:, None]).ravel()
-  keys = observation_keys(r).reshape(B * T, 3)
-  obs = key_ids([keys[:, 0], keys[:, 1], keys[:, 2]], valid).reshape(B, T)
+  valid = r.step_valid & r.row_valid[:, None]
+  keys = observation_keys(r)  # [B, T, 3]
   group = jnp.broadcast_to(r.group_id[:, None], (B, T)).ravel()
-  ids = key_ids([group, obs.ravel()], valid)
+  ids = key_ids([group] + [keys[:, :, c].ravel() for c in range(3)], valid.ravel())
   depth = jnp.broadcast_to(jnp.arange(T)[None, :], (B, T))
-  out = [(ids.reshape(B, T), valid.reshape(B, T))]
+  out = [(ids.reshape(B, T), valid)]
   for k in range(1, history + 1):
     if k >= T:
       break  # no step has k previous steps
-    earlier = jnp.concatenate([jnp.zeros((B, k), jnp.int32), obs[:, :-k]], axis=1)
-    in_level = valid.reshape(B, T) & (depth >= k)
-    ids = key_ids([ids, earlier.ravel()], in_level.ravel())
+    # step t − k of the row (valid wherever t is: a row's valid steps are a prefix)
+    earlier = jnp.concatenate([jnp.zeros((B, k, 3), jnp.uint32), keys[:, :-k]], axis=1)
+    in_level = valid & (depth >= k)
+    ids = key_ids([ids] + [earlier[:, :, c].ravel() for c in range(3)], in_level.ravel())
     out.append((ids.reshape(B, T), in_level))
   return out
 

@@ -69,9 +69,10 @@ class MTGRPOOptions:
     matching: the matcher of `turn_reward="match"`: "greedy" (the default; MatchTIR's: the
       largest remaining positive pair first) or "hungarian" (the exact maximum weight, as
       HiDiffTIR's). Either is one-to-one, so repeating a right call earns nothing; the turn
-      reward needs no optimal assignment, and the greedy one costs half the exact one (the
-      kernel is 29x its loop with it, ~9-15x with the exact one, whose cost it shares with
-      hidifftir: benchmarks/results/bench_kernels_issue54_cpu.md).
+      reward needs no optimal assignment, and the greedy one costs a fraction of the exact
+      one (the kernel with it: benchmarks/results/bench_kernels_mt_grpo_hgpo_fast_cpu.md; with
+      the exact one, whose cost it shares with hidifftir:
+      benchmarks/results/bench_kernels_issue54_cpu.md).
   """
 
   credit: str = "return_loo"

@@ -6,7 +6,8 @@ MatchTIR's `hungarian_assignment` (CyberSculptor96/MatchTIR,
 Python's stable descending sort, and takes each pair whose two ends are still free and whose
 score is > 0. That equals repeatedly taking the globally largest remaining positive pair,
 ties going to the smallest row-major index (i, j) — which is what this kernel does, with one
-masked arg-max over the flattened [m, n] matrix per step: no sort, no Python loop per row.
+masked arg-max over the [m, n] matrix per step (row maxima first, then the row holding the
+largest): no sort, no Python loop per row.
 It can fall short of the exact maximum (`hungarian.py`); spec §4.3 offers both.
 """
 
@@ -42,27 +43,32 @@ def greedy_matching(weights: jax.Array, row_valid: Optional[jax.Array] = None,
 
 
 def _greedy(weights, row_valid, col_valid):
-  w = masked_weights(weights, row_valid, col_valid)
-  N, m, n = w.shape
-  flat = w.reshape(N, m * n)
-  pos = jnp.arange(m * n, dtype=jnp.int32)[None, :]
-  pair_row, pair_col = pos // n, pos % n
+  # Two levels: the best open pair of each row (a reduction over the n columns), then the first
+  # row holding the overall best and the first column of that row holding it: the first
+  # row-major pair attaining the maximum, as one arg-max over all m·n pairs would give, but each
+  # step passes over the [n, m] weights once (closing a row and a column, fused with the
+  # rows' new maxima) instead of three times. Laid out [N, n, m], the row maxima reduce over a
+  # non-minor axis, elementwise over contiguous rows.
+  x = jnp.swapaxes(masked_weights(weights, row_valid, col_valid), 1, 2)  # [N, n, m]
+  N, n, m = x.shape
   row_ids = jnp.arange(m, dtype=jnp.int32)[None, :]
   col_ids = jnp.arange(n, dtype=jnp.int32)[None, :]
 
   def step(_, state):
-    open_pairs, r2c, c2r = state
-    x = jnp.where(open_pairs, flat, 0.0)
-    best = jnp.max(x, axis=1)
-    # The first (row-major) pair attaining the maximum: Python's stable sort order.
-    k = jnp.min(jnp.where(open_pairs & (x == best[:, None]), pos, m * n), axis=1)
+    x, row_best, r2c, c2r = state  # closed pairs hold 0 in x
+    best = jnp.max(row_best, axis=1)
+    i = jnp.min(jnp.where(row_best == best[:, None], row_ids, m), axis=1)
+    # row i's weights (i < m: best is attained somewhere, if only by a 0)
+    in_row = jnp.take_along_axis(x, jnp.minimum(i, m - 1)[:, None, None], axis=2)[:, :, 0]
+    j = jnp.min(jnp.where(in_row == best[:, None], col_ids, n), axis=1)
     take = best > 0
-    i, j = k // n, k % n
-    r2c = jnp.where(take[:, None] & (row_ids == i[:, None]), j[:, None], r2c)
-    c2r = jnp.where(take[:, None] & (col_ids == j[:, None]), i[:, None], c2r)
-    closed = take[:, None] & ((pair_row == i[:, None]) | (pair_col == j[:, None]))
-    return open_pairs & ~closed, r2c, c2r
+    row_taken = take[:, None] & (row_ids == i[:, None])
+    col_taken = take[:, None] & (col_ids == j[:, None])
+    r2c = jnp.where(row_taken, j[:, None], r2c)
+    c2r = jnp.where(col_taken, i[:, None], c2r)
+    x = jnp.where(row_taken[:, None, :] | col_taken[:, :, None], 0.0, x)
+    return x, jnp.max(x, axis=1), r2c, c2r
 
-  state = (flat > 0, jnp.full((N, m), -1, jnp.int32), jnp.full((N, n), -1, jnp.int32))
-  _, r2c, c2r = jax.lax.fori_loop(0, min(m, n), step, state)
+  state = (x, jnp.max(x, axis=1), jnp.full((N, m), -1, jnp.int32), jnp.full((N, n), -1, jnp.int32))
+  _, _, r2c, c2r = jax.lax.fori_loop(0, min(m, n), step, state)
   return r2c, c2r
