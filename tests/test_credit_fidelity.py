@@ -235,6 +235,19 @@ def test_the_table_names_each_estimator_left_unmeasured_and_why():
   assert "not measured" not in rollout_fidelity.markdown(result)
 
 
+def test_the_figure_draws_a_percentile_interval_that_misses_its_estimate(tmp_path):
+  """A bootstrap percentile interval of a ratio need not hold the point estimate (seen on a run
+  of 8 queries, where the figure then raised); the figure still draws it."""
+  from tirjax.credit import rollout_fidelity
+  measures = {"auc_query": 0.6, "collateral_blame": 0.425, "no_signal_all_fail": 0.1}
+  ci = {"auc_query": [0.5, 0.7], "collateral_blame": [0.448, 0.681],
+        "no_signal_all_fail": [0.0, 0.2]}
+  result = {"own": {"grpo": "independent"},
+            "estimators": {"independent": {"grpo": {"measures": measures, "ci95": ci}}}}
+  rollout_fidelity.figure(result, str(tmp_path / "f.png"))
+  assert (tmp_path / "f.png").stat().st_size > 0
+
+
 def test_a_query_drawn_twice_is_two_queries_of_the_resample():
   batch, adv = hand_batch()
   turns = fid.turn_table(batch, adv, LABELS)

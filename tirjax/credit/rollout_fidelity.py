@@ -243,7 +243,9 @@ def figure(result: dict, path: str) -> None:
       v, ci = e["measures"][key], e["ci95"][key]
       if v is None:
         continue
-      err = [[v - ci[0]], [ci[1] - v]] if ci else None
+      # A percentile interval need not hold its point estimate (a ratio over few queries):
+      # the bar is drawn as the interval reaches, never a negative length.
+      err = [[max(v - ci[0], 0.0)], [max(ci[1] - v, 0.0)]] if ci else None
       ax.errorbar(v, y, xerr=err, fmt="o", color="#1f77b4" if result["own"][name] ==
                   "independent" else "#d62728", capsize=3)
     ax.set_title(title)
