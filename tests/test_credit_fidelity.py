@@ -215,8 +215,37 @@ def test_the_entry_point_measures_every_estimator_on_both_rollout_kinds(tmp_path
       for k, v in e["measures"].items():
         assert v is None or 0 <= v <= 1, (k, v)
   assert result["own"]["portool"] == "tree" and result["own"]["grpo"] == "independent"
+  critics = set(advantages.names()) - set(without_critics(advantages.names()))
+  assert critics and set(result["not_measured"]) == critics  # ppo, turn_ppo: stated, not dropped
   with pytest.raises(FileExistsError, match="never overwritten"):
     rollout_fidelity.measure(config, policy, 4, out, resamples=20)
+
+
+def test_the_table_names_each_estimator_left_unmeasured_and_why():
+  """A critic's estimators have no rows (no warm-up of the critic yet): the markdown says so,
+  rather than leaving a reader to wonder why ppo is missing."""
+  from tirjax.credit import rollout_fidelity
+  result = {"checkpoint": "p", "queries": 1, "queries_per_batch": 1, "rows_per_query": 2,
+            "temperature": 1.0, "tree_branching": 2, "bootstrap_resamples": 1, "seconds": 0.0,
+            "machine": {}, "rollouts": {}, "own": {}, "estimators": {},
+            "not_measured": {"ppo": "reason a", "turn_ppo": "reason b"}}
+  text = rollout_fidelity.markdown(result)
+  assert "not measured: ppo (reason a)" in text and "not measured: turn_ppo (reason b)" in text
+  del result["not_measured"]  # results written before the key existed still render
+  assert "not measured" not in rollout_fidelity.markdown(result)
+
+
+def test_the_figure_draws_a_percentile_interval_that_misses_its_estimate(tmp_path):
+  """A bootstrap percentile interval of a ratio need not hold the point estimate (seen on a run
+  of 8 queries, where the figure then raised); the figure still draws it."""
+  from tirjax.credit import rollout_fidelity
+  measures = {"auc_query": 0.6, "collateral_blame": 0.425, "no_signal_all_fail": 0.1}
+  ci = {"auc_query": [0.5, 0.7], "collateral_blame": [0.448, 0.681],
+        "no_signal_all_fail": [0.0, 0.2]}
+  result = {"own": {"grpo": "independent"},
+            "estimators": {"independent": {"grpo": {"measures": measures, "ci95": ci}}}}
+  rollout_fidelity.figure(result, str(tmp_path / "f.png"))
+  assert (tmp_path / "f.png").stat().st_size > 0
 
 
 def test_a_query_drawn_twice_is_two_queries_of_the_resample():

@@ -33,6 +33,10 @@ from tirjax.train_steps.step import placement
 
 
 DEFAULT_CONFIG = "configs/hidifftir.py:model=tiny"
+# Why the estimators that read a learned critic's values have no rows: a fresh value head on the
+# warm start would measure an untrained critic, not the method (issue 53 asks for rows after a
+# critic warm-up).
+CRITIC_NOT_MEASURED = "reads a learned critic's values; its rows need a critic warm-up, not built yet"
 KINDS = ("independent", "tree")
 
 
@@ -165,7 +169,10 @@ def measure(config, policy: str, queries: int, out: str, resamples: int = 1000,
             "queries_per_batch": exp.train.queries_per_step, "rows_per_query": exp.rollout.n,
             "temperature": exp.rollout.temperature,
             "tree_branching": exp.rollout.tree.branch_factor, "bootstrap_resamples": resamples,
-            "own": {name: own_kind(name) for name in names}, "rollouts": stats,
+            "own": {name: own_kind(name) for name in names},
+            "not_measured": {name: CRITIC_NOT_MEASURED for name in advantages.names()
+                             if name not in names},
+            "rollouts": stats,
             "estimators": results, "seconds": round(time.perf_counter() - start, 1),
             "machine": info}
   benchmark.write_result(out + ".json", result)
@@ -197,6 +204,8 @@ def markdown(result: dict) -> str:
     lines.append(f"- {kind}: {s['rows']} rows, success {s['success_rate']:.3f}, mixed groups "
                  f"{s['mixed_groups']:.3f}, all-fail groups {s['all_fail_groups']:.3f}; "
                  f"{s['turns']} turns: {labels}")
+  for name, why in sorted(result.get("not_measured", {}).items()):
+    lines.append(f"- not measured: {name} ({why})")
   header = ("| estimator | rollouts | AUC | AUC within queries | AUC within all-fail queries "
             "| wrong → A<0 | collateral blame | free credit | no signal | no signal, all-fail "
             "groups |")
@@ -234,7 +243,9 @@ def figure(result: dict, path: str) -> None:
       v, ci = e["measures"][key], e["ci95"][key]
       if v is None:
         continue
-      err = [[v - ci[0]], [ci[1] - v]] if ci else None
+      # A percentile interval need not hold its point estimate (a ratio over few queries):
+      # the bar is drawn as the interval reaches, never a negative length.
+      err = [[max(v - ci[0], 0.0)], [max(ci[1] - v, 0.0)]] if ci else None
       ax.errorbar(v, y, xerr=err, fmt="o", color="#1f77b4" if result["own"][name] ==
                   "independent" else "#d62728", capsize=3)
     ax.set_title(title)
