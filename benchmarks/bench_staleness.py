@@ -30,7 +30,7 @@ import sys
 
 from absl import flags
 
-from tirjax import cli
+from tirjax import cli, rundir
 from tirjax.reporting import benchmark, launch
 
 flags.DEFINE_string("config", "configs/hidifftir.py:model=tiny", "The run config (`make run`'s).")
@@ -110,7 +110,7 @@ def main(argv):
   runs = []
   for k in ks:  # the warm start's evaluation is every run's first: not run again
     run = launch.train(FLAGS.config, os.path.join(FLAGS.workdir, f"k{k}"), _overrides(
-        f"--config.model.hf_checkpoint={os.path.join(warm, 'hf_export')}",
+        f"--config.model.hf_checkpoint={os.path.join(warm, rundir.HF_EXPORT)}",
         "--config.sft.steps=0", "--config.train.eval_at_start=False", *steps,
         f"--config.train.max_staleness={k}"))
     runs.append(record(k, run, before))
