@@ -5,6 +5,7 @@ command in place of the trainer."""
 import dataclasses
 import json
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -110,6 +111,19 @@ def test_the_staleness_grid_differs_only_in_k_within_an_estimator(tmp_path):
     for k in (1, 2):
       differ = {key for key in by_k[0] if by_k[0][key] != by_k[k].get(key)}
       assert differ == {"train.max_staleness"}
+
+
+@pytest.mark.parametrize("grid", ["credit", "credit12"])
+def test_a_credit_grid_keeps_the_warm_start_label_its_committed_results_name(tmp_path, grid):
+  """Keys added since (at their defaults) leave a warm start's label as it was, so a grid's
+  committed results keep naming its warm starts and a grid that shares them finds them
+  (`grid=credit12` starts from `grid=credit`'s, copied into its workdir)."""
+  import re  # pylint: disable=import-outside-toplevel
+  folder = pathlib.Path(__file__).parent.parent / "benchmarks" / "results" / f"ablation_{grid}"
+  named = {m for f in folder.rglob("*") if f.is_file()
+           for m in re.findall(r"sft-[0-9a-f]{8}", f.read_text(errors="ignore"))}
+  jobs = ablation.plan(ablate_config.get_config(f"grid={grid},seeds=1"), str(tmp_path / "g"))
+  assert named and {j.label for j in jobs if j.estimator == "sft"} == named
 
 
 def test_grid_config_is_locked_and_checks_its_argument():

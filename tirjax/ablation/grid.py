@@ -204,7 +204,7 @@ _SIGNATURE_NAMES = {"step.num_microbatches": "train.micro_batches",
                         "chain_directions")}}
 # Keys added after warm starts were made, left out of the label at their default, so that the
 # labels (and the warm starts on disk) of every grid from before stay what they were.
-_UNSIGNED_DEFAULTS = {"env.toolworld.chain_family": ""}
+_UNSIGNED_DEFAULTS = {"env.toolworld.chain_family": "", "sft.max_tokens_per_microbatch": 1024}
 
 
 def _signature(config) -> str:
